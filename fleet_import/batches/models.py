@@ -1,0 +1,167 @@
+"""What the operational store holds and what its operations answer.
+
+Outcomes are values, not exceptions: a caller must handle ScopeBusy or LeaseHeld as a normal
+result, so each operation returns one of a small closed set of dataclasses.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from fleet_import.errors import DetailsInvalid
+
+
+class SourceType(StrEnum):
+    """Append-only: existing serialised values never change."""
+
+    BRINK_POS = "brink_pos"
+    KDS_CDC = "kds_cdc"
+    MANUAL_UPLOAD = "manual_upload"
+    FLEET_S3 = "fleet_s3"
+
+
+class BatchStatus(StrEnum):
+    RUNNING = "running"
+    FAILED = "failed"
+    SUCCEEDED = "succeeded"
+
+
+class FailureKind(StrEnum):
+    FAILED_PRE_COMMIT = "failed_pre_commit"
+    FAILED_PUBLICATION = "failed_publication"
+    ENQUEUE_FAILED = "enqueue_failed"
+
+
+Phase = Literal["reserved", "discovered", "normalised", "committed", "publishing", "published"]
+FLEET_MODE = "file_upload"
+FLEET_PIPELINE_STAGE = "fleet_s3_direct_to_curated"
+DETAILS_VERSION = 1
+
+
+class Failure(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    kind: FailureKind
+    error: str
+    at: str | None = None
+
+
+class BatchDetails(BaseModel):
+    """`ingestion_batches.details`, version 1. Unknown keys are kept so newer writers'
+    additions survive a round trip through an older reader."""
+
+    model_config = ConfigDict(extra="allow")
+
+    version: Literal[1] = DETAILS_VERSION
+    phase: Phase = "reserved"
+    manifest: dict[str, Any] | None = None
+    row_counts: dict[str, int] = {}
+    rejects: dict[str, Any] | None = None
+    redshift_committed: bool = False
+    publication: dict[str, Any] = {}
+    failure: Failure | None = None
+    superseded_by: str | None = None
+    publication_expired: bool = False
+
+    @classmethod
+    def parse(cls, raw: object) -> BatchDetails:
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            raise DetailsInvalid(f"batch details do not parse: {exc}") from None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+@dataclass(frozen=True)
+class Batch:
+    id: uuid.UUID
+    tenant_id: str
+    company_id: str
+    tenant_database: str
+    mode: str
+    source_type: str
+    business_date: dt.date | None
+    pipeline_stage: str
+    source_scope: str | None
+    delivery_key: str | None
+    status: BatchStatus
+    details: dict[str, Any]
+    execution_lease_id: str | None
+    execution_lease_expires_at: dt.datetime | None
+    is_current: bool
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Batch:
+        return cls(**{**row, "status": BatchStatus(row["status"])})
+
+    @property
+    def parsed_details(self) -> BatchDetails:
+        return BatchDetails.parse(self.details)
+
+
+# reserve
+@dataclass(frozen=True)
+class Reserved:
+    batch: Batch
+
+
+@dataclass(frozen=True)
+class ContinueExisting:
+    """A running batch of this scope was reserved by the same delivery: continue it."""
+
+    batch: Batch
+
+
+@dataclass(frozen=True)
+class ScopeBusy:
+    """Another running batch holds the scope; nothing was written."""
+
+    holder_batch_id: uuid.UUID
+    holder_delivery_key: str | None = None
+
+
+ReserveOutcome = Reserved | ContinueExisting | ScopeBusy
+
+
+# leases
+@dataclass(frozen=True)
+class LeaseAcquired:
+    owner: str
+    expires_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class LeaseHeld:
+    owner: str | None
+    expires_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class BatchNotRunning:
+    status: BatchStatus | None  # None: no such batch
+
+
+LeaseOutcome = LeaseAcquired | LeaseHeld | BatchNotRunning
+
+
+# resume
+@dataclass(frozen=True)
+class Resumed:
+    batch: Batch
+
+
+@dataclass(frozen=True)
+class NotResumable:
+    reason: str
+
+
+ResumeOutcome = Resumed | NotResumable | ScopeBusy

@@ -1,0 +1,117 @@
+-- Every statement the operational store runs. Sections are named `-- name --`; the
+-- repository method of the same name runs it. Lease arithmetic uses the database clock
+-- (now()) only, never the client's.
+
+-- reserve --
+-- The unique partial index ux_ingestion_batches_running_scope is the arbiter: of N
+-- concurrent inserts for one scope exactly one returns a row, the rest wait for it to
+-- commit and then do nothing.
+INSERT INTO ingestion_batches (
+    id, tenant_id, company_id, tenant_database, mode, source_type, business_date,
+    pipeline_stage, source_scope, delivery_key, status, details, is_current
+)
+VALUES (
+    %(id)s, %(tenant_id)s, %(company_id)s, %(tenant_database)s, %(mode)s, %(source_type)s, NULL,
+    %(pipeline_stage)s, %(source_scope)s, %(delivery_key)s, 'running', %(details)s, false
+)
+ON CONFLICT (tenant_id, source_scope) WHERE status = 'running' AND source_scope IS NOT NULL
+DO NOTHING
+RETURNING *
+
+-- running_holder --
+SELECT *
+FROM ingestion_batches
+WHERE tenant_id = %(tenant_id)s AND source_scope = %(source_scope)s AND status = 'running'
+
+-- acquire_lease --
+-- Under READ COMMITTED a contender blocked on the row re-checks this WHERE against the
+-- winner's committed version, so exactly one of them gets a row back.
+UPDATE ingestion_batches
+SET execution_lease_id = %(owner)s,
+    execution_lease_expires_at = now() + make_interval(secs => %(ttl)s),
+    updated_at = now()
+WHERE id = %(batch_id)s
+  AND status = 'running'
+  AND (execution_lease_id IS NULL
+       OR execution_lease_id = %(owner)s
+       OR execution_lease_expires_at <= now())
+RETURNING execution_lease_expires_at
+
+-- lease_state --
+SELECT status, execution_lease_id, execution_lease_expires_at
+FROM ingestion_batches
+WHERE id = %(batch_id)s
+
+-- renew_lease --
+UPDATE ingestion_batches
+SET execution_lease_expires_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
+WHERE id = %(batch_id)s AND status = 'running' AND execution_lease_id = %(owner)s
+RETURNING execution_lease_expires_at
+
+-- release_lease --
+UPDATE ingestion_batches
+SET execution_lease_id = NULL, execution_lease_expires_at = NULL, updated_at = now()
+WHERE id = %(batch_id)s AND execution_lease_id = %(owner)s
+
+-- update_details --
+UPDATE ingestion_batches
+SET details = details || %(patch)s, updated_at = now()
+WHERE id = %(batch_id)s AND status = 'running' AND execution_lease_id = %(owner)s
+RETURNING *
+
+-- mark_committed --
+UPDATE ingestion_batches
+SET details = details || %(patch)s
+              || jsonb_build_object('phase', 'committed', 'redshift_committed', true),
+    updated_at = now()
+WHERE id = %(batch_id)s AND status = 'running' AND execution_lease_id = %(owner)s
+RETURNING *
+
+-- enqueue_publication --
+INSERT INTO publication_outbox (batch_id, step, seq)
+SELECT %(batch_id)s, step, seq
+FROM unnest(%(steps)s::text[]) WITH ORDINALITY AS s (step, seq)
+ON CONFLICT (batch_id, step) DO NOTHING
+
+-- mark_failed --
+-- owner NULL fences a batch nobody leased yet (enqueue_failed): IS NOT DISTINCT FROM.
+UPDATE ingestion_batches
+SET status = 'failed',
+    details = details || jsonb_build_object(
+        'failure', jsonb_build_object('kind', %(kind)s::text, 'error', %(error)s::text,
+                                      'at', to_char(now() AT TIME ZONE 'UTC',
+                                                    'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))),
+    updated_at = now()
+WHERE id = %(batch_id)s AND status = 'running'
+  AND execution_lease_id IS NOT DISTINCT FROM %(owner)s
+RETURNING *
+
+-- mark_succeeded --
+UPDATE ingestion_batches
+SET status = 'succeeded',
+    details = details || %(patch)s || jsonb_build_object('phase', 'published'),
+    updated_at = now()
+WHERE id = %(batch_id)s AND status = 'running' AND execution_lease_id = %(owner)s
+  AND (details ->> 'redshift_committed')::boolean IS TRUE
+RETURNING *
+
+-- lock_batch --
+SELECT * FROM ingestion_batches WHERE id = %(batch_id)s FOR UPDATE
+
+-- resume_publication --
+UPDATE ingestion_batches
+SET status = 'running', execution_lease_id = NULL, execution_lease_expires_at = NULL,
+    details = %(details)s, updated_at = now()
+WHERE id = %(batch_id)s
+RETURNING *
+
+-- get --
+SELECT * FROM ingestion_batches WHERE id = %(batch_id)s
+
+-- list --
+SELECT *
+FROM ingestion_batches
+WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s::text)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+ORDER BY created_at DESC, id
+LIMIT %(limit)s

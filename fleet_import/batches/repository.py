@@ -1,0 +1,341 @@
+"""BatchRepository: the one layer that runs operational-store SQL.
+
+Every method is one transaction on its own connection, so a repository may be shared by
+threads and used from many processes. Driver errors are translated here, by constraint name,
+into outcomes or into OperationalStoreError; nothing from psycopg escapes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from fleet_import.batches.models import (
+    FLEET_MODE,
+    FLEET_PIPELINE_STAGE,
+    Batch,
+    BatchDetails,
+    BatchNotRunning,
+    BatchStatus,
+    ContinueExisting,
+    FailureKind,
+    LeaseAcquired,
+    LeaseHeld,
+    LeaseOutcome,
+    NotResumable,
+    Reserved,
+    ReserveOutcome,
+    Resumed,
+    ResumeOutcome,
+    ScopeBusy,
+    SourceType,
+)
+from fleet_import.config import libpq_url
+from fleet_import.errors import DetailsInvalid, FleetImportError, LeaseLost, OperationalStoreError
+from fleet_import.scope import SOURCE_SCOPE_MAX_LENGTH, InvalidInput, Tenant
+from fleet_import.sqlfiles import load_queries
+
+QUERIES = load_queries("fleet_import.batches", "queries.sql")
+RUNNING_SCOPE_INDEX = "ux_ingestion_batches_running_scope"
+# A holder can finish between our failed insert and the look-up of who holds the scope;
+# then the insert is simply tried again.
+_RESERVE_ATTEMPTS = 5
+_CONNECT_TIMEOUT_SECONDS = 10
+_MAX_KEY_LENGTH = 200
+_MAX_OWNER_LENGTH = 100
+
+
+class InvalidTransition(FleetImportError):
+    """The batch is not in a state that allows this transition."""
+
+
+class BatchRepository:
+    def __init__(self, database_url: str) -> None:
+        self._conninfo = libpq_url(database_url)
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        """One connection, one transaction: committed on success, rolled back on error."""
+        try:
+            with psycopg.connect(
+                self._conninfo, row_factory=dict_row, connect_timeout=_CONNECT_TIMEOUT_SECONDS
+            ) as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise _translate(exc) from None
+
+    def _one(self, name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        with self._transaction() as conn:
+            return conn.execute(QUERIES[name], params).fetchone()
+
+    # -- reservation ----------------------------------------------------------------------
+
+    def reserve(
+        self,
+        tenant: Tenant,
+        scope: str,
+        delivery_key: str,
+        details: Mapping[str, Any] | None = None,
+        *,
+        source_type: SourceType = SourceType.FLEET_S3,
+    ) -> ReserveOutcome:
+        """Insert a running batch for the scope, or say who holds it."""
+        _check_text("source scope", scope, SOURCE_SCOPE_MAX_LENGTH)
+        _check_text("delivery key", delivery_key, _MAX_KEY_LENGTH)
+        initial = BatchDetails.parse({**(details or {}), "version": 1}).to_json()
+        params = {
+            "tenant_id": tenant.tenant_id,
+            "company_id": tenant.company_id,
+            "tenant_database": tenant.database,
+            "mode": FLEET_MODE,
+            "source_type": str(source_type),
+            "pipeline_stage": FLEET_PIPELINE_STAGE,
+            "source_scope": scope,
+            "delivery_key": delivery_key,
+            "details": Jsonb(initial),
+        }
+        for _ in range(_RESERVE_ATTEMPTS):
+            with self._transaction() as conn:
+                row = conn.execute(QUERIES["reserve"], {**params, "id": uuid.uuid4()}).fetchone()
+                if row is not None:
+                    return Reserved(Batch.from_row(row))
+                holder = conn.execute(QUERIES["running_holder"], params).fetchone()
+            if holder is None:
+                continue
+            if holder["delivery_key"] == delivery_key:
+                return ContinueExisting(Batch.from_row(holder))
+            return ScopeBusy(holder["id"], holder["delivery_key"])
+        raise OperationalStoreError(
+            f"could not reserve {scope!r}: its holder kept changing ({_RESERVE_ATTEMPTS} tries)"
+        )
+
+    # -- execution leases -----------------------------------------------------------------
+
+    def acquire_lease(self, batch_id: uuid.UUID, owner: str, ttl: float) -> LeaseOutcome:
+        """Take the lease if it is free, ours, or expired by the database clock."""
+        _check_text("lease owner", owner, _MAX_OWNER_LENGTH)
+        params = {"batch_id": batch_id, "owner": owner, "ttl": float(ttl)}
+        with self._transaction() as conn:
+            row = conn.execute(QUERIES["acquire_lease"], params).fetchone()
+            if row is not None:
+                return LeaseAcquired(owner, row["execution_lease_expires_at"])
+            state = conn.execute(QUERIES["lease_state"], params).fetchone()
+        if state is None:
+            return BatchNotRunning(None)
+        if state["status"] != BatchStatus.RUNNING:
+            return BatchNotRunning(BatchStatus(state["status"]))
+        return LeaseHeld(state["execution_lease_id"], state["execution_lease_expires_at"])
+
+    def renew_lease(self, batch_id: uuid.UUID, owner: str, ttl: float) -> LeaseAcquired:
+        """Extend our lease; raises LeaseLost if another owner took it or the batch ended."""
+        row = self._one("renew_lease", {"batch_id": batch_id, "owner": owner, "ttl": float(ttl)})
+        if row is None:
+            raise self._lease_lost(batch_id, owner)
+        return LeaseAcquired(owner, row["execution_lease_expires_at"])
+
+    def release_lease(self, batch_id: uuid.UUID, owner: str) -> bool:
+        """Free our lease. Another owner's lease is left alone (returns False)."""
+        with self._transaction() as conn:
+            released = conn.execute(
+                QUERIES["release_lease"], {"batch_id": batch_id, "owner": owner}
+            ).rowcount
+        return released == 1
+
+    def _lease_lost(self, batch_id: uuid.UUID, owner: str | None) -> LeaseLost:
+        state = self._one("lease_state", {"batch_id": batch_id})
+        if state is None:
+            return LeaseLost(f"batch {batch_id} does not exist")
+        return LeaseLost(
+            f"batch {batch_id} is {state['status']} with lease owner "
+            f"{state['execution_lease_id']!r}; {owner!r} may not write to it"
+        )
+
+    # -- transitions (each fenced by the caller's lease) ----------------------------------
+
+    def update_details(
+        self, batch_id: uuid.UUID, owner: str, patch: Mapping[str, Any]
+    ) -> Batch:
+        """Merge top-level keys into details (phase, manifest, rejects...)."""
+        row = self._one(
+            "update_details", {"batch_id": batch_id, "owner": owner, "patch": Jsonb(dict(patch))}
+        )
+        if row is None:
+            raise self._lease_lost(batch_id, owner)
+        return Batch.from_row(row)
+
+    def mark_committed(
+        self,
+        batch_id: uuid.UUID,
+        owner: str,
+        *,
+        row_counts: Mapping[str, int],
+        publication_steps: Sequence[str] = (),
+        patch: Mapping[str, Any] | None = None,
+    ) -> Batch:
+        """Record the warehouse commit and enqueue publication in one transaction."""
+        params = {
+            "batch_id": batch_id,
+            "owner": owner,
+            "patch": Jsonb({**(patch or {}), "row_counts": dict(row_counts)}),
+            "steps": list(publication_steps),
+        }
+        with self._transaction() as conn:
+            row = conn.execute(QUERIES["mark_committed"], params).fetchone()
+            if row is not None and publication_steps:
+                conn.execute(QUERIES["enqueue_publication"], params)
+        if row is None:
+            raise self._lease_lost(batch_id, owner)
+        return Batch.from_row(row)
+
+    def mark_failed(
+        self, batch_id: uuid.UUID, owner: str | None, kind: FailureKind, error: str
+    ) -> Batch:
+        """Fail a running batch and free its scope. owner=None for a batch never leased."""
+        row = self._one(
+            "mark_failed",
+            {"batch_id": batch_id, "owner": owner, "kind": str(FailureKind(kind)), "error": error},
+        )
+        if row is None:
+            raise self._lease_lost(batch_id, owner)
+        return Batch.from_row(row)
+
+    def mark_succeeded(
+        self, batch_id: uuid.UUID, owner: str, patch: Mapping[str, Any] | None = None
+    ) -> Batch:
+        """Succeed a committed batch; publication must be done before this is called."""
+        row = self._one(
+            "mark_succeeded", {"batch_id": batch_id, "owner": owner, "patch": Jsonb(dict(patch or {}))}
+        )
+        if row is not None:
+            return Batch.from_row(row)
+        batch = self.get(batch_id)
+        if (
+            batch is not None
+            and batch.status == BatchStatus.RUNNING
+            and batch.execution_lease_id == owner
+        ):
+            raise InvalidTransition(
+                f"batch {batch_id} cannot succeed: its warehouse commit was never recorded"
+            )
+        raise self._lease_lost(batch_id, owner)
+
+    # -- resume ---------------------------------------------------------------------------
+
+    def resume_publication(
+        self, batch_id: uuid.UUID, source_type: SourceType | str, scope: str
+    ) -> ResumeOutcome:
+        """Put a failed-publication batch back to running, reacquiring its scope.
+
+        Necessary but not sufficient: the caller must still prove that the warehouse slice
+        is stamped with this batch before publishing anything.
+        """
+        try:
+            with self._transaction() as conn:
+                row = conn.execute(QUERIES["lock_batch"], {"batch_id": batch_id}).fetchone()
+                if row is None:
+                    return NotResumable(f"batch {batch_id} does not exist")
+                batch = Batch.from_row(row)
+                refusal = _resume_refusal(batch, str(source_type), scope)
+                if refusal is not None:
+                    return NotResumable(refusal)
+                holder = conn.execute(
+                    QUERIES["running_holder"],
+                    {"tenant_id": batch.tenant_id, "source_scope": scope},
+                ).fetchone()
+                if holder is not None:
+                    return ScopeBusy(holder["id"], holder["delivery_key"])
+                details = dict(batch.details)
+                details["resumes"] = int(details.get("resumes", 0)) + 1
+                details["last_failure"] = details.pop("failure", None)
+                resumed = conn.execute(
+                    QUERIES["resume_publication"], {"batch_id": batch_id, "details": Jsonb(details)}
+                ).fetchone()
+                assert resumed is not None
+                return Resumed(Batch.from_row(resumed))
+        except ScopeTaken:
+            # Another batch took the scope between our check and our update.
+            holder = self._one(
+                "running_holder", {"tenant_id": batch.tenant_id, "source_scope": scope}
+            )
+            if holder is None:
+                return NotResumable("the scope changed hands during the resume; try again")
+            return ScopeBusy(holder["id"], holder["delivery_key"])
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def get(self, batch_id: uuid.UUID) -> Batch | None:
+        row = self._one("get", {"batch_id": batch_id})
+        return None if row is None else Batch.from_row(row)
+
+    def list(
+        self, tenant: str | None = None, status: BatchStatus | str | None = None, limit: int = 50
+    ) -> list[Batch]:
+        params = {
+            "tenant_id": tenant,
+            "status": None if status is None else str(BatchStatus(status)),
+            "limit": int(limit),
+        }
+        with self._transaction() as conn:
+            rows = conn.execute(QUERIES["list"], params).fetchall()
+        return [Batch.from_row(row) for row in rows]
+
+
+class ScopeTaken(OperationalStoreError):
+    """Another batch holds this scope's running reservation."""
+
+
+def _resume_refusal(batch: Batch, source_type: str, scope: str) -> str | None:
+    if batch.source_type != source_type:
+        return f"batch {batch.id} is a {batch.source_type} batch, not {source_type}"
+    if batch.source_scope != scope:
+        return f"batch {batch.id} imports {batch.source_scope!r}, not {scope!r}"
+    if batch.status == BatchStatus.SUCCEEDED:
+        return f"batch {batch.id} already succeeded"
+    if batch.status == BatchStatus.RUNNING:
+        return f"batch {batch.id} is still running; its executor continues it"
+    try:
+        details = batch.parsed_details
+    except DetailsInvalid as exc:
+        return str(exc)
+    if not details.redshift_committed:
+        return f"batch {batch.id} never committed its slice; recovery is a new batch"
+    if details.phase == "published":
+        return f"batch {batch.id} already finished its publication"
+    if details.superseded_by:
+        return f"batch {batch.id} was superseded by {details.superseded_by}"
+    if details.publication_expired:
+        return f"batch {batch.id}'s publication expired: a newer batch owns its slice"
+    return None
+
+
+def _check_text(what: str, value: object, max_length: int) -> None:
+    if not isinstance(value, str) or not value or len(value) > max_length:
+        raise InvalidInput(f"invalid {what} {value!r}: expected 1-{max_length} characters")
+
+
+def _translate(exc: psycopg.Error) -> OperationalStoreError:
+    """The single boundary where driver errors become ours, decided by constraint name or
+    SQLSTATE class, never by message text."""
+    if isinstance(exc, pg_errors.UniqueViolation) and exc.diag.constraint_name == RUNNING_SCOPE_INDEX:
+        return ScopeTaken()
+    transient = isinstance(
+        exc,
+        psycopg.OperationalError
+        | pg_errors.SerializationFailure
+        | pg_errors.DeadlockDetected
+        | pg_errors.AdminShutdown,
+    )
+    return OperationalStoreError(
+        f"operational database error ({type(exc).__name__}, SQLSTATE {exc.sqlstate}): "
+        f"{exc.diag.message_primary or type(exc).__name__}",
+        transient=transient,
+    )

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from fleet_import.batches import BatchRepository
+from fleet_import.scope import Tenant
+from tests import pgtools
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> str:
+    """Admin URL of the PostgreSQL server the suite runs against."""
+    return pgtools.server_url()
+
+
+@pytest.fixture(scope="session")
+def migrated_template(pg_server_url: str) -> Iterator[str]:
+    """A database migrated to head once per session (per xdist worker), cloned per test."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    name = f"fleet_template_{worker}"
+    url = pgtools.create_database(pg_server_url, name)
+    pgtools.migrate(url)
+    yield name
+    pgtools.drop_database(pg_server_url, name)
+
+
+@pytest.fixture
+def database_url(pg_server_url: str, migrated_template: str) -> Iterator[str]:
+    """A fresh operational database at head, private to this test."""
+    name = pgtools.unique_name("test")
+    url = pgtools.create_database(pg_server_url, name, template=migrated_template)
+    yield url
+    pgtools.drop_database(pg_server_url, name)
+
+
+@pytest.fixture
+def empty_database_url(pg_server_url: str) -> Iterator[str]:
+    """A fresh database with no tables, for migration tests."""
+    name = pgtools.unique_name("empty")
+    url = pgtools.create_database(pg_server_url, name)
+    yield url
+    pgtools.drop_database(pg_server_url, name)
+
+
+@pytest.fixture
+def repo(database_url: str) -> BatchRepository:
+    return BatchRepository(database_url)
+
+
+@pytest.fixture
+def acme() -> Tenant:
+    return Tenant("acme", "company-acme", "tenant_acme")
+
+
+@pytest.fixture
+def globex() -> Tenant:
+    return Tenant("globex", "company-globex", "tenant_globex")
