@@ -28,3 +28,14 @@ class LeaseLost(FleetImportError):
 
 class DetailsInvalid(FleetImportError):
     """The batch's details could not be parsed."""
+
+
+class PreCommitError(FleetImportError):
+    """The delivery cannot be loaded as it is; the batch fails before touching the warehouse.
+
+    Terminal for the batch: recovery is a new delivery. Never retried.
+    """
+
+
+class TransientError(FleetImportError):
+    """A failure that may pass on its own (throttling, a dropped connection); worth a retry."""

@@ -58,3 +58,6 @@ def acme() -> Tenant:
 @pytest.fixture
 def globex() -> Tenant:
     return Tenant("globex", "company-globex", "tenant_globex")
+
+
+from tests.s3fixtures import *  # noqa: E402,F403  (moto server, s3 client, bucket fixtures)

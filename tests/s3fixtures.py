@@ -1,0 +1,1 @@
+"""Placeholder: moto server fixtures are being written (helper C)."""
