@@ -1,1 +1,112 @@
-"""Placeholder: moto server fixtures are being written (helper C)."""
+"""S3 for tests: moto's real HTTP server, one per session (per xdist worker).
+
+A real server rather than `mock_aws` so that the code under test talks HTTP exactly as in
+production, and so that subprocesses (the CLI, Prefect workers) reach the same S3 through
+an endpoint URL. Buckets are unique per test, so tests never see each other's objects.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from moto.server import ThreadedMotoServer
+
+__all__ = ["landing_bucket", "moto_endpoint", "put_objects", "s3", "staging_bucket"]
+
+REGION = "us-east-1"
+_FAKE_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": REGION,
+}
+# Variables that could point boto3 at real credentials or a real account.
+_UNSET_ENV = ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE")
+_PUT_THREADS = 16
+_DELETE_BATCH = 1000
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """http://127.0.0.1:<port> of a moto server; fake credentials are in os.environ so that
+    subprocesses started by tests authenticate against it too."""
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in _FAKE_ENV.items():
+            env.setenv(name, value)
+        for name in _UNSET_ENV:
+            env.delenv(name, raising=False)
+        # werkzeug logs every request at INFO to stderr; failures are easier to read without.
+        request_log = logging.getLogger("werkzeug")
+        previous_level = request_log.level
+        request_log.setLevel(logging.WARNING)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        try:
+            yield f"http://{host}:{port}"
+        finally:
+            server.stop()
+            request_log.setLevel(previous_level)
+
+
+@pytest.fixture
+def s3(moto_endpoint: str) -> Any:
+    """A boto3 S3 client for the moto server (plain boto3, independent of the code under test)."""
+    return boto3.session.Session().client(
+        "s3",
+        endpoint_url=moto_endpoint,
+        region_name=REGION,
+        config=Config(retries={"mode": "standard", "max_attempts": 3}),
+    )
+
+
+def _empty_and_delete(s3: Any, bucket: str) -> None:
+    paginator = s3.get_paginator("list_object_versions")
+    for page in paginator.paginate(Bucket=bucket):
+        doomed = [
+            {"Key": v["Key"], "VersionId": v["VersionId"]}
+            for v in [*page.get("Versions", ()), *page.get("DeleteMarkers", ())]
+        ]
+        for start in range(0, len(doomed), _DELETE_BATCH):
+            s3.delete_objects(
+                Bucket=bucket, Delete={"Objects": doomed[start : start + _DELETE_BATCH]}
+            )
+    s3.delete_bucket(Bucket=bucket)
+
+
+def _bucket(s3: Any, prefix: str) -> Iterator[str]:
+    name = f"{prefix}-{uuid.uuid4().hex[:16]}"
+    s3.create_bucket(Bucket=name)
+    yield name
+    # The server lives for the whole session: free what the test stored.
+    _empty_and_delete(s3, name)
+
+
+@pytest.fixture
+def landing_bucket(s3: Any) -> Iterator[str]:
+    """A new, empty bucket where tenants' deliveries land."""
+    yield from _bucket(s3, "fleet-landing")
+
+
+@pytest.fixture
+def staging_bucket(s3: Any) -> Iterator[str]:
+    """A new, empty bucket for normalised Parquet and rejects."""
+    yield from _bucket(s3, "fleet-staging")
+
+
+def put_objects(s3: Any, bucket: str, objects: Mapping[str, bytes]) -> None:
+    """Upload many objects at once (in parallel: a thousand sequential PUTs take seconds)."""
+    items = list(objects.items())
+    if len(items) <= 1:
+        for key, body in items:
+            s3.put_object(Bucket=bucket, Key=key, Body=body)
+        return
+    with ThreadPoolExecutor(max_workers=min(_PUT_THREADS, len(items))) as pool:
+        # list() re-raises the first failed upload here rather than losing it.
+        list(pool.map(lambda item: s3.put_object(Bucket=bucket, Key=item[0], Body=item[1]), items))

@@ -1,0 +1,397 @@
+"""S3 source folders: list one delivery, match its files to dataset contracts, read them back.
+
+Discovery turns a folder into a `Manifest` (key, size, etag per file) whose fingerprint says
+whether a delivery was already loaded. Reads pin the etag recorded in the manifest, so a file
+replaced between discovery and normalisation fails the batch instead of mixing two deliveries.
+Every botocore error is translated here, by error code, into a pre-commit (terminal) or a
+transient (retryable) error; no botocore exception leaves this module.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import io
+import json
+import shutil
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO, TypeAlias
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError, HTTPClientError, IncompleteReadError
+from botocore.exceptions import ConnectionError as BotocoreConnectionError
+
+from fleet_import.contracts import FORMAT_SUFFIXES, ContractError, ContractSet, file_format
+from fleet_import.errors import DetailsInvalid, PreCommitError, TransientError
+from fleet_import.scope import canonical_folder, split_folder
+
+# mypy_boto3_s3.S3Client where the stubs are installed; they are not a dependency.
+S3Client: TypeAlias = Any
+
+# botocore retries throttling, 5xx and dropped connections itself (adaptive mode also slows
+# the client down under throttling); what is still failing after that reaches the caller.
+_MAX_ATTEMPTS = 8
+_CONNECT_TIMEOUT_SECONDS = 10.0
+_READ_TIMEOUT_SECONDS = 60.0
+_COPY_CHUNK_BYTES = 1024 * 1024
+# Error messages list what a folder holds; a delivery of thousands of files must not make
+# an unreadable message (or an oversized Prefect state message).
+_MAX_NAMES_IN_MESSAGE = 20
+_MANIFEST_VERSION = 1
+
+# Codes S3 (and S3-compatible stores) use for throttling and server trouble. Anything >= 500
+# or 429 is transient too, whatever its code.
+_TRANSIENT_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "SlowDown",
+        "RequestLimitExceeded",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "InternalError",
+        "ServiceUnavailable",
+        "ExpiredToken",
+    }
+)
+_REASONS = {
+    "NoSuchBucket": "the bucket does not exist",
+    "AccessDenied": "access denied",
+    "AllAccessDisabled": "access to the bucket is disabled",
+    "NoSuchKey": "the object no longer exists",
+    "PreconditionFailed": "the object was replaced after discovery (its etag changed)",
+    "InvalidObjectState": "the object is archived and must be restored first",
+}
+# Connection-level failures botocore already retried: EndpointConnectionError,
+# ConnectTimeoutError, ReadTimeoutError, ConnectionClosedError, ResponseStreamingError, ...
+_TRANSIENT_BOTOCORE_ERRORS = (BotocoreConnectionError, HTTPClientError, IncompleteReadError)
+
+
+def s3_client(
+    endpoint_url: str | None = None,
+    *,
+    max_attempts: int = _MAX_ATTEMPTS,
+    connect_timeout: float = _CONNECT_TIMEOUT_SECONDS,
+    read_timeout: float = _READ_TIMEOUT_SECONDS,
+) -> S3Client:
+    """An S3 client whose retries absorb throttling, so callers only see what persists."""
+    config = Config(
+        retries={"mode": "adaptive", "max_attempts": max_attempts},
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+    )
+    # A session per client: boto3's default session is not safe to share between threads.
+    return boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
+
+
+@dataclass(frozen=True)
+class SourceObject:
+    """One file of a delivery as discovery saw it; the etag pins that exact content."""
+
+    key: str
+    name: str
+    size: int
+    etag: str
+    last_modified: datetime
+    dataset: str
+    fmt: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "name": self.name,
+            "size": self.size,
+            "etag": self.etag,
+            "last_modified": self.last_modified.isoformat(),
+            "dataset": self.dataset,
+            "fmt": self.fmt,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> SourceObject:
+        last_modified = datetime.fromisoformat(raw["last_modified"])
+        if last_modified.tzinfo is None:
+            raise ValueError(f"last_modified {raw['last_modified']!r} has no time zone")
+        return cls(
+            key=str(raw["key"]),
+            name=str(raw["name"]),
+            size=int(raw["size"]),
+            etag=str(raw["etag"]),
+            last_modified=last_modified,
+            dataset=str(raw["dataset"]),
+            fmt=str(raw["fmt"]),
+        )
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What one folder delivered: the matched files, and what was seen but not read."""
+
+    folder: str
+    objects: tuple[SourceObject, ...]
+    ignored: tuple[str, ...]
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the delivery's content: same files with the same etags, same value,
+        whatever the upload order or timestamps."""
+        entries = sorted([obj.name, obj.etag, obj.size] for obj in self.objects)
+        payload = json.dumps(entries, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    def by_dataset(self) -> dict[str, list[SourceObject]]:
+        grouped: dict[str, list[SourceObject]] = {}
+        for obj in self.objects:
+            grouped.setdefault(obj.dataset, []).append(obj)
+        return {dataset: grouped[dataset] for dataset in sorted(grouped)}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": _MANIFEST_VERSION,
+            "folder": self.folder,
+            "fingerprint": self.fingerprint,
+            "objects": [obj.to_json() for obj in self.objects],
+            "ignored": list(self.ignored),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Manifest:
+        """The manifest stored in a batch's details; a tampered or truncated one is refused."""
+        try:
+            if raw.get("version") != _MANIFEST_VERSION:
+                raise ValueError(f"unsupported manifest version {raw.get('version')!r}")
+            manifest = cls(
+                folder=canonical_folder(raw["folder"]),
+                objects=tuple(
+                    sorted((SourceObject.from_json(o) for o in raw["objects"]), key=_by_key)
+                ),
+                ignored=tuple(str(key) for key in raw.get("ignored", ())),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise DetailsInvalid(f"stored manifest is invalid: {exc!r}") from None
+        stored = raw.get("fingerprint")
+        if stored is not None and stored != manifest.fingerprint:
+            raise DetailsInvalid(
+                f"stored manifest of {manifest.folder} does not match its fingerprint"
+            )
+        return manifest
+
+
+def _by_key(obj: SourceObject) -> str:
+    return obj.key
+
+
+class DiscoveryError(PreCommitError):
+    """The source folder cannot be imported as it is."""
+
+    def __init__(
+        self, message: str | None = None, *, folder: str | None = None, problems: Sequence[str] = ()
+    ) -> None:
+        super().__init__(message)
+        self.folder = folder
+        self.problems = tuple(problems)
+
+
+@contextmanager
+def _s3_errors(action: str, terminal: type[PreCommitError]) -> Iterator[None]:
+    """The one place botocore errors become ours, sorted by error code, never by text."""
+    try:
+        yield
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code") or "")
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        if code in _TRANSIENT_CODES or status >= 500 or status == 429:
+            raise TransientError(
+                f"cannot {action}: S3 answered {code or 'an error'} (HTTP {status}) after retries"
+            ) from exc
+        reason = _REASONS.get(code, f"S3 refused the request (HTTP {status})")
+        raise terminal(f"cannot {action}: {reason} ({code or status})") from exc
+    except _TRANSIENT_BOTOCORE_ERRORS as exc:
+        raise TransientError(f"cannot {action}: {exc}") from exc
+
+
+def _names(names: Sequence[str]) -> str:
+    shown = ", ".join(repr(name) for name in names[:_MAX_NAMES_IN_MESSAGE])
+    more = len(names) - _MAX_NAMES_IN_MESSAGE
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _list_folder(
+    s3: S3Client, bucket: str, prefix: str, folder: str
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Direct children of the folder: objects, and the prefixes of its sub-folders."""
+    contents: list[dict[str, Any]] = []
+    sub_folders: list[str] = []
+    paginator = s3.get_paginator("list_objects_v2")
+    with _s3_errors(f"list {folder}", DiscoveryError):
+        for page in paginator.paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+            contents.extend(page.get("Contents", ()))
+            sub_folders.extend(p["Prefix"] for p in page.get("CommonPrefixes", ()))
+    return contents, sub_folders
+
+
+def discover(s3: S3Client, folder: str, contracts: ContractSet) -> Manifest:
+    """List a folder and match its files to datasets; refuse a delivery that cannot load."""
+    canonical = canonical_folder(folder)
+    bucket, prefix = split_folder(canonical)
+    contents, sub_folders = _list_folder(s3, bucket, prefix, canonical)
+
+    objects: list[SourceObject] = []
+    ignored: list[str] = list(sub_folders)
+    problems: list[str] = []
+    file_names: list[str] = []
+    seen_datasets: set[str] = set()
+    for item in contents:
+        key: str = item["Key"]
+        # S3 only returns keys under the prefix; a store that did otherwise must not make us
+        # read a sibling folder. The folder's own placeholder object ("prefix/") is no file.
+        if not key.startswith(prefix) or key == prefix:
+            continue
+        name = key[len(prefix) :]
+        if "/" in name:  # a store that ignores Delimiter: still never read sub-folders
+            ignored.append(key)
+            continue
+        file_names.append(name)
+        globbed = [c.name for c in contracts.values() if fnmatch.fnmatchcase(name, c.file_glob)]
+        if not globbed:
+            ignored.append(key)
+            continue
+        seen_datasets.update(globbed)
+        try:
+            contract = contracts.match(name)
+        except ContractError as exc:
+            problems.append(str(exc))
+            continue
+        if contract is None:
+            problems.append(_format_problem(name, globbed, contracts))
+            continue
+        if item["Size"] == 0:
+            problems.append(f"file {name!r} ({contract.name}) is empty (0 bytes)")
+            continue
+        fmt = file_format(name)
+        assert fmt is not None  # contract.matches() only accepts known formats
+        objects.append(
+            SourceObject(
+                key=key,
+                name=name,
+                size=int(item["Size"]),
+                etag=str(item["ETag"]).strip('"'),
+                last_modified=item["LastModified"].astimezone(UTC),
+                dataset=contract.name,
+                fmt=fmt,
+            )
+        )
+
+    if not file_names and not sub_folders:
+        problem = f"folder {canonical} is empty"
+        raise DiscoveryError(problem, folder=canonical, problems=[problem])
+    missing = [c for c in contracts.values() if c.required and c.name not in seen_datasets]
+    if missing:
+        expected = ", ".join(f"{c.name} ({c.file_glob})" for c in missing)
+        found = _names(sorted(file_names)) if file_names else "no files"
+        if sub_folders:
+            found += f"; sub-folders, which are not read: {_names(sorted(sub_folders))}"
+        problems.append(f"no file for required dataset(s) {expected}; found {found}")
+    if problems:
+        raise DiscoveryError(
+            f"cannot import {canonical}: " + "; ".join(problems), folder=canonical, problems=problems
+        )
+    return Manifest(
+        folder=canonical,
+        objects=tuple(sorted(objects, key=_by_key)),
+        ignored=tuple(sorted(ignored)),
+    )
+
+
+def _format_problem(name: str, datasets: list[str], contracts: ContractSet) -> str:
+    fmt = file_format(name)
+    if fmt is None:
+        known = ", ".join(suffix for suffix, _ in FORMAT_SUFFIXES)
+        return (
+            f"file {name!r} looks like dataset {' / '.join(datasets)} but its extension is not "
+            f"supported (expected one of {known})"
+        )
+    accepted = sorted({f for d in datasets for f in contracts[d].formats})
+    return (
+        f"file {name!r} looks like dataset {' / '.join(datasets)} but format {fmt} is not "
+        f"accepted there (accepted: {', '.join(accepted)})"
+    )
+
+
+class _VerifiedBody(io.RawIOBase):
+    """The object's bytes; a connection lost mid-stream surfaces as a TransientError."""
+
+    def __init__(self, body: Any, action: str, expected_size: int) -> None:
+        super().__init__()
+        self._body = body
+        self._action = action
+        self._expected_size = expected_size
+        self._read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        with _s3_errors(self._action, PreCommitError):
+            chunk = self._body.read(len(view))
+        size = len(chunk)
+        view[:size] = chunk
+        self._read += size
+        if size == 0 and len(view) > 0 and self._read != self._expected_size:
+            raise TransientError(
+                f"cannot {self._action}: the stream ended after {self._read} of "
+                f"{self._expected_size} bytes"
+            )
+        return size
+
+    def close(self) -> None:
+        if not self.closed:
+            self._body.close()
+        super().close()
+
+
+def open_object(s3: S3Client, obj: SourceObject, bucket: str) -> BinaryIO:
+    """A stream of exactly the content discovery saw (pinned by etag), for sequential readers."""
+    action = f"read s3://{bucket}/{obj.key}"
+    with _s3_errors(action, PreCommitError):
+        response = s3.get_object(Bucket=bucket, Key=obj.key, IfMatch=f'"{obj.etag}"')
+    body = response["Body"]
+    if response.get("ContentLength") != obj.size:
+        body.close()
+        raise PreCommitError(
+            f"cannot {action}: it is {response.get('ContentLength')} bytes, the manifest "
+            f"recorded {obj.size}"
+        )
+    stream = io.BufferedReader(_VerifiedBody(body, action, obj.size), _COPY_CHUNK_BYTES)
+    return stream  # type: ignore[return-value]  # BufferedReader is a BinaryIO in practice
+
+
+def download_object(s3: S3Client, obj: SourceObject, bucket: str, dest: Path) -> Path:
+    """The object in a local file, for readers that seek (Parquet). `dest` appears complete or
+    not at all: bytes go to a temporary sibling that is renamed once the size checks out."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.part")
+    try:
+        with open_object(s3, obj, bucket) as source, partial.open("wb") as target:
+            shutil.copyfileobj(source, target, _COPY_CHUNK_BYTES)
+        written = partial.stat().st_size
+        if written != obj.size:
+            raise TransientError(
+                f"cannot read s3://{bucket}/{obj.key}: downloaded {written} of {obj.size} bytes"
+            )
+        partial.replace(dest)
+    finally:
+        partial.unlink(missing_ok=True)
+    return dest
