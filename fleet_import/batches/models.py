@@ -165,3 +165,17 @@ class NotResumable:
 
 
 ResumeOutcome = Resumed | NotResumable | ScopeBusy
+
+
+@dataclass(frozen=True)
+class CachedFile:
+    """A normalised source file: `(source_key, etag, contract_version)` -> staged output."""
+
+    source_key: str
+    etag: str
+    contract_version: str
+    dataset: str
+    output_uri: str
+    row_count: int
+    reject_count: int
+    details: dict[str, Any]

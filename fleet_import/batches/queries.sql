@@ -115,3 +115,22 @@ WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s::text)
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
 ORDER BY created_at DESC, id
 LIMIT %(limit)s
+
+-- cached_file --
+SELECT source_key, etag, contract_version, dataset, output_uri, row_count, reject_count, details
+FROM normalized_files
+WHERE source_key = %(source_key)s AND etag = %(etag)s AND contract_version = %(contract_version)s
+
+-- store_cached_file --
+INSERT INTO normalized_files (source_key, etag, contract_version, dataset, output_uri, row_count,
+                              reject_count, details, created_by_batch)
+VALUES (%(source_key)s, %(etag)s, %(contract_version)s, %(dataset)s, %(output_uri)s,
+        %(row_count)s, %(reject_count)s, %(details)s, %(batch_id)s)
+ON CONFLICT (source_key, etag, contract_version) DO UPDATE
+SET output_uri = EXCLUDED.output_uri, row_count = EXCLUDED.row_count,
+    reject_count = EXCLUDED.reject_count, details = EXCLUDED.details,
+    created_by_batch = EXCLUDED.created_by_batch, created_at = now()
+
+-- forget_cached_file --
+DELETE FROM normalized_files
+WHERE source_key = %(source_key)s AND etag = %(etag)s AND contract_version = %(contract_version)s

@@ -24,6 +24,7 @@ from fleet_import.batches.models import (
     BatchDetails,
     BatchNotRunning,
     BatchStatus,
+    CachedFile,
     ContinueExisting,
     FailureKind,
     LeaseAcquired,
@@ -269,6 +270,28 @@ class BatchRepository:
             if holder is None:
                 return NotResumable("the scope changed hands during the resume; try again")
             return ScopeBusy(holder["id"], holder["delivery_key"])
+
+    # -- normalised-file cache -------------------------------------------------------------
+
+    def cached_file(self, source_key: str, etag: str, contract_version: str) -> CachedFile | None:
+        row = self._one(
+            "cached_file",
+            {"source_key": source_key, "etag": etag, "contract_version": contract_version},
+        )
+        return None if row is None else CachedFile(**row)
+
+    def store_cached_file(self, cached: CachedFile, batch_id: uuid.UUID | None) -> None:
+        params = {**cached.__dict__, "details": Jsonb(cached.details), "batch_id": batch_id}
+        with self._transaction() as conn:
+            conn.execute(QUERIES["store_cached_file"], params)
+
+    def forget_cached_file(self, source_key: str, etag: str, contract_version: str) -> None:
+        """Drop an entry whose staged output has gone missing."""
+        with self._transaction() as conn:
+            conn.execute(
+                QUERIES["forget_cached_file"],
+                {"source_key": source_key, "etag": etag, "contract_version": contract_version},
+            )
 
     # -- reads ----------------------------------------------------------------------------
 

@@ -1,0 +1,78 @@
+"""Where normalised Parquet and rejects files live between runs: an S3 prefix (required for
+Redshift, whose COPY reads from S3) or a local directory (enough for PostgreSQL)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from fleet_import.errors import FleetImportError, TransientError
+
+
+class StagingError(FleetImportError):
+    """The staging area could not be read or written."""
+
+
+class StagingArea:
+    """Names are relative paths (`normalized/trips/abc.parquet`); `uri(name)` is absolute."""
+
+    def __init__(self, uri: str, s3: Any | None = None) -> None:
+        self._uri = uri.rstrip("/") + "/"
+        parts = urlsplit(self._uri)
+        self._is_s3 = parts.scheme == "s3"
+        if self._is_s3:
+            if s3 is None:
+                raise StagingError("an S3 staging area needs an S3 client")
+            self._bucket, self._prefix = parts.netloc, parts.path.lstrip("/")
+        else:
+            self._root = Path(parts.path if parts.scheme == "file" else uri)
+        self._s3 = s3
+
+    def uri(self, name: str) -> str:
+        return self._uri + name
+
+    def put_file(self, local: Path, name: str) -> str:
+        if self._is_s3:
+            self._call("upload", self._s3.upload_file, str(local), self._bucket, self._prefix + name)
+        else:
+            target = self._root / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(local, target)
+        return self.uri(name)
+
+    def get_file(self, name: str, local: Path) -> Path:
+        """Copy a staged object to `local`; StagingError if it is gone."""
+        local.parent.mkdir(parents=True, exist_ok=True)
+        if self._is_s3:
+            self._call("download", self._s3.download_file, self._bucket, self._prefix + name, str(local))
+        else:
+            source = self._root / name
+            if not source.is_file():
+                raise StagingError(f"staged file {self.uri(name)} is missing")
+            shutil.copyfile(source, local)
+        return local
+
+    def delete(self, names: list[str]) -> None:
+        if self._is_s3:
+            for start in range(0, len(names), 1000):
+                chunk = [{"Key": self._prefix + n} for n in names[start : start + 1000]]
+                self._call("delete", self._s3.delete_objects, Bucket=self._bucket,
+                           Delete={"Objects": chunk, "Quiet": True})
+        else:
+            for name in names:
+                (self._root / name).unlink(missing_ok=True)
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return fn(*args, **kwargs)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in ("404", "NoSuchKey", "NoSuchBucket", "403", "AccessDenied"):
+                raise StagingError(f"staging {what} failed in {self._uri}: {code}") from None
+            raise TransientError(f"staging {what} failed in {self._uri}: {code}") from None
+        except BotoCoreError as exc:
+            raise TransientError(f"staging {what} failed in {self._uri}: {type(exc).__name__}") from None
