@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeAlias
 
 import boto3
+import botocore.loaders
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import ClientError, HTTPClientError, IncompleteReadError
 from botocore.exceptions import ConnectionError as BotocoreConnectionError
@@ -75,6 +77,7 @@ _REASONS = {
 # Connection-level failures botocore already retried: EndpointConnectionError,
 # ConnectTimeoutError, ReadTimeoutError, ConnectionClosedError, ResponseStreamingError, ...
 _TRANSIENT_BOTOCORE_ERRORS = (BotocoreConnectionError, HTTPClientError, IncompleteReadError)
+_SERVICE_MODELS = botocore.loaders.create_loader()
 
 
 def s3_client(
@@ -90,8 +93,13 @@ def s3_client(
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
     )
-    # A session per client: boto3's default session is not safe to share between threads.
-    return boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
+    # A session per client (boto3's default session is not safe to share between threads, and
+    # a shared one would pin the credentials it first resolved), but one loader of botocore's
+    # service models: parsing them again costs more than everything else a client needs.
+    botocore_session = botocore.session.get_session()
+    botocore_session.register_component("data_loader", _SERVICE_MODELS)
+    session = boto3.session.Session(botocore_session=botocore_session)
+    return session.client("s3", endpoint_url=endpoint_url, config=config)
 
 
 @dataclass(frozen=True)
@@ -143,8 +151,9 @@ class Manifest:
 
     @property
     def fingerprint(self) -> str:
-        """Identifies the delivery's content: same files with the same etags, same value,
-        whatever the upload order or timestamps."""
+        """Identifies the delivery's content: same file names, etags and sizes give the same
+        value, whatever the upload order or timestamps. It does not include the folder, so
+        pair it with the source scope."""
         entries = sorted([obj.name, obj.etag, obj.size] for obj in self.objects)
         payload = json.dumps(entries, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
@@ -305,7 +314,9 @@ def discover(s3: S3Client, folder: str, contracts: ContractSet) -> Manifest:
         problems.append(f"no file for required dataset(s) {expected}; found {found}")
     if problems:
         raise DiscoveryError(
-            f"cannot import {canonical}: " + "; ".join(problems), folder=canonical, problems=problems
+            f"cannot import {canonical}: " + "; ".join(problems),
+            folder=canonical,
+            problems=problems,
         )
     return Manifest(
         folder=canonical,
@@ -356,6 +367,13 @@ class _VerifiedBody(io.RawIOBase):
             )
         return size
 
+    def readall(self) -> bytes:
+        # RawIOBase.readall reads 8 KiB at a time; S3 objects deserve bigger gulps.
+        chunks = []
+        while chunk := self.read(_COPY_CHUNK_BYTES):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     def close(self) -> None:
         if not self.closed:
             self._body.close()
@@ -374,8 +392,7 @@ def open_object(s3: S3Client, obj: SourceObject, bucket: str) -> BinaryIO:
             f"cannot {action}: it is {response.get('ContentLength')} bytes, the manifest "
             f"recorded {obj.size}"
         )
-    stream = io.BufferedReader(_VerifiedBody(body, action, obj.size), _COPY_CHUNK_BYTES)
-    return stream  # type: ignore[return-value]  # BufferedReader is a BinaryIO in practice
+    return io.BufferedReader(_VerifiedBody(body, action, obj.size), _COPY_CHUNK_BYTES)
 
 
 def download_object(s3: S3Client, obj: SourceObject, bucket: str, dest: Path) -> Path:

@@ -7,6 +7,7 @@ an endpoint URL. Buckets are unique per test, so tests never see each other's ob
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Iterator, Mapping
@@ -55,28 +56,38 @@ def moto_endpoint() -> Iterator[str]:
             request_log.setLevel(previous_level)
 
 
+@functools.cache
+def _boto_session() -> boto3.session.Session:
+    # One session for the test process: a new session reloads botocore's service models
+    # (tens of milliseconds per test); clients made from it are independent.
+    return boto3.session.Session()
+
+
 @pytest.fixture
 def s3(moto_endpoint: str) -> Any:
     """A boto3 S3 client for the moto server (plain boto3, independent of the code under test)."""
-    return boto3.session.Session().client(
+    return _boto_session().client(
         "s3",
         endpoint_url=moto_endpoint,
         region_name=REGION,
-        config=Config(retries={"mode": "standard", "max_attempts": 3}),
+        # Explicit, not read from the shared session's credential cache.
+        aws_access_key_id=_FAKE_ENV["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=_FAKE_ENV["AWS_SECRET_ACCESS_KEY"],
+        config=Config(
+            retries={"mode": "standard", "max_attempts": 3}, max_pool_connections=_PUT_THREADS
+        ),
     )
 
 
 def _empty_and_delete(s3: Any, bucket: str) -> None:
-    paginator = s3.get_paginator("list_object_versions")
-    for page in paginator.paginate(Bucket=bucket):
-        doomed = [
-            {"Key": v["Key"], "VersionId": v["VersionId"]}
-            for v in [*page.get("Versions", ()), *page.get("DeleteMarkers", ())]
-        ]
-        for start in range(0, len(doomed), _DELETE_BATCH):
-            s3.delete_objects(
-                Bucket=bucket, Delete={"Objects": doomed[start : start + _DELETE_BATCH]}
-            )
+    # Collect first, then delete: deleting while paginating moves the listing under the marker.
+    doomed = [
+        {"Key": v["Key"], "VersionId": v["VersionId"]}
+        for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket)
+        for v in [*page.get("Versions", ()), *page.get("DeleteMarkers", ())]
+    ]
+    for start in range(0, len(doomed), _DELETE_BATCH):
+        s3.delete_objects(Bucket=bucket, Delete={"Objects": doomed[start : start + _DELETE_BATCH]})
     s3.delete_bucket(Bucket=bucket)
 
 
