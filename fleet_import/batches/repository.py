@@ -72,7 +72,7 @@ class BatchRepository:
             ) as conn:
                 yield conn
         except psycopg.Error as exc:
-            raise _translate(exc) from None
+            raise translate_driver_error(exc) from None
 
     def _one(self, name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
         with self._transaction() as conn:
@@ -345,7 +345,7 @@ def _check_text(what: str, value: object, max_length: int) -> None:
         raise InvalidInput(f"invalid {what} {value!r}: expected 1-{max_length} characters")
 
 
-def _translate(exc: psycopg.Error) -> OperationalStoreError:
+def translate_driver_error(exc: psycopg.Error) -> OperationalStoreError:
     """The single boundary where driver errors become ours, decided by constraint name or
     SQLSTATE class, never by message text."""
     if isinstance(exc, pg_errors.UniqueViolation) and exc.diag.constraint_name == RUNNING_SCOPE_INDEX:
