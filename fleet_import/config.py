@@ -24,6 +24,15 @@ class Settings(BaseSettings):
         None, description="s3://bucket/prefix/ for normalised Parquet and rejects"
     )
     lease_ttl_seconds: float = Field(120.0, gt=0, description="execution lease length")
+    warehouse: str = Field("postgres", description="warehouse backend: postgres (redshift later)")
+    contracts: str | None = Field(
+        None, description="extra dataset contracts: YAML paths or modules, comma-separated"
+    )
+    normalize_workers: int = Field(2, ge=1, le=32, description="files normalised at once")
+    refresh_sql: list[str] = Field(
+        default_factory=list, description="warehouse SQL run by refresh_dependants (JSON list)"
+    )
+    workdir: str | None = Field(None, description="local scratch directory; a temp dir if unset")
 
     @property
     def effective_warehouse_url(self) -> str:

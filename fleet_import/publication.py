@@ -300,7 +300,7 @@ class Publisher:
                 with Heartbeat(self._repo, batch_id, worker, lease_ttl) as heartbeat:
                     outcome = self.publish_batch(batch_id, worker, worker, heartbeat=heartbeat)
                     if isinstance(outcome, PublicationFailed) and outcome.dead:
-                        self._fail_dead(batch_id, worker, outcome)
+                        self.mark_failed_publication(batch_id, worker, outcome)
                 outcomes.append(outcome)
             except LeaseLost as exc:
                 log.warning("drain %s lost batch %s: %s", worker, batch_id, exc)
@@ -311,9 +311,13 @@ class Publisher:
                     log.warning("could not release lease on batch %s: %s", batch_id, exc)
         return outcomes
 
-    def _fail_dead(self, batch_id: uuid.UUID, owner: str, outcome: PublicationFailed) -> None:
+    def mark_failed_publication(
+        self, batch_id: uuid.UUID, owner: str, outcome: PublicationFailed
+    ) -> None:
+        """Fail the batch as failed_publication: resumable with resume_publication."""
+        state = "is dead after" if outcome.dead else "failed after"
         error = (
-            f"publication step {outcome.step!r} is dead after {outcome.attempts} attempts: "
+            f"publication step {outcome.step!r} {state} {outcome.attempts} attempts: "
             f"{outcome.error}"
         )
         failed = self._repo.mark_failed(batch_id, owner, FailureKind.FAILED_PUBLICATION, error)

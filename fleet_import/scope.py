@@ -95,10 +95,12 @@ def canonical_folder(folder: object) -> str:
     """`s3://bucket/prefix/`: lower-case scheme and bucket, one trailing slash, no empty,
     `.` or `..` segments, percent-decoded once."""
     if not isinstance(folder, str):
-        raise InvalidFolder(f"invalid S3 folder {folder!r}: expected a string like s3://bucket/prefix/")
+        raise InvalidFolder(
+            f"invalid S3 folder {folder!r}: expected a string like s3://bucket/prefix/"
+        )
     if _CONTROL.search(folder):
         raise InvalidFolder(f"invalid S3 folder {folder!r}: it contains a control character")
-    if not folder[: len(_SCHEME)].lower() == _SCHEME:
+    if folder[: len(_SCHEME)].lower() != _SCHEME:
         scheme = folder.split("://", 1)[0] + "://" if "://" in folder else "no scheme"
         raise InvalidFolder(
             f"invalid S3 folder {folder!r}: only s3:// folders are supported (got {scheme})"
@@ -106,7 +108,12 @@ def canonical_folder(folder: object) -> str:
     bucket, _, raw_prefix = folder[len(_SCHEME) :].partition("/")
     bucket = bucket.lower()
     _validate_bucket(bucket, folder)
-    prefix = unquote(raw_prefix, errors="strict")
+    try:
+        prefix = unquote(raw_prefix, errors="strict")
+    except UnicodeDecodeError:
+        raise InvalidFolder(
+            f"invalid S3 folder {folder!r}: its percent-encoding is not valid UTF-8"
+        ) from None
     if _CONTROL.search(prefix):
         raise InvalidFolder(
             f"invalid S3 folder {folder!r}: it contains a percent-encoded control character"

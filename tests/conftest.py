@@ -19,8 +19,9 @@ def pg_server_url() -> str:
 @pytest.fixture(scope="session")
 def migrated_template(pg_server_url: str) -> Iterator[str]:
     """A database migrated to head once per session (per xdist worker), cloned per test."""
+    # Unique per session: two pytest runs on one server must not drop each other's template.
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    name = f"fleet_template_{worker}"
+    name = pgtools.unique_name(f"fleet_template_{worker}")
     url = pgtools.create_database(pg_server_url, name)
     pgtools.migrate(url)
     yield name
@@ -61,3 +62,33 @@ def globex() -> Tenant:
 
 
 from tests.s3fixtures import *  # noqa: E402,F403  (moto server, s3 client, bucket fixtures)
+
+
+@pytest.fixture
+def warehouse(database_url: str):
+    """The PostgreSQL warehouse in the test's own database (schema `curated`)."""
+    from fleet_import.contracts import FLEET_DATASETS
+    from fleet_import.warehouse import PostgresWarehouse
+
+    warehouse = PostgresWarehouse(database_url)
+    warehouse.ensure_tables(FLEET_DATASETS.values())
+    return warehouse
+
+
+@pytest.fixture
+def import_ctx(repo, warehouse, s3, staging_bucket, tmp_path):
+    from fleet_import.pipeline import ImportContext
+    from fleet_import.staging import StagingArea
+
+    events: list[tuple[str, dict]] = []
+    ctx = ImportContext(
+        repo=repo,
+        warehouse=warehouse,
+        s3=s3,
+        staging=StagingArea(f"s3://{staging_bucket}/stage/", s3),
+        lease_ttl=30,
+        events=lambda name, payload: events.append((name, dict(payload))),
+        workdir=tmp_path / "work",
+    )
+    ctx.recorded_events = events  # type: ignore[attr-defined]
+    return ctx

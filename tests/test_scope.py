@@ -60,6 +60,7 @@ def test_keys_keep_their_case_while_the_bucket_is_lowered() -> None:
         ("s3://fleet-landing/acme/\nx/", "control character"),
         ("s3://fleet-landing/acme/%0Ax/", "percent-encoded control character"),
         ("s3://fleet-landing/", "not the whole bucket"),
+        ("s3://fleet-landing/acme/%A0/", "not valid UTF-8"),
         ("s3://fleet-landing", "not the whole bucket"),
     ],
 )
@@ -95,7 +96,19 @@ def test_valid_tenant_ids(tenant_id: str) -> None:
 
 @pytest.mark.parametrize(
     "tenant_id",
-    ["", "Acme", "_acme", "-acme", "a" * 64, "acme;drop table x", "acme/../x", "ac me", "ácme", None, 7],
+    [
+        "",
+        "Acme",
+        "_acme",
+        "-acme",
+        "a" * 64,
+        "acme;drop table x",
+        "acme/../x",
+        "ac me",
+        "ácme",
+        None,
+        7,
+    ],
 )
 def test_invalid_tenant_ids(tenant_id: object) -> None:
     with pytest.raises(InvalidTenant, match="invalid tenant id"):

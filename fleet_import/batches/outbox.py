@@ -180,9 +180,7 @@ class OutboxRepository:
     def mark_superseded(self, batch_id: uuid.UUID, superseded_by: uuid.UUID) -> bool:
         """Record on a succeeded batch which later batch replaced its slice. False if it is
         not a succeeded batch of the same scope, or another batch superseded it already."""
-        row = self._one(
-            "mark_superseded", {"batch_id": batch_id, "superseded_by": superseded_by}
-        )
+        row = self._one("mark_superseded", {"batch_id": batch_id, "superseded_by": superseded_by})
         return row is not None
 
     def mark_publication_expired(self, batch_id: uuid.UUID, owner: str, error: str) -> Batch:

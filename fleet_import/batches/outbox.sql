@@ -77,11 +77,13 @@ WHERE id = %(step_id)s AND status = 'claimed' AND claimed_by = %(worker)s
 RETURNING *
 
 -- reopen_dead_steps --
--- An operator's explicit resume gives dead steps a fresh set of attempts.
+-- An operator's explicit resume gives dead steps a fresh set of attempts, and waiting ones
+-- no more backoff: a person asked for it now.
 UPDATE publication_outbox
 SET status = 'pending', attempts = 0, claimed_by = NULL, claimed_until = NULL,
     available_at = now(), updated_at = now()
-WHERE batch_id = %(batch_id)s AND status IN ('dead', 'failed')
+WHERE batch_id = %(batch_id)s
+  AND (status IN ('dead', 'failed') OR (status = 'pending' AND available_at > now()))
 RETURNING id
 
 -- step_state --

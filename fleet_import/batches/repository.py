@@ -162,9 +162,7 @@ class BatchRepository:
 
     # -- transitions (each fenced by the caller's lease) ----------------------------------
 
-    def update_details(
-        self, batch_id: uuid.UUID, owner: str, patch: Mapping[str, Any]
-    ) -> Batch:
+    def update_details(self, batch_id: uuid.UUID, owner: str, patch: Mapping[str, Any]) -> Batch:
         """Merge top-level keys into details (phase, manifest, rejects...)."""
         row = self._one(
             "update_details", {"batch_id": batch_id, "owner": owner, "patch": Jsonb(dict(patch))}
@@ -214,7 +212,8 @@ class BatchRepository:
     ) -> Batch:
         """Succeed a committed batch; publication must be done before this is called."""
         row = self._one(
-            "mark_succeeded", {"batch_id": batch_id, "owner": owner, "patch": Jsonb(dict(patch or {}))}
+            "mark_succeeded",
+            {"batch_id": batch_id, "owner": owner, "patch": Jsonb(dict(patch or {}))},
         )
         if row is not None:
             return Batch.from_row(row)
@@ -348,7 +347,10 @@ def _check_text(what: str, value: object, max_length: int) -> None:
 def translate_driver_error(exc: psycopg.Error) -> OperationalStoreError:
     """The single boundary where driver errors become ours, decided by constraint name or
     SQLSTATE class, never by message text."""
-    if isinstance(exc, pg_errors.UniqueViolation) and exc.diag.constraint_name == RUNNING_SCOPE_INDEX:
+    if (
+        isinstance(exc, pg_errors.UniqueViolation)
+        and exc.diag.constraint_name == RUNNING_SCOPE_INDEX
+    ):
         return ScopeTaken()
     transient = isinstance(
         exc,

@@ -54,7 +54,10 @@ def upgrade() -> None:
             WHERE is_current AND business_date IS NOT NULL
         """
     )
-    op.execute("CREATE INDEX ix_ingestion_batches_tenant_created ON ingestion_batches (tenant_id, created_at)")
+    op.execute(
+        "CREATE INDEX ix_ingestion_batches_tenant_created "
+        "ON ingestion_batches (tenant_id, created_at)"
+    )
 
 
 def downgrade() -> None:

@@ -1,0 +1,561 @@
+"""The import algorithm (DESIGN steps 1-6) as plain functions; flows wrap the steps.
+
+`import_folder` runs a delivery end to end in one process: reserve, lease, discover,
+normalise (cached), commit the slice in one warehouse transaction, record the commit and
+enqueue publication in one operational transaction.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import logging
+import os
+import socket
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from fleet_import import failpoints
+from fleet_import.batches import (
+    BatchNotRunning,
+    BatchRepository,
+    CachedFile,
+    FailureKind,
+    LeaseHeld,
+    Reserved,
+    ScopeBusy,
+)
+from fleet_import.contracts import FLEET_DATASETS, ContractSet, DatasetContract
+from fleet_import.errors import FleetImportError, LeaseLost, PreCommitError
+from fleet_import.heartbeat import Heartbeat
+from fleet_import.normalize import (
+    NormalizedFile,
+    Reject,
+    check_reject_ratio,
+    find_duplicate_keys,
+    normalize_file,
+    summarize_rejects,
+    write_rejects,
+)
+from fleet_import.publication import (
+    PublicationExpired,
+    PublicationFailed,
+    Published,
+    Publisher,
+)
+from fleet_import.scope import Tenant, source_scope, split_folder
+from fleet_import.sources import Manifest, SourceObject, discover, download_object, open_object
+from fleet_import.staging import StagingArea, StagingError
+from fleet_import.warehouse import DatasetLoad, LoadFile, Warehouse
+
+log = logging.getLogger(__name__)
+
+EventSink = Callable[[str, Mapping[str, Any]], None]
+Progress = Callable[[str, float | None], None]
+DEFAULT_NORMALIZE_WORKERS = 2
+# Rejects kept in batch details: enough to act on; the full list is in the rejects file.
+_REJECT_SAMPLE = 20
+
+
+def _no_event(name: str, payload: Mapping[str, Any]) -> None:
+    return None
+
+
+def _no_progress(message: str, fraction: float | None) -> None:
+    return None
+
+
+@dataclass
+class ImportContext:
+    """What the algorithm talks to; built from Settings or by tests."""
+
+    repo: BatchRepository
+    warehouse: Warehouse
+    s3: Any
+    staging: StagingArea
+    contracts: ContractSet = field(default_factory=lambda: FLEET_DATASETS)
+    lease_ttl: float = 120.0
+    normalize_workers: int = DEFAULT_NORMALIZE_WORKERS
+    publisher: Publisher | None = None  # None: nothing to publish, succeed after commit
+    events: EventSink = _no_event
+    progress: Progress = _no_progress
+    workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "fleet-import")
+
+    def publication_steps(self) -> tuple[str, ...]:
+        return tuple(self.publisher.steps) if self.publisher is not None else ()
+
+
+# -- outcomes --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Another batch holds the scope; nothing was touched."""
+
+    scope: str
+    holder_batch_id: uuid.UUID
+
+
+@dataclass(frozen=True)
+class NotClaimed:
+    """The batch is running under another live executor."""
+
+    batch_id: uuid.UUID
+    holder: str | None
+    expires_at: Any
+
+
+@dataclass(frozen=True)
+class NothingToDo:
+    """The delivery's batch is already failed or succeeded: this delivery does no work."""
+
+    batch_id: uuid.UUID
+    status: str
+
+
+@dataclass(frozen=True)
+class Committed:
+    """The slice is committed; `published` says whether the batch also succeeded (else a
+    drain finishes its publication: a step is waiting out a backoff or claimed elsewhere)."""
+
+    batch_id: uuid.UUID
+    scope: str
+    row_counts: dict[str, int]
+    summary: dict[str, Any]
+    recovered: bool = False  # the slice was already stamped: only the record was redone
+    published: bool = False
+
+
+@dataclass(frozen=True)
+class Failed:
+    batch_id: uuid.UUID
+    kind: FailureKind
+    error: str
+
+
+ImportOutcome = Skipped | NotClaimed | NothingToDo | Committed | Failed
+
+
+@dataclass
+class NormalizedEntry:
+    obj: SourceObject
+    file: NormalizedFile
+    cache_hit: bool
+    seconds: float
+
+
+# -- the algorithm ---------------------------------------------------------------------------
+
+
+def new_owner() -> str:
+    """A lease owner unique to this acquisition, readable in `batches list`."""
+    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def import_folder(
+    ctx: ImportContext,
+    tenant: Tenant,
+    folder: str,
+    delivery_key: str,
+    *,
+    owner: str | None = None,
+) -> ImportOutcome:
+    scope = source_scope(folder)  # invalid input is rejected before any row is written
+    reserved = ctx.repo.reserve(tenant, scope, delivery_key)
+    if isinstance(reserved, ScopeBusy):
+        return Skipped(scope, reserved.holder_batch_id)
+    batch = reserved.batch
+    if isinstance(reserved, Reserved):
+        ctx.events(
+            "fleet.batch.reserved", _event(tenant, scope, batch.id, delivery_key=delivery_key)
+        )
+    failpoints.hit("after_reserve")
+    owner = owner or new_owner()
+    lease = ctx.repo.acquire_lease(batch.id, owner, ctx.lease_ttl)
+    if isinstance(lease, LeaseHeld):
+        return NotClaimed(batch.id, lease.owner, lease.expires_at)
+    if isinstance(lease, BatchNotRunning):
+        return NothingToDo(batch.id, str(lease.status))
+    failpoints.hit("after_lease")
+    try:
+        with Heartbeat(ctx.repo, batch.id, owner, ctx.lease_ttl) as heartbeat:
+            outcome = run_leased_batch(ctx, tenant, batch.id, scope, owner, heartbeat)
+            if isinstance(outcome, Committed):
+                return publish_step(ctx, outcome, owner, heartbeat)
+            return outcome
+    finally:
+        failpoints.hit("before_lease_release")
+        release_lease_quietly(ctx.repo, batch.id, owner)
+
+
+def release_lease_quietly(repo: BatchRepository, batch_id: uuid.UUID, owner: str) -> None:
+    """Release at the end of work; if the database is unreachable the lease expires anyway."""
+    try:
+        repo.release_lease(batch_id, owner)
+    except FleetImportError as exc:
+        log.warning("could not release lease on batch %s: %s", batch_id, exc)
+
+
+def run_leased_batch(
+    ctx: ImportContext,
+    tenant: Tenant,
+    batch_id: uuid.UUID,
+    scope: str,
+    owner: str,
+    heartbeat: Heartbeat,
+) -> ImportOutcome:
+    """Steps 3-6 for a batch whose lease we hold."""
+    batch = ctx.repo.get(batch_id)
+    assert batch is not None
+    details = batch.parsed_details
+    if details.redshift_committed:
+        return Committed(
+            batch_id, scope, dict(details.row_counts), batch.details.get("summary", {})
+        )
+    if ctx.warehouse.slice_owner(tenant.tenant_id, scope) == batch_id:
+        return record_commit(
+            ctx,
+            batch_id,
+            scope,
+            owner,
+            recovered=True,
+            row_counts=ctx.warehouse.slice_counts(tenant.tenant_id, scope),
+            summary={"recovered_from_stamp": True},
+        )
+    started = time.monotonic()
+    try:
+        manifest = discover_step(ctx, batch_id, scope, owner)
+        heartbeat.check()
+        entries = normalize_step(ctx, batch_id, manifest, heartbeat)
+        loads, summary = reject_step(ctx, tenant, batch_id, owner, entries)
+        summary["seconds"] = {"prepare": round(time.monotonic() - started, 3)}
+        heartbeat.renew_now()
+    except LeaseLost:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every pre-commit failure fails the batch
+        return fail_pre_commit(ctx, tenant, batch_id, scope, owner, exc)
+    return commit_step(ctx, tenant, batch_id, scope, owner, loads, summary)
+
+
+def publish_step(
+    ctx: ImportContext, committed: Committed, owner: str, heartbeat: Heartbeat | None
+) -> ImportOutcome:
+    """Step 7-8: drain the batch's outbox, then succeed it (the Publisher does)."""
+    if ctx.publisher is None:
+        failpoints.hit("before_mark_succeeded")
+        ctx.repo.mark_succeeded(committed.batch_id, owner)
+        return replace(committed, published=True)
+    outcome = ctx.publisher.publish_batch(committed.batch_id, owner, owner, heartbeat=heartbeat)
+    if isinstance(outcome, Published):
+        return replace(committed, published=True)
+    if isinstance(outcome, PublicationFailed):
+        ctx.publisher.mark_failed_publication(committed.batch_id, owner, outcome)
+        batch = ctx.repo.get(committed.batch_id)
+        error = batch.details["failure"]["error"] if batch else outcome.error
+        return Failed(committed.batch_id, FailureKind.FAILED_PUBLICATION, error)
+    if isinstance(outcome, PublicationExpired):
+        return Failed(
+            committed.batch_id,
+            FailureKind.FAILED_PUBLICATION,
+            f"publication expired: batch {outcome.slice_owner} owns the slice now",
+        )
+    return committed  # busy or deferred: a drain finishes it
+
+
+def discover_step(ctx: ImportContext, batch_id: uuid.UUID, scope: str, owner: str) -> Manifest:
+    folder = scope.removeprefix("fleet_s3:")
+    ctx.progress(f"listing {folder}", None)
+    manifest = discover(ctx.s3, folder, ctx.contracts)
+    failpoints.hit("mid_discovery")
+    ctx.repo.update_details(
+        batch_id, owner, {"phase": "discovered", "manifest": manifest.to_json()}
+    )
+    return manifest
+
+
+def normalize_step(
+    ctx: ImportContext, batch_id: uuid.UUID, manifest: Manifest, heartbeat: Heartbeat
+) -> list[NormalizedEntry]:
+    objects = list(manifest.objects)
+    bucket, _ = split_folder(manifest.folder)
+    workdir = ctx.workdir / str(batch_id)
+    workdir.mkdir(parents=True, exist_ok=True)
+    done = 0
+
+    def one(obj: SourceObject) -> NormalizedEntry:
+        heartbeat.check()
+        return normalize_object(ctx, batch_id, bucket, obj, ctx.contracts[obj.dataset], workdir)
+
+    entries: list[NormalizedEntry] = []
+    with ThreadPoolExecutor(max_workers=max(1, ctx.normalize_workers)) as pool:
+        for entry in pool.map(one, objects):
+            entries.append(entry)
+            done += 1
+            failpoints.hit("after_normalized_file")
+            ctx.progress(
+                f"normalised {entry.obj.name}: {entry.file.row_count:,} rows, "
+                f"{entry.file.reject_count:,} rejects{' (cached)' if entry.cache_hit else ''}",
+                done / len(objects),
+            )
+    return entries
+
+
+def normalize_object(
+    ctx: ImportContext,
+    batch_id: uuid.UUID,
+    bucket: str,
+    obj: SourceObject,
+    contract: DatasetContract,
+    workdir: Path,
+) -> NormalizedEntry:
+    """Normalise one source file, or reuse its cached output when key, etag and contract
+    version are unchanged."""
+    started = time.monotonic()
+    source_key = f"s3://{bucket}/{obj.key}"
+    digest = hashlib.sha256(
+        f"{source_key}\0{obj.etag}\0{contract.contract_version}".encode()
+    ).hexdigest()[:32]
+    name = f"normalized/{contract.name}/{digest}.parquet"
+    rejects_name = f"normalized/{contract.name}/{digest}.rejects.csv"
+    local = workdir / f"{digest}.parquet"
+    cached = ctx.repo.cached_file(source_key, obj.etag, contract.contract_version)
+    if cached is not None:
+        try:
+            ctx.staging.get_file(name, local)
+            rejects = []
+            if cached.reject_count:
+                rejects = read_rejects(
+                    ctx.staging.get_file(rejects_name, local.with_suffix(".csv"))
+                )
+            file = NormalizedFile(
+                source_key, contract.name, local, cached.row_count, cached.reject_count, rejects
+            )
+            return NormalizedEntry(obj, file, True, time.monotonic() - started)
+        except StagingError:
+            ctx.repo.forget_cached_file(source_key, obj.etag, contract.contract_version)
+    if obj.fmt == "parquet":
+        source = download_object(ctx.s3, obj, bucket, workdir / f"{digest}.source")
+        try:
+            file = normalize_file(
+                source, source_key=source_key, fmt=obj.fmt, contract=contract, out_path=local
+            )
+        finally:
+            source.unlink(missing_ok=True)
+    else:
+        with open_object(ctx.s3, obj, bucket) as stream:
+            file = normalize_file(
+                stream, source_key=source_key, fmt=obj.fmt, contract=contract, out_path=local
+            )
+    output_uri = ctx.staging.put_file(local, name)
+    if file.rejects:
+        rejects_local = local.with_suffix(".csv")
+        write_rejects(file.rejects, rejects_local)
+        ctx.staging.put_file(rejects_local, rejects_name)
+    ctx.repo.store_cached_file(
+        CachedFile(
+            source_key,
+            obj.etag,
+            contract.contract_version,
+            contract.name,
+            output_uri,
+            file.row_count,
+            file.reject_count,
+            {"rejects_uri": ctx.staging.uri(rejects_name)} if file.rejects else {},
+        ),
+        batch_id,
+    )
+    return NormalizedEntry(obj, file, False, time.monotonic() - started)
+
+
+def reject_step(
+    ctx: ImportContext,
+    tenant: Tenant,
+    batch_id: uuid.UUID,
+    owner: str,
+    entries: Sequence[NormalizedEntry],
+) -> tuple[list[DatasetLoad], dict[str, Any]]:
+    """Duplicate keys across the delivery, reject ratios, the batch's rejects file."""
+    by_dataset: dict[str, list[NormalizedEntry]] = {}
+    for entry in entries:
+        by_dataset.setdefault(entry.file.dataset, []).append(entry)
+    loads: list[DatasetLoad] = []
+    all_rejects: list[Reject] = []
+    rows: dict[str, int] = {}
+    for dataset, dataset_entries in by_dataset.items():
+        contract = ctx.contracts[dataset]
+        files = [entry.file for entry in dataset_entries]
+        duplicates = find_duplicate_keys(files, contract)
+        excluded: dict[str, set[int]] = {}
+        for reject in duplicates:
+            if reject.line is not None:
+                excluded.setdefault(reject.file, set()).add(reject.line)
+        rejected = sum(f.reject_count for f in files) + len(duplicates)
+        accepted = sum(f.row_count for f in files) - len(duplicates)
+        check_reject_ratio(contract, accepted, rejected)
+        rows[dataset] = accepted
+        all_rejects.extend(r for f in files for r in f.rejects)
+        all_rejects.extend(duplicates)
+        loads.append(
+            DatasetLoad(
+                contract,
+                tuple(
+                    LoadFile(f.parquet_path, frozenset(excluded.get(f.source_key, ())))
+                    for f in files
+                ),
+            )
+        )
+    rejects_uri = None
+    if all_rejects:
+        local = ctx.workdir / str(batch_id) / "rejects.csv"
+        write_rejects(all_rejects, local)
+        rejects_uri = ctx.staging.put_file(
+            local, f"rejects/{tenant.tenant_id}/{batch_id}/rejects.csv"
+        )
+    summary = {
+        "files": [
+            {
+                "key": entry.obj.key,
+                "dataset": entry.file.dataset,
+                "rows": entry.file.row_count,
+                "rejects": entry.file.reject_count,
+                "cache_hit": entry.cache_hit,
+                "seconds": round(entry.seconds, 3),
+            }
+            for entry in entries
+        ],
+        "cache_hits": sum(entry.cache_hit for entry in entries),
+        "rows_to_load": rows,
+    }
+    rejects = {**summarize_rejects(all_rejects, sample=_REJECT_SAMPLE), "uri": rejects_uri}
+    ctx.repo.update_details(
+        batch_id, owner, {"phase": "normalised", "rejects": rejects, "summary": summary}
+    )
+    return loads, {**summary, "rejects": rejects}
+
+
+def commit_step(
+    ctx: ImportContext,
+    tenant: Tenant,
+    batch_id: uuid.UUID,
+    scope: str,
+    owner: str,
+    loads: Sequence[DatasetLoad],
+    summary: dict[str, Any],
+) -> ImportOutcome:
+    started = time.monotonic()
+    ctx.progress(f"committing slice of {scope}", None)
+    try:
+        commit = ctx.warehouse.commit_slice(
+            tenant_id=tenant.tenant_id,
+            source_scope=scope,
+            batch_id=batch_id,
+            datasets=loads,
+            progress=lambda dataset, rows: ctx.progress(f"loaded {rows:,} {dataset} rows", None),
+        )
+    except Exception as exc:  # noqa: BLE001
+        # A lost COMMIT acknowledgement is the one ambiguous case: the stamp decides.
+        if _stamped(ctx, tenant, scope, batch_id):
+            commit_counts = ctx.warehouse.slice_counts(tenant.tenant_id, scope)
+            return record_commit(
+                ctx,
+                batch_id,
+                scope,
+                owner,
+                recovered=True,
+                row_counts=commit_counts,
+                summary=summary,
+            )
+        return fail_pre_commit(ctx, tenant, batch_id, scope, owner, exc)
+    failpoints.hit("after_warehouse_commit")
+    summary.setdefault("seconds", {})["commit"] = round(time.monotonic() - started, 3)
+    return record_commit(
+        ctx, batch_id, scope, owner, recovered=False, row_counts=commit.row_counts, summary=summary
+    )
+
+
+def _stamped(ctx: ImportContext, tenant: Tenant, scope: str, batch_id: uuid.UUID) -> bool:
+    try:
+        return ctx.warehouse.slice_owner(tenant.tenant_id, scope) == batch_id
+    except FleetImportError:
+        return False
+
+
+def record_commit(
+    ctx: ImportContext,
+    batch_id: uuid.UUID,
+    scope: str,
+    owner: str,
+    *,
+    recovered: bool,
+    row_counts: dict[str, int],
+    summary: dict[str, Any],
+) -> Committed:
+    """Step 6: `redshift_committed` and the outbox in one operational transaction. If this
+    fails, the batch stays running and a rerun finds the stamp and redoes only this."""
+    batch = ctx.repo.mark_committed(
+        batch_id,
+        owner,
+        row_counts=row_counts,
+        publication_steps=ctx.publication_steps(),
+        patch={"summary": summary},
+    )
+    failpoints.hit("after_operational_commit")
+    ctx.events(
+        "fleet.batch.committed", _event_for(batch, row_counts=row_counts, recovered=recovered)
+    )
+    return Committed(batch_id, scope, row_counts, summary, recovered)
+
+
+def fail_pre_commit(
+    ctx: ImportContext,
+    tenant: Tenant,
+    batch_id: uuid.UUID,
+    scope: str,
+    owner: str,
+    exc: BaseException,
+) -> Failed:
+    error = str(exc) if isinstance(exc, PreCommitError) else f"{type(exc).__name__}: {exc}"
+    log.warning("batch %s failed before commit: %s", batch_id, error)
+    ctx.repo.mark_failed(batch_id, owner, FailureKind.FAILED_PRE_COMMIT, error)
+    ctx.events(
+        "fleet.batch.failed", _event(tenant, scope, batch_id, kind="failed_pre_commit", error=error)
+    )
+    return Failed(batch_id, FailureKind.FAILED_PRE_COMMIT, error)
+
+
+def read_rejects(path: Path) -> list[Reject]:
+    with path.open(newline="", encoding="utf-8") as handle:
+        return [
+            Reject(
+                row["file"],
+                int(row["line"]) if row["line"] else None,
+                row["column"] or None,
+                row["reason"],
+                row["value"] or None,
+            )
+            for row in csv.DictReader(handle)
+        ]
+
+
+def _event(tenant: Tenant, scope: str, batch_id: uuid.UUID, **extra: Any) -> dict[str, Any]:
+    return {
+        "tenant_id": tenant.tenant_id,
+        "source_scope": scope,
+        "batch_id": str(batch_id),
+        **extra,
+    }
+
+
+def _event_for(batch: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "tenant_id": batch.tenant_id,
+        "source_scope": batch.source_scope,
+        "batch_id": str(batch.id),
+        **extra,
+    }

@@ -1,0 +1,95 @@
+"""Finish a batch whose slice committed but whose publication did not: a failed publication
+(explicit resume) or a worker that died after the warehouse commit. Never reloads a row."""
+
+from __future__ import annotations
+
+import uuid
+
+from fleet_import.batches import (
+    BatchNotRunning,
+    BatchStatus,
+    FailureKind,
+    LeaseHeld,
+    NotResumable,
+    ScopeBusy,
+    SourceType,
+)
+from fleet_import.batches.outbox import OutboxRepository
+from fleet_import.heartbeat import Heartbeat
+from fleet_import.pipeline import (
+    Committed,
+    Failed,
+    ImportContext,
+    ImportOutcome,
+    NotClaimed,
+    NothingToDo,
+    Skipped,
+    new_owner,
+    publish_step,
+    record_commit,
+    release_lease_quietly,
+)
+
+
+def resume_batch(
+    ctx: ImportContext, outbox: OutboxRepository, batch_id: uuid.UUID, *, owner: str | None = None
+) -> ImportOutcome | NotResumable:
+    batch = ctx.repo.get(batch_id)
+    if batch is None or batch.source_scope is None:
+        return NotResumable(f"batch {batch_id} does not exist or is not a fleet batch")
+    scope = batch.source_scope
+    if batch.status != BatchStatus.RUNNING:
+        resumed = ctx.repo.resume_publication(batch_id, SourceType.FLEET_S3, scope)
+        if isinstance(resumed, ScopeBusy):
+            return Skipped(scope, resumed.holder_batch_id)
+        if isinstance(resumed, NotResumable):
+            return resumed
+    owner = owner or new_owner()
+    lease = ctx.repo.acquire_lease(batch_id, owner, ctx.lease_ttl)
+    if isinstance(lease, LeaseHeld):
+        return NotClaimed(batch_id, lease.owner, lease.expires_at)
+    if isinstance(lease, BatchNotRunning):
+        return NothingToDo(batch_id, str(lease.status))
+    try:
+        with Heartbeat(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
+            return _finish(ctx, outbox, batch_id, scope, owner, heartbeat)
+    finally:
+        release_lease_quietly(ctx.repo, batch_id, owner)
+
+
+def _finish(
+    ctx: ImportContext,
+    outbox: OutboxRepository,
+    batch_id: uuid.UUID,
+    scope: str,
+    owner: str,
+    heartbeat: Heartbeat,
+) -> ImportOutcome | NotResumable:
+    batch = ctx.repo.get(batch_id)
+    assert batch is not None
+    details = batch.parsed_details
+    stamp = ctx.warehouse.slice_owner(batch.tenant_id, scope)
+    if stamp != batch_id:
+        if not details.redshift_committed:
+            return NotResumable(
+                f"batch {batch_id} never committed its slice; rerun the import instead"
+            )
+        error = f"publication expired: batch {stamp} owns the slice of {scope} now"
+        outbox.mark_publication_expired(batch_id, owner, error)
+        return Failed(batch_id, FailureKind.FAILED_PUBLICATION, error)
+    if details.redshift_committed:
+        committed = Committed(
+            batch_id, scope, dict(details.row_counts), batch.details.get("summary", {})
+        )
+        outbox.reopen_dead_steps(batch_id)
+    else:  # died between the warehouse commit and the operational commit
+        committed = record_commit(
+            ctx,
+            batch_id,
+            scope,
+            owner,
+            recovered=True,
+            row_counts=ctx.warehouse.slice_counts(batch.tenant_id, scope),
+            summary={"recovered_from_stamp": True},
+        )
+    return publish_step(ctx, committed, owner, heartbeat)

@@ -1,0 +1,90 @@
+"""What every warehouse backend offers: replace a (tenant, scope) slice in one transaction,
+and say which batch owns a slice now. The pipeline sees only this module."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from fleet_import.contracts import DatasetContract
+from fleet_import.errors import FleetImportError
+
+STAMP_COLUMNS = ("tenant_id", "source_scope", "ingestion_batch_id")
+"""Columns every curated table carries after the contract's, in this order."""
+SOURCE_LINE_COLUMN = "_source_line"
+"""Trailing column of normalised Parquet files: the row's line in its source file."""
+
+Progress = Callable[[str, int], None]
+"""progress(dataset, rows loaded so far for that dataset)."""
+
+
+class WarehouseError(FleetImportError):
+    """The warehouse could not complete the operation; nothing of it was committed."""
+
+    def __init__(self, message: str | None = None, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+@dataclass(frozen=True)
+class LoadFile:
+    """A normalised Parquet file: the contract's columns in order, then `_source_line`."""
+
+    path: Path
+    excluded_lines: frozenset[int] = frozenset()
+    """`_source_line` values to drop (rows rejected as duplicate keys after normalising)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+        object.__setattr__(self, "excluded_lines", frozenset(self.excluded_lines))
+
+
+@dataclass(frozen=True)
+class DatasetLoad:
+    """One dataset's new slice: all of its files, loaded together."""
+
+    contract: DatasetContract
+    files: tuple[LoadFile, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "files", tuple(self.files))
+
+
+@dataclass(frozen=True)
+class SliceCommit:
+    """What a committed slice holds."""
+
+    batch_id: uuid.UUID
+    row_counts: dict[str, int]
+    """dataset -> rows now in the slice"""
+
+
+@runtime_checkable
+class Warehouse(Protocol):
+    def ensure_tables(self, contracts: Iterable[DatasetContract]) -> None:
+        """Create the curated tables and the slice registry if missing (idempotent)."""
+        ...
+
+    def commit_slice(
+        self,
+        *,
+        tenant_id: str,
+        source_scope: str,
+        batch_id: uuid.UUID,
+        datasets: Sequence[DatasetLoad],
+        progress: Progress | None = None,
+    ) -> SliceCommit:
+        """Replace the scope's whole slice with these datasets, stamped with batch_id, in one
+        transaction: readers see the old slice or the new one, never a mix."""
+        ...
+
+    def slice_owner(self, tenant_id: str, source_scope: str) -> uuid.UUID | None:
+        """The batch whose stamp the slice registry holds for the scope, if any."""
+        ...
+
+    def slice_counts(self, tenant_id: str, source_scope: str) -> dict[str, int]:
+        """Rows actually in each registered dataset's curated table for the scope."""
+        ...

@@ -1,0 +1,340 @@
+"""The PostgreSQL warehouse: curated tables in schema `curated`, loaded with binary COPY.
+
+A slice is replaced in one transaction: delete the scope's rows, COPY the new ones straight
+into the curated table (stamped in the COPY stream itself, so no staging table and no second
+write), upsert the registry. MVCC keeps readers on the old slice until the commit.
+Driver errors become WarehouseError in `_transaction`, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from fleet_import.config import libpq_url
+from fleet_import.contracts import DatasetContract
+from fleet_import.sqlfiles import load_queries
+from fleet_import.warehouse.base import (
+    SOURCE_LINE_COLUMN,
+    STAMP_COLUMNS,
+    DatasetLoad,
+    Progress,
+    SliceCommit,
+    WarehouseError,
+)
+from fleet_import.warehouse.binary_copy import (
+    CopyEncoder,
+    EncodeError,
+    ParquetSource,
+    SourceError,
+    stream_parquet,
+    text_field,
+    uuid_field,
+)
+
+QUERIES = load_queries("fleet_import.warehouse", "queries.sql")
+REGISTRY_SCHEMA = "curated"
+_CONNECT_TIMEOUT_SECONDS = 10
+# First keys of the two-key advisory locks, so ours never meet another component's.
+_DDL_LOCK_CLASS = 0x46574844  # "FWHD"
+_SCOPE_LOCK_CLASS = 0x46575343  # "FWSC"
+# SQLSTATEs worth a retry: connection exceptions (08), transaction rollbacks such as
+# serialization failures and deadlocks (40), too many connections, server shutting down.
+_TRANSIENT_CLASSES = frozenset({"08", "40"})
+_TRANSIENT_STATES = frozenset({"53300", "57P01", "57P02", "57P03"})
+
+PG_TYPES: Mapping[str, str] = {
+    "string": "text",
+    "int64": "bigint",
+    "float64": "double precision",
+    "bool": "boolean",
+    "timestamptz": "timestamp with time zone",
+    "date": "date",
+}
+"""Contract column type -> PostgreSQL type, spelled as format_type() reports it."""
+_STAMP_TYPES = ("text", "text", "uuid")
+
+
+# -- SQL builders (pure functions) -------------------------------------------------------
+
+
+def _split(target_table: str) -> tuple[str, str]:
+    schema, _, relation = target_table.partition(".")
+    return schema, relation
+
+
+def table_identifier(target_table: str) -> sql.Identifier:
+    return sql.Identifier(*_split(target_table))
+
+
+def expected_columns(contract: DatasetContract) -> list[tuple[str, str, bool]]:
+    """(name, type, not null) of the contract's curated table, in order."""
+    columns = [(c.name, PG_TYPES[c.type], not c.nullable) for c in contract.columns]
+    return columns + [
+        (name, pg_type, True) for name, pg_type in zip(STAMP_COLUMNS, _STAMP_TYPES, strict=True)
+    ]
+
+
+def index_name(contract: DatasetContract) -> str:
+    """`<table>_slice_ix`, shortened to PostgreSQL's 63 bytes with a digest when needed."""
+    relation = _split(contract.target_table)[1]
+    name = f"{relation}_slice_ix"
+    if len(name) <= 63:
+        return name
+    digest = hashlib.blake2s(relation.encode(), digest_size=4).hexdigest()
+    return f"{relation[:45]}_{digest}_slice_ix"
+
+
+def create_table_sql(contract: DatasetContract) -> sql.Composed:
+    columns = [
+        sql.SQL("{} {}{}").format(
+            sql.Identifier(name), sql.SQL(pg_type), sql.SQL(" NOT NULL" if not_null else "")
+        )
+        for name, pg_type, not_null in expected_columns(contract)
+    ]
+    return sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
+        table_identifier(contract.target_table), sql.SQL(", ").join(columns)
+    )
+
+
+def create_index_sql(contract: DatasetContract) -> sql.Composed:
+    return sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({}, {})").format(
+        sql.Identifier(index_name(contract)),
+        table_identifier(contract.target_table),
+        sql.Identifier(STAMP_COLUMNS[0]),
+        sql.Identifier(STAMP_COLUMNS[1]),
+    )
+
+
+def copy_sql(contract: DatasetContract) -> sql.Composed:
+    columns = [*contract.column_names, *STAMP_COLUMNS]
+    return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+        table_identifier(contract.target_table),
+        sql.SQL(", ").join(map(sql.Identifier, columns)),
+    )
+
+
+def delete_slice_sql(target_table: str) -> sql.Composed:
+    return sql.SQL("DELETE FROM {} WHERE {} = %(tenant_id)s AND {} = %(source_scope)s").format(
+        table_identifier(target_table),
+        sql.Identifier(STAMP_COLUMNS[0]),
+        sql.Identifier(STAMP_COLUMNS[1]),
+    )
+
+
+def count_slice_sql(target_table: str) -> sql.Composed:
+    return sql.SQL(
+        "SELECT count(*) FROM {} WHERE {} = %(tenant_id)s AND {} = %(source_scope)s"
+    ).format(
+        table_identifier(target_table),
+        sql.Identifier(STAMP_COLUMNS[0]),
+        sql.Identifier(STAMP_COLUMNS[1]),
+    )
+
+
+# -- the warehouse -----------------------------------------------------------------------
+
+
+class PostgresWarehouse:
+    """Warehouse on PostgreSQL. Each method is one transaction on its own connection, so an
+    instance may be shared by threads."""
+
+    def __init__(self, url: str) -> None:
+        self._conninfo = libpq_url(url)
+        self._ensured: set[tuple[str, str]] = set()
+        self.copies = 0
+        """COPY statements run by this instance (a resumed batch must run none)."""
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """One connection, one transaction; the single boundary where errors become ours."""
+        try:
+            with psycopg.connect(self._conninfo, connect_timeout=_CONNECT_TIMEOUT_SECONDS) as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise _translate(exc) from None
+        except (SourceError, EncodeError) as exc:
+            raise WarehouseError(f"cannot load a normalised file: {exc}") from exc
+
+    # -- tables --------------------------------------------------------------------------
+
+    def ensure_tables(self, contracts: Iterable[DatasetContract]) -> None:
+        contracts = list(contracts)
+        for contract in contracts:
+            _check_contract(contract)
+        with self._transaction() as conn:
+            conn.execute(QUERIES["lock_ddl"], {"lock_class": _DDL_LOCK_CLASS})
+            schemas = {REGISTRY_SCHEMA, *(_split(c.target_table)[0] for c in contracts)}
+            for schema in sorted(schemas):
+                conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
+                )
+            conn.execute(QUERIES["create_registry"])
+            for contract in contracts:
+                self._ensure_table(conn, contract)
+        self._ensured.update((c.target_table, c.contract_version) for c in contracts)
+
+    def _ensure_table(self, conn: psycopg.Connection[Any], contract: DatasetContract) -> None:
+        schema, relation = _split(contract.target_table)
+        found = conn.execute(
+            QUERIES["table_columns"], {"schema": schema, "relation": relation}
+        ).fetchall()
+        if not found:
+            conn.execute(create_table_sql(contract))
+        elif [tuple(row) for row in found] != expected_columns(contract):
+            raise WarehouseError(
+                f"table {contract.target_table} does not match dataset {contract.name!r}: "
+                f"has {[tuple(row) for row in found]}, expected {expected_columns(contract)}"
+            )
+        # Only when missing: CREATE INDEX takes a SHARE lock even when the index exists,
+        # which would wait for every running load of the table.
+        exists = conn.execute(
+            QUERIES["relation_exists"], {"schema": schema, "relation": index_name(contract)}
+        ).fetchone()
+        if not (exists and exists[0]):
+            conn.execute(create_index_sql(contract))
+
+    # -- slices --------------------------------------------------------------------------
+
+    def commit_slice(
+        self,
+        *,
+        tenant_id: str,
+        source_scope: str,
+        batch_id: uuid.UUID,
+        datasets: Sequence[DatasetLoad],
+        progress: Progress | None = None,
+    ) -> SliceCommit:
+        _check_loads(datasets)
+        missing = [
+            d.contract
+            for d in datasets
+            if (d.contract.target_table, d.contract.contract_version) not in self._ensured
+        ]
+        if missing:
+            self.ensure_tables(missing)
+        scope = {"tenant_id": tenant_id, "source_scope": source_scope}
+        stamps = (text_field(tenant_id), text_field(source_scope), uuid_field(batch_id))
+        row_counts: dict[str, int] = {}
+        with self._transaction() as conn:
+            conn.execute(QUERIES["lock_scope"], {**scope, "lock_class": _SCOPE_LOCK_CLASS})
+            registered = dict(conn.execute(QUERIES["registered_slices"], scope).fetchall())
+            # The slice is replaced as a whole: every table that holds it now or will hold
+            # it is cleared first, so no later delete can touch rows this batch wrote (a
+            # dataset may have moved to another table, or left the slice).
+            tables = {*registered.values(), *(d.contract.target_table for d in datasets)}
+            for table in sorted(tables):
+                conn.execute(delete_slice_sql(table), scope)
+            for load in datasets:
+                row_counts[load.contract.name] = self._copy(conn, load, stamps, progress)
+                conn.execute(
+                    QUERIES["upsert_slice"],
+                    {
+                        **scope,
+                        "dataset": load.contract.name,
+                        "batch_id": batch_id,
+                        "row_count": row_counts[load.contract.name],
+                        "target_table": load.contract.target_table,
+                    },
+                )
+            for dataset in sorted(registered.keys() - row_counts.keys()):
+                conn.execute(QUERIES["forget_slice"], {**scope, "dataset": dataset})
+        return SliceCommit(batch_id, row_counts)
+
+    def _copy(
+        self,
+        conn: psycopg.Connection[Any],
+        load: DatasetLoad,
+        stamps: Sequence[bytes],
+        progress: Progress | None,
+    ) -> int:
+        if not load.files:
+            return 0
+        name = load.contract.name
+        encoder = CopyEncoder(load.contract.arrow_schema, stamps)
+        sources = [ParquetSource(f.path, f.excluded_lines) for f in load.files]
+        with conn.cursor() as cursor:
+            self.copies += 1
+            with cursor.copy(copy_sql(load.contract)) as copy:
+                stream_parquet(
+                    sources,
+                    encoder,
+                    copy.write,
+                    line_column=SOURCE_LINE_COLUMN,
+                    on_batch=None if progress is None else lambda rows: progress(name, rows),
+                )
+            return cursor.rowcount
+
+    def execute(self, statement: str) -> None:
+        """Run operator-configured SQL (refresh_dependants: materialized-view refreshes)."""
+        with self._transaction() as conn:
+            conn.execute(statement.encode())
+
+    def slice_owner(self, tenant_id: str, source_scope: str) -> uuid.UUID | None:
+        scope = {"tenant_id": tenant_id, "source_scope": source_scope}
+        with self._transaction() as conn:
+            if not _registry_exists(conn):
+                return None
+            owners = [row[0] for row in conn.execute(QUERIES["slice_owner"], scope)]
+        if len(owners) > 1:
+            raise WarehouseError(
+                f"slice {tenant_id}/{source_scope} is stamped by several batches: {owners}"
+            )
+        return owners[0] if owners else None
+
+    def slice_counts(self, tenant_id: str, source_scope: str) -> dict[str, int]:
+        scope = {"tenant_id": tenant_id, "source_scope": source_scope}
+        with self._transaction() as conn:
+            if not _registry_exists(conn):
+                return {}
+            tables = conn.execute(QUERIES["slice_tables"], scope).fetchall()
+            return {
+                dataset: conn.execute(count_slice_sql(table), scope).fetchone()[0]  # type: ignore[index]
+                for dataset, table in tables
+            }
+
+
+def _registry_exists(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute(
+        QUERIES["relation_exists"], {"schema": REGISTRY_SCHEMA, "relation": "ingestion_slices"}
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _check_contract(contract: DatasetContract) -> None:
+    clash = {*contract.column_names} & {*STAMP_COLUMNS, SOURCE_LINE_COLUMN}
+    if clash:
+        raise WarehouseError(
+            f"dataset {contract.name!r} uses reserved column names {sorted(clash)}"
+        )
+
+
+def _check_loads(datasets: Sequence[DatasetLoad]) -> None:
+    if not datasets:
+        raise WarehouseError("a slice needs at least one dataset")
+    names = [d.contract.name for d in datasets]
+    tables = [d.contract.target_table for d in datasets]
+    if len(set(names)) != len(names) or len(set(tables)) != len(tables):
+        raise WarehouseError(f"datasets and their tables must be distinct: {names} -> {tables}")
+    for load in datasets:
+        _check_contract(load.contract)
+
+
+def _translate(exc: psycopg.Error) -> WarehouseError:
+    """Driver errors become ours by exception class and SQLSTATE, never by message text."""
+    state = exc.sqlstate
+    # Serialization failures and deadlocks are class 40; a dropped connection has no state.
+    transient = isinstance(exc, psycopg.OperationalError) and (
+        state is None or state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_STATES
+    )
+    message = exc.diag.message_primary if state else None
+    return WarehouseError(
+        f"warehouse error ({type(exc).__name__}, SQLSTATE {state}): {message or exc}",
+        transient=transient,
+    )

@@ -1,0 +1,44 @@
+"""Run one import in a child process, so tests can kill it at a failpoint.
+
+Usage: python -m tests.import_child DATABASE_URL S3_ENDPOINT STAGING_URI TENANT FOLDER KEY TTL
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from fleet_import.batches import BatchRepository
+from fleet_import.pipeline import ImportContext, import_folder
+from fleet_import.scope import Tenant
+from fleet_import.sources import s3_client
+from fleet_import.staging import StagingArea
+from fleet_import.warehouse import PostgresWarehouse
+
+
+def peak_rss_kb() -> int:
+    """VmHWM: this process's own peak. (getrusage's ru_maxrss survives exec on Linux, so a
+    child would report its parent's peak.)"""
+    status = Path("/proc/self/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0])
+
+
+def main(argv: list[str]) -> int:
+    database_url, endpoint, staging_uri, tenant_id, folder, key, ttl, workdir = argv
+    s3 = s3_client(endpoint)
+    ctx = ImportContext(
+        repo=BatchRepository(database_url),
+        warehouse=PostgresWarehouse(database_url),
+        s3=s3,
+        staging=StagingArea(staging_uri, s3),
+        lease_ttl=float(ttl),
+        workdir=Path(workdir),
+    )
+    outcome = import_folder(ctx, Tenant.named(tenant_id), folder, key)
+    print(type(outcome).__name__, flush=True)
+    print(f"maxrss_kb={peak_rss_kb()}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

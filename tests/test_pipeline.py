@@ -1,0 +1,223 @@
+"""import_folder end to end: moto's S3 server, a real PostgreSQL for both databases."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import psycopg
+import pytest
+
+from fleet_import.batches import BatchStatus, FailureKind
+from fleet_import.pipeline import (
+    Committed,
+    Failed,
+    ImportContext,
+    NotClaimed,
+    Skipped,
+    import_folder,
+)
+from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
+from fleet_import.scope import Tenant, source_scope, split_folder
+from tests.s3fixtures import put_objects
+
+ACME = Tenant.named("acme")
+GLOBEX = Tenant.named("globex")
+
+
+def upload(s3, folder: str, files: dict[str, bytes]) -> None:
+    bucket, prefix = split_folder(folder)
+    put_objects(s3, bucket, {prefix + name: data for name, data in files.items()})
+
+
+def curated(database_url: str, sql: str, *params) -> list[tuple]:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def slice_rows(database_url: str, table: str, tenant: str, folder: str) -> list[tuple]:
+    return curated(
+        database_url,
+        f"SELECT ingestion_batch_id, count(*) FROM curated.{table} "
+        "WHERE tenant_id = %s AND source_scope = %s GROUP BY 1",
+        tenant,
+        source_scope(folder),
+    )
+
+
+def test_folder_with_three_datasets_loads(
+    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=300, fuel=120, vehicles=25))
+    outcome = import_folder(import_ctx, ACME, folder, "delivery-1")
+    assert isinstance(outcome, Committed), outcome
+    assert outcome.row_counts == {"vehicles": 25, "trips": 300, "fuel_transactions": 120}
+    batch = import_ctx.repo.get(outcome.batch_id)
+    assert batch.status == BatchStatus.SUCCEEDED
+    assert batch.details["redshift_committed"] is True
+    assert batch.details["manifest"]["folder"] == folder
+    for table, count in (
+        ("fleet_vehicles", 25),
+        ("fleet_trips", 300),
+        ("fleet_fuel_transactions", 120),
+    ):
+        assert slice_rows(database_url, table, "acme", folder) == [(outcome.batch_id, count)]
+    assert import_ctx.warehouse.slice_owner("acme", source_scope(folder)) == outcome.batch_id
+    # Types arrive typed: timestamps with zone, doubles, NULL drivers.
+    row = curated(
+        database_url,
+        "SELECT started_at, distance_km, driver_id FROM curated.fleet_trips WHERE trip_id = 'T0'",
+    )[0]
+    assert isinstance(row[0], dt.datetime) and row[0].utcoffset() is not None
+    assert isinstance(row[1], float) and row[2] is None
+    names = [name for name, _ in import_ctx.recorded_events]
+    assert names == ["fleet.batch.reserved", "fleet.batch.committed"]
+
+
+def test_reload_replaces_only_its_own_slice_and_reuses_the_cache(
+    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    other_day = today_folder(landing_bucket, "acme", dt.date(2026, 7, 23))
+    globex_folder = today_folder(landing_bucket, "globex")
+    for target in (folder, other_day, globex_folder):
+        upload(s3, target, fleet_delivery(trips=100, fuel=10, vehicles=5))
+    first = import_folder(import_ctx, ACME, folder, "d1")
+    day2 = import_folder(import_ctx, ACME, other_day, "d1")
+    globex = import_folder(import_ctx, GLOBEX, globex_folder, "d1")
+    assert first.summary["cache_hits"] == 0
+
+    again = import_folder(import_ctx, ACME, folder, "d2")
+    assert isinstance(again, Committed) and again.batch_id != first.batch_id
+    assert again.summary["cache_hits"] == len(again.summary["files"]) == 4
+    assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(again.batch_id, 100)]
+    assert slice_rows(database_url, "fleet_trips", "acme", other_day) == [(day2.batch_id, 100)]
+    assert slice_rows(database_url, "fleet_trips", "globex", globex_folder) == [
+        (globex.batch_id, 100)
+    ]
+
+    # A changed file is parsed again; unchanged ones still come from the cache.
+    bucket, prefix = split_folder(folder)
+    changed = csv_bytes(trips_table(60, start=1000, vehicles=5))
+    put_objects(s3, bucket, {prefix + "trips-1.csv": changed})
+    third = import_folder(import_ctx, ACME, folder, "d3")
+    assert isinstance(third, Committed), third
+    assert third.row_counts["trips"] == 110
+    hits = {f["key"].rsplit("/", 1)[1]: f["cache_hit"] for f in third.summary["files"]}
+    assert hits == {
+        "vehicles.csv": True,
+        "trips-1.csv": False,
+        "trips-2.csv.gz": True,
+        "fuel_transactions.parquet": True,
+    }
+
+
+def test_bad_rows_become_rejects_with_file_line_and_column(
+    import_ctx: ImportContext, s3, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=400, bad_rows=True))
+    outcome = import_folder(import_ctx, ACME, folder, "d1")
+    assert isinstance(outcome, Committed), outcome
+    assert outcome.row_counts["trips"] == 400
+    rejects = import_ctx.repo.get(outcome.batch_id).details["rejects"]
+    assert rejects["count"] == 3
+    sample = {(r["line"], r["column"]) for r in rejects["sample"]}
+    # trips-1.csv holds a header and 200 good rows; the bad ones follow.
+    assert sample == {(202, "started_at"), (203, "distance_km"), (204, "status")}
+    assert all(r["file"].endswith("/trips-1.csv") for r in rejects["sample"])
+    assert rejects["uri"].startswith("s3://")
+
+
+def test_duplicate_keys_across_files_are_rejected_not_deduplicated(
+    import_ctx: ImportContext, s3, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=400)
+    header, first_row = files["trips-1.csv"].split(b"\n")[:2]
+    files["trips-3.csv"] = header + b"\n" + first_row + b"\n"
+    upload(s3, folder, files)
+    outcome = import_folder(import_ctx, ACME, folder, "d1")
+    assert isinstance(outcome, Committed), outcome
+    assert outcome.row_counts["trips"] == 399  # both copies of T0 are out
+    rejects = import_ctx.repo.get(outcome.batch_id).details["rejects"]
+    assert rejects["count"] == 2
+    assert all("duplicate" in r["reason"] for r in rejects["sample"])
+
+
+@pytest.mark.parametrize(
+    ("breakage", "message"),
+    [
+        ("empty", "empty"),
+        ("no_vehicles", "vehicles"),
+        ("bad_header", "missing"),
+        ("zero_bytes", "trips-1.csv"),
+        ("too_many_rejects", "reject"),
+        ("not_parquet", "fuel_transactions.parquet"),
+    ],
+)
+def test_bad_deliveries_fail_before_commit_and_keep_the_old_slice(
+    import_ctx: ImportContext,
+    s3,
+    landing_bucket: str,
+    database_url: str,
+    breakage: str,
+    message: str,
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    good = None
+    if breakage != "empty":
+        upload(s3, folder, fleet_delivery(trips=100))
+        good = import_folder(import_ctx, ACME, folder, "d0-loaded")
+        assert isinstance(good, Committed)
+    files = fleet_delivery(trips=100)
+    bucket, prefix = split_folder(folder)
+    if breakage == "empty":
+        files = {}
+    elif breakage == "no_vehicles":
+        s3.delete_object(Bucket=bucket, Key=prefix + "vehicles.csv")
+        files.pop("vehicles.csv")
+    elif breakage == "bad_header":
+        files["trips-1.csv"] = files["trips-1.csv"].replace(
+            b'"distance_km"', b'"distance_miles"', 1
+        )
+    elif breakage == "zero_bytes":
+        files["trips-1.csv"] = b""
+    elif breakage == "too_many_rejects":
+        files["trips-1.csv"] = files["trips-1.csv"].replace(b"completed", b"exploded")
+    elif breakage == "not_parquet":
+        files["fuel_transactions.parquet"] = b"this is not parquet at all"
+    upload(s3, folder, files)
+    outcome = import_folder(import_ctx, ACME, folder, "d1")
+    assert isinstance(outcome, Failed), outcome
+    assert outcome.kind == FailureKind.FAILED_PRE_COMMIT
+    assert message in outcome.error
+    batch = import_ctx.repo.get(outcome.batch_id)
+    assert batch.status == BatchStatus.FAILED
+    assert batch.details["failure"]["kind"] == "failed_pre_commit"
+    assert message in batch.details["failure"]["error"]
+    if good is not None:
+        assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(good.batch_id, 100)]
+    # The scope is free again.
+    assert import_ctx.repo.list(status="running") == []
+
+
+def test_busy_scope_is_skipped_and_a_held_lease_is_not_claimed(
+    import_ctx: ImportContext, s3, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=10))
+    holder = import_ctx.repo.reserve(ACME, source_scope(folder), "d1").batch
+    import_ctx.repo.acquire_lease(holder.id, "someone-else", 60)
+    assert import_folder(import_ctx, ACME, folder, "d2") == Skipped(source_scope(folder), holder.id)
+    outcome = import_folder(import_ctx, ACME, folder, "d1")
+    assert isinstance(outcome, NotClaimed) and outcome.holder == "someone-else"
+    assert import_ctx.repo.get(holder.id).details["phase"] == "reserved"
+
+
+def test_invalid_input_writes_nothing(import_ctx: ImportContext) -> None:
+    from fleet_import.errors import InvalidInput
+
+    with pytest.raises(InvalidInput):
+        import_folder(import_ctx, ACME, "s3://fleet-landing/acme/../globex/", "d1")
+    assert import_ctx.repo.list() == []

@@ -1,0 +1,104 @@
+"""Real process deaths at the riskiest points of the data path, then a rerun."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fleet_import.batches import BatchStatus
+from fleet_import.pipeline import Committed, ImportContext, NotClaimed, import_folder
+from fleet_import.sample_data import fleet_delivery, today_folder
+from fleet_import.scope import Tenant, source_scope
+from fleet_import.warehouse import PostgresWarehouse
+from tests.test_pipeline import slice_rows, upload
+
+ACME = Tenant.named("acme")
+_KILLED = 86
+_CHILD_TTL = 1.5
+
+
+def run_child(
+    failpoint: str,
+    ctx: ImportContext,
+    database_url: str,
+    endpoint: str,
+    staging_bucket: str,
+    folder: str,
+    key: str,
+    workdir,
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "FLEET_FAILPOINTS": failpoint}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.import_child",
+            database_url,
+            endpoint,
+            f"s3://{staging_bucket}/stage/",
+            "acme",
+            folder,
+            key,
+            str(_CHILD_TTL),
+            str(workdir),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "failpoint", ["after_warehouse_commit", "after_normalized_file", "after_lease"]
+)
+def test_rerun_after_a_kill_finishes_the_same_batch(
+    import_ctx: ImportContext,
+    s3,
+    moto_endpoint: str,
+    landing_bucket: str,
+    staging_bucket: str,
+    database_url: str,
+    tmp_path,
+    failpoint: str,
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=120, fuel=30, vehicles=10))
+    child = run_child(
+        failpoint,
+        import_ctx,
+        database_url,
+        moto_endpoint,
+        staging_bucket,
+        folder,
+        "d1",
+        tmp_path / "child",
+    )
+    assert child.returncode == _KILLED, child.stderr
+    (batch,) = import_ctx.repo.list()
+    assert batch.status == BatchStatus.RUNNING and not batch.details["redshift_committed"]
+
+    # The dead worker's lease is still live: a duplicate delivery must not claim it.
+    assert isinstance(import_folder(import_ctx, ACME, folder, "d1"), NotClaimed)
+    time.sleep(_CHILD_TTL + 0.2)
+
+    warehouse = PostgresWarehouse(database_url)
+    import_ctx.warehouse = warehouse
+    outcome = import_folder(import_ctx, ACME, folder, "d1")
+    assert isinstance(outcome, Committed), outcome
+    assert outcome.batch_id == batch.id
+    assert import_ctx.repo.get(batch.id).status == BatchStatus.SUCCEEDED
+    assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(batch.id, 120)]
+    if failpoint == "after_warehouse_commit":
+        # The slice was already stamped: only the operational record was redone.
+        assert outcome.recovered and warehouse.copies == 0
+        assert outcome.row_counts == {"vehicles": 10, "trips": 120, "fuel_transactions": 30}
+    else:
+        assert not outcome.recovered and warehouse.copies > 0
+    assert warehouse.slice_owner("acme", source_scope(folder)) == batch.id
+    assert import_ctx.repo.list(status="running") == []
