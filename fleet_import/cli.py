@@ -25,7 +25,10 @@ err_console = Console(stderr=True)
 DatabaseOption = Annotated[
     str | None,
     typer.Option(
-        "--database-url", envvar="FLEET_DATABASE_URL", help="operational PostgreSQL URL", show_envvar=True
+        "--database-url",
+        envvar="FLEET_DATABASE_URL",
+        help="operational PostgreSQL URL",
+        show_envvar=True,
     ),
 ]
 
@@ -53,7 +56,9 @@ def db_upgrade(
     try:
         migrate.upgrade(url, revision)
     except SQLAlchemyError as exc:
-        raise _fail(f"migration failed: {type(exc).__name__}: {getattr(exc, 'orig', exc)}") from None
+        raise _fail(
+            f"migration failed: {type(exc).__name__}: {getattr(exc, 'orig', exc)}"
+        ) from None
     console.print(f"operational database at revision {migrate.current(url)}")
 
 

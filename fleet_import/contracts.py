@@ -136,7 +136,10 @@ class DatasetContract:
         )
 
     def matches(self, file_name: str) -> bool:
-        return fnmatch.fnmatchcase(file_name, self.file_glob) and file_format(file_name) in self.formats
+        return (
+            fnmatch.fnmatchcase(file_name, self.file_glob)
+            and file_format(file_name) in self.formats
+        )
 
 
 def file_format(file_name: str) -> FileFormat | None:
@@ -185,7 +188,9 @@ def contract_from_dict(raw: Mapping[str, Any]) -> DatasetContract:
         )
         return DatasetContract(**{**raw, "columns": columns})
     except (KeyError, TypeError) as exc:
-        raise ContractError(f"dataset definition {raw.get('name', '?')!r} is invalid: {exc}") from None
+        raise ContractError(
+            f"dataset definition {raw.get('name', '?')!r} is invalid: {exc}"
+        ) from None
 
 
 def load_contracts(spec: str) -> list[DatasetContract]:
@@ -257,7 +262,9 @@ TRIPS = DatasetContract(
         Column("distance_km", "float64", min_value=0),
         Column("start_odometer_km", "float64", min_value=0),
         Column("end_odometer_km", "float64", min_value=0),
-        Column("status", "string", nullable=False, allowed=("completed", "cancelled", "in_progress")),
+        Column(
+            "status", "string", nullable=False, allowed=("completed", "cancelled", "in_progress")
+        ),
     ),
 )
 

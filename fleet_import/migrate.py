@@ -14,7 +14,9 @@ _REPO = Path(__file__).resolve().parent.parent
 def alembic_config(database_url: str) -> Config:
     ini = _REPO / "alembic.ini"
     if not ini.is_file():
-        raise FileNotFoundError(f"alembic.ini not found at {ini}; run from a checkout of fleet-import")
+        raise FileNotFoundError(
+            f"alembic.ini not found at {ini}; run from a checkout of fleet-import"
+        )
     config = Config(str(ini))
     config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
     return config

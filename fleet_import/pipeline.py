@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from fleet_import import failpoints
 from fleet_import.batches import (
     BatchNotRunning,
@@ -233,7 +235,11 @@ def run_leased_batch(
         manifest = discover_step(ctx, batch_id, scope, owner)
         heartbeat.check()
         entries = normalize_step(ctx, batch_id, manifest, heartbeat)
+        # Arrow's allocator keeps freed pages for reuse; each phase that follows allocates
+        # differently, so hand them back and keep the peak bounded by batch size.
+        pa.default_memory_pool().release_unused()
         loads, summary = reject_step(ctx, tenant, batch_id, owner, entries)
+        pa.default_memory_pool().release_unused()
         summary["seconds"] = {"prepare": round(time.monotonic() - started, 3)}
         heartbeat.renew_now()
     except LeaseLost:

@@ -35,7 +35,9 @@ class StagingArea:
 
     def put_file(self, local: Path, name: str) -> str:
         if self._is_s3:
-            self._call("upload", self._s3.upload_file, str(local), self._bucket, self._prefix + name)
+            self._call(
+                "upload", self._s3.upload_file, str(local), self._bucket, self._prefix + name
+            )
         else:
             target = self._root / name
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -46,7 +48,9 @@ class StagingArea:
         """Copy a staged object to `local`; StagingError if it is gone."""
         local.parent.mkdir(parents=True, exist_ok=True)
         if self._is_s3:
-            self._call("download", self._s3.download_file, self._bucket, self._prefix + name, str(local))
+            self._call(
+                "download", self._s3.download_file, self._bucket, self._prefix + name, str(local)
+            )
         else:
             source = self._root / name
             if not source.is_file():
@@ -58,8 +62,12 @@ class StagingArea:
         if self._is_s3:
             for start in range(0, len(names), 1000):
                 chunk = [{"Key": self._prefix + n} for n in names[start : start + 1000]]
-                self._call("delete", self._s3.delete_objects, Bucket=self._bucket,
-                           Delete={"Objects": chunk, "Quiet": True})
+                self._call(
+                    "delete",
+                    self._s3.delete_objects,
+                    Bucket=self._bucket,
+                    Delete={"Objects": chunk, "Quiet": True},
+                )
         else:
             for name in names:
                 (self._root / name).unlink(missing_ok=True)
@@ -75,4 +83,6 @@ class StagingArea:
                 raise StagingError(f"staging {what} failed in {self._uri}: {code}") from None
             raise TransientError(f"staging {what} failed in {self._uri}: {code}") from None
         except BotoCoreError as exc:
-            raise TransientError(f"staging {what} failed in {self._uri}: {type(exc).__name__}") from None
+            raise TransientError(
+                f"staging {what} failed in {self._uri}: {type(exc).__name__}"
+            ) from None

@@ -46,7 +46,10 @@ def _acquire(url: str, barrier, batch_id: str, owner: str, ttl: float, out) -> N
 def _run_all(target, args_list: list[tuple], parties: int) -> list[tuple]:
     barrier = _FORK.Barrier(parties)
     out = _FORK.Queue()
-    processes = [_FORK.Process(target=target, args=(*args[:1], barrier, *args[1:], out)) for args in args_list]
+    processes = [
+        _FORK.Process(target=target, args=(*args[:1], barrier, *args[1:], out))
+        for args in args_list
+    ]
     for process in processes:
         process.start()
     results = [out.get(timeout=60) for _ in processes]
@@ -73,7 +76,12 @@ def test_32_processes_race_one_scope(database_url: str) -> None:
 @pytest.mark.slow
 def test_different_folders_and_tenants_never_conflict(database_url: str) -> None:
     contenders = [
-        (database_url, tenant, f"s3://fleet-landing/{tenant}/fleet/2026-07-{day:02d}/", f"{tenant}-{day}")
+        (
+            database_url,
+            tenant,
+            f"s3://fleet-landing/{tenant}/fleet/2026-07-{day:02d}/",
+            f"{tenant}-{day}",
+        )
         for tenant in ("acme", "globex", "initech", "umbrella")
         for day in range(1, 9)
     ]
@@ -136,7 +144,9 @@ def test_live_renewed_lease_is_never_taken(database_url: str) -> None:
     out = _FORK.Queue()
     processes = [_FORK.Process(target=_renew_for, args=(database_url, barrier, batch_id, 2.5, out))]
     processes += [
-        _FORK.Process(target=_contend_for, args=(database_url, barrier, batch_id, f"c{i}", 2.0, out))
+        _FORK.Process(
+            target=_contend_for, args=(database_url, barrier, batch_id, f"c{i}", 2.0, out)
+        )
         for i in range(8)
     ]
     for process in processes:

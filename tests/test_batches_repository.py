@@ -36,7 +36,9 @@ def reserve_new(repo: BatchRepository, tenant: Tenant, scope: str = SCOPE, key: 
     return outcome.batch
 
 
-def committed_then_failed(repo: BatchRepository, tenant: Tenant, scope: str = SCOPE, key: str = "d1"):
+def committed_then_failed(
+    repo: BatchRepository, tenant: Tenant, scope: str = SCOPE, key: str = "d1"
+):
     """A batch whose slice committed but whose publication failed: resumable."""
     batch = reserve_new(repo, tenant, scope, key)
     assert isinstance(repo.acquire_lease(batch.id, "w1", 60), LeaseAcquired)
@@ -93,7 +95,9 @@ def test_finished_batches_free_the_scope(repo: BatchRepository, acme: Tenant, en
     assert second.id != batch.id
 
 
-def test_enqueue_failure_frees_the_scope_without_a_lease(repo: BatchRepository, acme: Tenant) -> None:
+def test_enqueue_failure_frees_the_scope_without_a_lease(
+    repo: BatchRepository, acme: Tenant
+) -> None:
     batch = reserve_new(repo, acme)
     failed = repo.mark_failed(batch.id, None, FailureKind.ENQUEUE_FAILED, "deployment not found")
     assert failed.status == BatchStatus.FAILED
@@ -249,7 +253,9 @@ def test_valid_resume_reacquires_the_scope(repo: BatchRepository, acme: Tenant) 
 def test_resume_conflicts_with_a_newer_running_batch(repo: BatchRepository, acme: Tenant) -> None:
     batch = committed_then_failed(repo, acme)
     newer = reserve_new(repo, acme, key="d2")
-    assert repo.resume_publication(batch.id, SourceType.FLEET_S3, SCOPE) == ScopeBusy(newer.id, "d2")
+    assert repo.resume_publication(batch.id, SourceType.FLEET_S3, SCOPE) == ScopeBusy(
+        newer.id, "d2"
+    )
     assert repo.get(batch.id).status == BatchStatus.FAILED
 
 
@@ -284,7 +290,7 @@ def test_resume_refusals(
         patch = {
             "superseded": "jsonb_build_object('superseded_by', gen_random_uuid()::text)",
             "expired": "'{\"publication_expired\": true}'::jsonb",
-            "published": "'{\"phase\": \"published\"}'::jsonb",
+            "published": '\'{"phase": "published"}\'::jsonb',
             "garbled": "'{\"version\": 7}'::jsonb",
         }.get(setup)
         if patch:

@@ -30,7 +30,9 @@ def test_db_upgrade_then_batches_list(empty_database_url: str) -> None:
 
     repo = BatchRepository(empty_database_url)
     acme = repo.reserve(Tenant.named("acme"), source_scope("s3://fleet-landing/acme/a/"), "d1")
-    globex = repo.reserve(Tenant.named("globex"), source_scope("s3://fleet-landing/globex/a/"), "d1")
+    globex = repo.reserve(
+        Tenant.named("globex"), source_scope("s3://fleet-landing/globex/a/"), "d1"
+    )
     repo.mark_failed(globex.batch.id, None, FailureKind.ENQUEUE_FAILED, "no worker")
 
     listed = run_cli("batches", "list", database_url=empty_database_url)

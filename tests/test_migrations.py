@@ -69,7 +69,10 @@ def test_upgrade_keeps_existing_date_scoped_batches(empty_database_url: str) -> 
     repo = BatchRepository(url)
     outcome = repo.reserve(Tenant.named("acme"), source_scope("s3://b-1/acme/x/"), "d1")
     assert isinstance(outcome, Reserved)
-    assert {b.status for b in repo.list(tenant="acme")} == {BatchStatus.RUNNING, BatchStatus.SUCCEEDED}
+    assert {b.status for b in repo.list(tenant="acme")} == {
+        BatchStatus.RUNNING,
+        BatchStatus.SUCCEEDED,
+    }
 
 
 def test_date_scoped_current_rule_is_unchanged(database_url: str) -> None:
@@ -92,8 +95,9 @@ def test_date_scoped_current_rule_is_unchanged(database_url: str) -> None:
 
 
 def test_fleet_batches_are_never_date_scoped(database_url: str) -> None:
-    with psycopg.connect(libpq_url(database_url)) as conn, pytest.raises(
-        psycopg.errors.CheckViolation
+    with (
+        psycopg.connect(libpq_url(database_url)) as conn,
+        pytest.raises(psycopg.errors.CheckViolation),
     ):
         conn.execute(
             "INSERT INTO ingestion_batches (id, tenant_id, company_id, tenant_database, mode, "

@@ -1,0 +1,379 @@
+"""Source files to typed Parquet per dataset contract, with a reject for every bad row.
+
+Streaming: memory follows `batch_rows`, not the file size. Readers (normalize_readers,
+normalize_csv) yield raw batches with their source lines; normalize_rows types them with
+vectorised Arrow kernels. This module writes the output and judges a delivery as a whole:
+duplicate natural keys across its files, and the share of rejected rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from contextlib import closing
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from fleet_import.contracts import DatasetContract, FileFormat
+from fleet_import.errors import PreCommitError
+from fleet_import.normalize_readers import read_batches
+from fleet_import.normalize_rows import (
+    SOURCE_LINE_COLUMN,
+    FileRejected,
+    Reject,
+    convert_batch,
+    output_schema,
+)
+
+__all__ = [
+    "DEFAULT_BATCH_ROWS",
+    "SOURCE_LINE_COLUMN",
+    "FileRejected",
+    "NormalizedFile",
+    "Reject",
+    "RejectRatioExceeded",
+    "check_reject_ratio",
+    "find_duplicate_keys",
+    "normalize_file",
+    "output_schema",
+    "summarize_rejects",
+    "write_rejects",
+]
+
+DEFAULT_BATCH_ROWS = 65_536
+# Snappy: what every Parquet consumer (Redshift COPY and Spectrum included) reads.
+_COMPRESSION = "snappy"
+_PARTIAL_SUFFIX = ".partial"
+_REJECT_FIELDS = ("file", "line", "column", "reason", "value")
+_DUPLICATE_REASON = "duplicate natural key"
+# (file index << _FILE_SHIFT) | line orders rows of a delivery in one int64.
+_FILE_SHIFT = 40
+
+
+class RejectRatioExceeded(PreCommitError):
+    """Too many rows of a dataset were rejected to load the delivery."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        dataset: str | None = None,
+        ratio: float | None = None,
+        limit: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.dataset = dataset
+        self.ratio = ratio
+        self.limit = limit
+
+
+@dataclass
+class NormalizedFile:
+    """One source file, typed: what to load (`parquet_path`) and what was left out."""
+
+    source_key: str
+    dataset: str
+    parquet_path: Path
+    row_count: int
+    reject_count: int
+    rejects: list[Reject]
+
+
+def normalize_file(
+    source: str | Path | BinaryIO,
+    *,
+    source_key: str,
+    fmt: FileFormat,
+    contract: DatasetContract,
+    out_path: Path,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+) -> NormalizedFile:
+    """Type one source file into `out_path` (contract columns, then `_source_line`).
+
+    The output appears only when the whole file was read: a FileRejected midway (say a
+    truncated gzip) leaves nothing behind that a cache could mistake for a result.
+    """
+    if batch_rows < 1:
+        raise ValueError("batch_rows must be positive")
+    out_path = Path(out_path)
+    partial = out_path.with_name(out_path.name + _PARTIAL_SUFFIX)
+    schema = output_schema(contract)
+    rejects: list[Reject] = []
+    try:
+        batches = read_batches(
+            source, fmt=fmt, source_key=source_key, contract=contract, batch_rows=batch_rows
+        )
+        with (
+            closing(batches),
+            pq.ParquetWriter(
+                partial,
+                schema,
+                compression=_COMPRESSION,
+                # Dictionaries pay off for repetitive text only; for numbers and
+                # timestamps they cost most of the write time and grow the file.
+                use_dictionary=[c.name for c in contract.columns if c.type == "string"],
+            ) as writer,
+            # Exits first, so a write still in flight ends before the writer closes.
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="normalize-write") as executor,
+        ):
+            groups = _RowGroups(writer, schema, batch_rows, executor)
+            for batch in batches:
+                accepted, batch_rejects = convert_batch(batch, contract, source_key)
+                rejects.extend(batch_rejects)
+                groups.add(accepted)
+            row_count = groups.close()
+        os.replace(partial, out_path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    rejects.sort(key=lambda reject: reject.line or 0)
+    return NormalizedFile(
+        source_key=source_key,
+        dataset=contract.name,
+        parquet_path=out_path,
+        row_count=row_count,
+        reject_count=len(rejects),
+        rejects=rejects,
+    )
+
+
+class _RowGroups:
+    """Buffers typed batches so that every row group but the last holds batch_rows rows.
+
+    Each row group is written on a helper thread (Arrow releases the GIL) while the next
+    one is read and typed; at most one is in flight, so memory stays bounded.
+    """
+
+    def __init__(
+        self, writer: pq.ParquetWriter, schema: pa.Schema, rows: int, executor: Executor
+    ) -> None:
+        self._writer = writer
+        self._schema = schema
+        self._rows = rows
+        self._executor = executor
+        self._in_flight: Future[None] | None = None
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+        self.written = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if not batch.num_rows:
+            return
+        self._pending.append(batch)
+        self._pending_rows += batch.num_rows
+        while self._pending_rows >= self._rows:
+            self._write(self._rows)
+
+    def close(self) -> int:
+        if self._pending_rows:
+            self._write(self._pending_rows)
+        self._wait()
+        return self.written
+
+    def _write(self, count: int) -> None:
+        table = pa.Table.from_batches(self._pending, schema=self._schema)
+        self._wait()
+        self._in_flight = self._executor.submit(
+            self._writer.write_table, table.slice(0, count), row_group_size=count
+        )
+        rest = table.slice(count)
+        self._pending = rest.to_batches()
+        self._pending_rows = rest.num_rows
+        self.written += count
+
+    def _wait(self) -> None:
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            in_flight.result()
+
+
+def find_duplicate_keys(files: Sequence[NormalizedFile], contract: DatasetContract) -> list[Reject]:
+    """Every row whose natural key occurs more than once in the delivery, each naming
+    another place the key occurs.
+
+    Memory matters here (a delivery can hold millions of keys): a first pass keeps only a
+    64-bit hash per row, and only rows whose hash repeats are read again and compared
+    exactly, so a collision never makes a false reject."""
+    keys = list(contract.natural_key)
+    if not keys or not files:
+        return []
+    hashes = [_key_hashes(_read_keys(normalized, keys)[0], keys) for normalized in files]
+    repeated = _repeated_values(np.concatenate(hashes)) if hashes else np.empty(0, np.uint64)
+    if not repeated.size:
+        return []
+    key_schema = pa.schema([contract.arrow_schema.field(key).with_nullable(True) for key in keys])
+    tables = []
+    for index, (normalized, file_hashes) in enumerate(zip(files, hashes, strict=True)):
+        candidates = np.isin(file_hashes, repeated)
+        if not candidates.any():
+            continue
+        table, lines = _read_keys(normalized, keys)
+        table = table.filter(pa.array(candidates))
+        position = pc.add(lines.filter(pa.array(candidates)), pa.scalar(index << _FILE_SHIFT))
+        tables.append(table.cast(key_schema).append_column("_position", position))
+    del hashes
+    rows = pa.concat_tables(tables)
+    for key in keys:  # as in SQL, a missing key equals nothing
+        if rows.column(key).null_count:
+            rows = rows.filter(rows.column(key).is_valid())
+    counts = rows.group_by(keys).aggregate([("_position", "count"), ("_position", "min")])
+    repeated_keys = counts.filter(pc.greater(counts.column("_position_count"), 1))
+    if not repeated_keys.num_rows:
+        return []
+    rows = rows.join(repeated_keys, keys=keys, join_type="inner")
+    is_first = pc.equal(rows.column("_position"), rows.column("_position_min"))
+    later = rows.filter(pc.invert(is_first)).group_by(keys).aggregate([("_position", "min")])
+    later = later.rename_columns([*keys, "_second"])
+    rows = rows.join(later, keys=keys, join_type="inner")
+    is_first = pc.equal(rows.column("_position"), rows.column("_position_min"))
+    other = pc.if_else(is_first, rows.column("_second"), rows.column("_position_min"))
+    rows = rows.append_column("_other", other).sort_by("_position").combine_chunks()
+    return _duplicate_rejects(rows, keys, [normalized.source_key for normalized in files])
+
+
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+# A key with a NULL part equals nothing (as in SQL): it gets a hash no other row shares.
+_NULL_HASH_BASE = np.uint64(1 << 63)
+
+
+def _read_keys(normalized: NormalizedFile, keys: list[str]) -> tuple[pa.Table, pa.ChunkedArray]:
+    table = pq.read_table(normalized.parquet_path, columns=[*keys, SOURCE_LINE_COLUMN])
+    return table.select(keys), table.column(SOURCE_LINE_COLUMN)
+
+
+def _key_hashes(table: pa.Table, keys: list[str]) -> np.ndarray:
+    """FNV-1a over each key's text, vectorised by byte position (keys are short)."""
+    combined = np.full(table.num_rows, _FNV_OFFSET, dtype=np.uint64)
+    null = np.zeros(table.num_rows, dtype=bool)
+    for key in keys:
+        column = pc.cast(table.column(key), pa.large_string()).combine_chunks()
+        null |= np.asarray(column.is_null())
+        offsets = np.frombuffer(column.buffers()[1], dtype=np.int64)[
+            column.offset : column.offset + len(column) + 1
+        ]
+        data = column.buffers()[2]
+        data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.empty(0, np.uint8)
+        starts, lengths = offsets[:-1], np.diff(offsets)
+        value = np.full(len(column), _FNV_OFFSET, dtype=np.uint64)
+        rows = np.arange(len(column))
+        for position in range(int(lengths.max(initial=0))):
+            rows = rows[lengths[rows] > position]
+            value[rows] ^= data[starts[rows] + position].astype(np.uint64)
+            value[rows] *= _FNV_PRIME
+        combined = (combined ^ value) * _FNV_PRIME ^ lengths.astype(np.uint64)
+    combined[null] = _NULL_HASH_BASE + np.nonzero(null)[0].astype(np.uint64)
+    return combined
+
+
+def _repeated_values(values: np.ndarray) -> np.ndarray:
+    ordered = np.sort(values)
+    same = ordered[1:] == ordered[:-1]
+    return np.unique(ordered[1:][same])
+
+
+def _duplicate_rejects(rows: pa.Table, keys: list[str], source_keys: list[str]) -> list[Reject]:
+    """Reasons are assembled by Arrow: a delivery holding a file twice makes millions."""
+    names = pa.array(source_keys, pa.string())
+    line_bits = pa.scalar((1 << _FILE_SHIFT) - 1, pa.int64())
+    shift = pa.scalar(_FILE_SHIFT, pa.int64())
+
+    def file_of(position: pa.Array) -> pa.Array:
+        return names.take(pc.shift_right(position, shift))
+
+    def line_of(position: pa.Array) -> pa.Array:
+        return pc.bit_wise_and(position, line_bits)
+
+    texts = [pc.cast(rows.column(key), pa.string()) for key in keys]
+    shown = pc.binary_join_element_wise(
+        *[
+            pc.binary_join_element_wise(f"{key}='", text, "'", "")
+            for key, text in zip(keys, texts, strict=True)
+        ],
+        ", ",
+    )
+    count = rows.column("_position_count")
+    extra = pc.cast(pc.subtract(count, 2), pa.string())
+    more = pc.if_else(
+        pc.greater(count, 2), pc.binary_join_element_wise(" and ", extra, " more", ""), ""
+    )
+    other = rows.column("_other")
+    reasons = pc.binary_join_element_wise(
+        f"{_DUPLICATE_REASON} ",
+        shown,
+        " (also at ",
+        file_of(other),
+        " line ",
+        pc.cast(line_of(other), pa.string()),
+        more,
+        ")",
+        "",
+    )
+    values = pc.binary_join_element_wise(*texts, ", ")
+    position = rows.column("_position")
+    column = ",".join(keys)
+    return [
+        Reject(source_key, line, column, reason, value)
+        for source_key, line, reason, value in zip(
+            file_of(position).to_pylist(),
+            line_of(position).to_pylist(),
+            reasons.to_pylist(),
+            values.to_pylist(),
+            strict=True,
+        )
+    ]
+
+
+def check_reject_ratio(contract: DatasetContract, accepted_rows: int, rejected_rows: int) -> None:
+    """Fail the delivery when the dataset's rejected share exceeds its contract's limit."""
+    total = accepted_rows + rejected_rows
+    if not total:
+        return
+    ratio = rejected_rows / total
+    limit = contract.max_reject_ratio
+    if ratio > limit:
+        raise RejectRatioExceeded(
+            f"dataset {contract.name!r}: {rejected_rows} of {total} rows rejected "
+            f"({ratio:.2%}), above the limit of {limit:.2%}",
+            dataset=contract.name,
+            ratio=ratio,
+            limit=limit,
+        )
+
+
+def write_rejects(rejects: Iterable[Reject], path: Path) -> int:
+    """All rejects as CSV (file,line,column,reason,value), for people to read; the count."""
+    count = 0
+    with Path(path).open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(_REJECT_FIELDS)
+        for reject in rejects:
+            values = (getattr(reject, name) for name in _REJECT_FIELDS)
+            writer.writerow(["" if value is None else value for value in values])
+            count += 1
+    return count
+
+
+def summarize_rejects(rejects: Sequence[Reject], sample: int = 20) -> dict[str, Any]:
+    """A small JSON-able digest for batch details and UI artifacts."""
+    return {
+        "count": len(rejects),
+        "by_reason": dict(Counter(_reason_kind(r.reason) for r in rejects).most_common()),
+        "by_file": dict(Counter(r.file for r in rejects).most_common()),
+        "by_column": dict(Counter(r.column or "" for r in rejects).most_common()),
+        "sample": [asdict(reject) for reject in rejects[:sample]],
+    }
+
+
+def _reason_kind(reason: str) -> str:
+    """Reasons without the per-row detail, so that counting them stays bounded."""
+    return _DUPLICATE_REASON if reason.startswith(_DUPLICATE_REASON) else reason
