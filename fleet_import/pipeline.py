@@ -213,24 +213,9 @@ def run_leased_batch(
     heartbeat: Heartbeat,
 ) -> ImportOutcome:
     """Steps 3-6 for a batch whose lease we hold."""
-    batch = ctx.repo.get(batch_id)
-    assert batch is not None
-    details = batch.parsed_details
-    if details.redshift_committed:
-        return Committed(
-            batch_id, scope, dict(details.row_counts), batch.details.get("summary", {})
-        )
-    if ctx.warehouse.slice_owner(tenant.tenant_id, scope) == batch_id:
-        return record_commit(
-            ctx,
-            batch_id,
-            scope,
-            owner,
-            recovered=True,
-            row_counts=ctx.warehouse.slice_counts(tenant.tenant_id, scope),
-            summary={"recovered_from_stamp": True},
-        )
-    started = time.monotonic()
+    recovered = recover_committed(ctx, tenant, batch_id, scope, owner)
+    if recovered is not None:
+        return recovered
     try:
         manifest = discover_step(ctx, batch_id, scope, owner)
         heartbeat.check()
@@ -240,13 +225,36 @@ def run_leased_batch(
         pa.default_memory_pool().release_unused()
         loads, summary = reject_step(ctx, tenant, batch_id, owner, entries)
         pa.default_memory_pool().release_unused()
-        summary["seconds"] = {"prepare": round(time.monotonic() - started, 3)}
         heartbeat.renew_now()
+        return commit_step(ctx, tenant, batch_id, scope, owner, loads, summary)
     except LeaseLost:
         raise
     except Exception as exc:  # noqa: BLE001 - every pre-commit failure fails the batch
         return fail_pre_commit(ctx, tenant, batch_id, scope, owner, exc)
-    return commit_step(ctx, tenant, batch_id, scope, owner, loads, summary)
+
+
+def recover_committed(
+    ctx: ImportContext, tenant: Tenant, batch_id: uuid.UUID, scope: str, owner: str
+) -> Committed | None:
+    """A batch continued after a death: committed already, or its slice carries its stamp
+    (died between the warehouse and the operational commit: only the record is redone)."""
+    batch = ctx.repo.get(batch_id)
+    assert batch is not None
+    details = batch.parsed_details
+    if details.redshift_committed:
+        summary = batch.details.get("summary", {})
+        return Committed(batch_id, scope, dict(details.row_counts), summary)
+    if not _stamped(ctx, tenant, scope, batch_id):
+        return None
+    return record_commit(
+        ctx,
+        batch_id,
+        scope,
+        owner,
+        recovered=True,
+        row_counts=ctx.warehouse.slice_counts(tenant.tenant_id, scope),
+        summary={**batch.details.get("summary", {}), "recovered_from_stamp": True},
+    )
 
 
 def publish_step(
@@ -453,7 +461,8 @@ def commit_step(
     owner: str,
     loads: Sequence[DatasetLoad],
     summary: dict[str, Any],
-) -> ImportOutcome:
+) -> Committed:
+    """Step 5 (one warehouse transaction) then step 6. Raises when the commit failed."""
     started = time.monotonic()
     ctx.progress(f"committing slice of {scope}", None)
     try:
@@ -464,20 +473,12 @@ def commit_step(
             datasets=loads,
             progress=lambda dataset, rows: ctx.progress(f"loaded {rows:,} {dataset} rows", None),
         )
-    except Exception as exc:  # noqa: BLE001
+    except Exception:
         # A lost COMMIT acknowledgement is the one ambiguous case: the stamp decides.
-        if _stamped(ctx, tenant, scope, batch_id):
-            commit_counts = ctx.warehouse.slice_counts(tenant.tenant_id, scope)
-            return record_commit(
-                ctx,
-                batch_id,
-                scope,
-                owner,
-                recovered=True,
-                row_counts=commit_counts,
-                summary=summary,
-            )
-        return fail_pre_commit(ctx, tenant, batch_id, scope, owner, exc)
+        recovered = recover_committed(ctx, tenant, batch_id, scope, owner)
+        if recovered is not None:
+            return recovered
+        raise
     failpoints.hit("after_warehouse_commit")
     summary.setdefault("seconds", {})["commit"] = round(time.monotonic() - started, 3)
     return record_commit(
@@ -526,6 +527,10 @@ def fail_pre_commit(
     owner: str,
     exc: BaseException,
 ) -> Failed:
+    if _stamped(ctx, tenant, scope, batch_id):
+        # The slice is ours although recording it failed: never call that pre-commit. The
+        # batch stays running; a rerun or `fleet-import resume` records it from the stamp.
+        raise exc
     error = str(exc) if isinstance(exc, PreCommitError) else f"{type(exc).__name__}: {exc}"
     log.warning("batch %s failed before commit: %s", batch_id, error)
     ctx.repo.mark_failed(batch_id, owner, FailureKind.FAILED_PRE_COMMIT, error)

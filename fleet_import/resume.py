@@ -17,7 +17,6 @@ from fleet_import.batches import (
 from fleet_import.batches.outbox import OutboxRepository
 from fleet_import.heartbeat import Heartbeat
 from fleet_import.pipeline import (
-    Committed,
     Failed,
     ImportContext,
     ImportOutcome,
@@ -26,9 +25,10 @@ from fleet_import.pipeline import (
     Skipped,
     new_owner,
     publish_step,
-    record_commit,
+    recover_committed,
     release_lease_quietly,
 )
+from fleet_import.scope import Tenant
 
 
 def resume_batch(
@@ -78,18 +78,8 @@ def _finish(
         outbox.mark_publication_expired(batch_id, owner, error)
         return Failed(batch_id, FailureKind.FAILED_PUBLICATION, error)
     if details.redshift_committed:
-        committed = Committed(
-            batch_id, scope, dict(details.row_counts), batch.details.get("summary", {})
-        )
-        outbox.reopen_dead_steps(batch_id)
-    else:  # died between the warehouse commit and the operational commit
-        committed = record_commit(
-            ctx,
-            batch_id,
-            scope,
-            owner,
-            recovered=True,
-            row_counts=ctx.warehouse.slice_counts(batch.tenant_id, scope),
-            summary={"recovered_from_stamp": True},
-        )
+        outbox.reopen_dead_steps(batch_id)  # an explicit resume gives dead steps new attempts
+    tenant = Tenant(batch.tenant_id, batch.company_id, batch.tenant_database)
+    committed = recover_committed(ctx, tenant, batch_id, scope, owner)
+    assert committed is not None  # stamped with this batch, checked above
     return publish_step(ctx, committed, owner, heartbeat)

@@ -92,3 +92,26 @@ def import_ctx(repo, warehouse, s3, staging_bucket, tmp_path):
     )
     ctx.recorded_events = events  # type: ignore[attr-defined]
     return ctx
+
+
+@pytest.fixture
+def outbox(database_url: str):
+    from fleet_import.batches.outbox import OutboxRepository
+
+    return OutboxRepository(database_url)
+
+
+@pytest.fixture
+def publishing_ctx(import_ctx, outbox):
+    """import_ctx with the default publication steps (refresh, notify, retire)."""
+    from fleet_import.publication import Publisher
+
+    import_ctx.publisher = Publisher(
+        import_ctx.repo,
+        outbox,
+        import_ctx.warehouse,
+        events=import_ctx.events,
+        staging=import_ctx.staging,
+        backoff=lambda attempts: 0.0,
+    )
+    return import_ctx

@@ -1,0 +1,139 @@
+"""Publication and resume through the core: failures are resumable without reloading."""
+
+from __future__ import annotations
+
+import time
+
+from fleet_import.batches import BatchStatus, FailureKind, NotResumable
+from fleet_import.batches.outbox import OutboxRepository
+from fleet_import.pipeline import Committed, Failed, ImportContext, import_folder
+from fleet_import.publication import Publisher
+from fleet_import.resume import resume_batch
+from fleet_import.sample_data import fleet_delivery, today_folder
+from fleet_import.scope import Tenant, source_scope
+from fleet_import.warehouse import PostgresWarehouse
+from tests.test_pipeline import slice_rows, upload
+
+ACME = Tenant.named("acme")
+
+
+def counting_warehouse(ctx: ImportContext, database_url: str) -> PostgresWarehouse:
+    """A fresh warehouse (COPY counter at zero) for both the pipeline and the publisher."""
+    warehouse = PostgresWarehouse(database_url)
+    ctx.warehouse = warehouse
+    patched_steps = ctx.publisher.steps
+    ctx.publisher = Publisher(
+        ctx.repo,
+        OutboxRepository(database_url),
+        warehouse,
+        events=ctx.events,
+        staging=ctx.staging,
+        backoff=lambda attempts: 0.0,
+    )
+    ctx.publisher.steps.update(patched_steps)  # keep a test's failing step in place
+    return warehouse
+
+
+def failing_notify(ctx: ImportContext, failures: int) -> list[str]:
+    calls: list[str] = []
+    original = ctx.publisher.steps["notify"]
+
+    def notify(step_ctx) -> None:
+        calls.append(str(step_ctx.batch.id))
+        if len(calls) <= failures:
+            raise RuntimeError("notification service is down")
+        original(step_ctx)
+
+    ctx.publisher.steps["notify"] = notify
+    return calls
+
+
+def test_import_publishes_and_supersedes_the_previous_batch(
+    publishing_ctx: ImportContext, s3, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=40))
+    first = import_folder(publishing_ctx, ACME, folder, "d1")
+    assert isinstance(first, Committed) and first.published
+    second = import_folder(publishing_ctx, ACME, folder, "d2")
+    assert isinstance(second, Committed) and second.published
+    assert publishing_ctx.repo.get(second.batch_id).status == BatchStatus.SUCCEEDED
+    assert publishing_ctx.repo.get(first.batch_id).details["superseded_by"] == str(second.batch_id)
+    names = [name for name, _ in publishing_ctx.recorded_events]
+    assert names.count("fleet.slice.published") == 2
+    assert names.count("fleet.batch.published") == 2
+
+
+def test_publication_failure_is_resumed_without_copying_a_row(
+    publishing_ctx: ImportContext, s3, landing_bucket: str, database_url: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=60))
+    calls = failing_notify(publishing_ctx, failures=1)
+    failed = import_folder(publishing_ctx, ACME, folder, "d1")
+    assert isinstance(failed, Failed) and failed.kind == FailureKind.FAILED_PUBLICATION
+    assert "notification service is down" in failed.error
+    batch = publishing_ctx.repo.get(failed.batch_id)
+    assert batch.status == BatchStatus.FAILED and batch.details["redshift_committed"]
+    assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(failed.batch_id, 60)]
+
+    warehouse = counting_warehouse(publishing_ctx, database_url)
+    resumed = resume_batch(publishing_ctx, OutboxRepository(database_url), failed.batch_id)
+    assert isinstance(resumed, Committed) and resumed.published, resumed
+    assert warehouse.copies == 0
+    assert len(calls) == 2
+    assert publishing_ctx.repo.get(failed.batch_id).status == BatchStatus.SUCCEEDED
+    assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(failed.batch_id, 60)]
+
+
+def test_resume_refuses_when_a_newer_batch_owns_the_slice(
+    publishing_ctx: ImportContext, s3, landing_bucket: str, database_url: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=30))
+    failing_notify(publishing_ctx, failures=1)
+    failed = import_folder(publishing_ctx, ACME, folder, "d1")
+    assert isinstance(failed, Failed)
+    newer = import_folder(publishing_ctx, ACME, folder, "d2")
+    assert isinstance(newer, Committed) and newer.published
+
+    outcome = resume_batch(publishing_ctx, OutboxRepository(database_url), failed.batch_id)
+    assert isinstance(outcome, Failed) and "expired" in outcome.error
+    old = publishing_ctx.repo.get(failed.batch_id)
+    assert old.status == BatchStatus.FAILED and old.details["publication_expired"] is True
+    assert publishing_ctx.warehouse.slice_owner("acme", source_scope(folder)) == newer.batch_id
+    again = resume_batch(publishing_ctx, OutboxRepository(database_url), failed.batch_id)
+    assert isinstance(again, NotResumable) and "expired" in again.reason
+
+
+def test_resume_finishes_a_batch_that_died_after_the_warehouse_commit(
+    publishing_ctx: ImportContext,
+    s3,
+    landing_bucket: str,
+    database_url: str,
+    moto_endpoint: str,
+    staging_bucket: str,
+    tmp_path,
+) -> None:
+    from tests.test_pipeline_crash import _CHILD_TTL, _KILLED, run_child
+
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=25))
+    child = run_child(
+        "after_warehouse_commit",
+        publishing_ctx,
+        database_url,
+        moto_endpoint,
+        staging_bucket,
+        folder,
+        "d1",
+        tmp_path / "child",
+    )
+    assert child.returncode == _KILLED, child.stderr
+    (batch,) = publishing_ctx.repo.list()
+    time.sleep(_CHILD_TTL + 0.2)
+    warehouse = counting_warehouse(publishing_ctx, database_url)
+    outcome = resume_batch(publishing_ctx, OutboxRepository(database_url), batch.id)
+    assert isinstance(outcome, Committed) and outcome.recovered and outcome.published
+    assert warehouse.copies == 0
+    assert publishing_ctx.repo.get(batch.id).status == BatchStatus.SUCCEEDED
