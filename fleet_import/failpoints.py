@@ -1,16 +1,40 @@
-"""Named points where a test can kill the process (FLEET_FAILPOINTS=name[,name]).
+"""Named points where a test can kill or hold the process: FLEET_FAILPOINTS=spec[,spec].
 
-Off by default; when off, `hit` is one set lookup on an empty frozenset.
+`name` kills the process there (os._exit); `name=wait:PATH` holds it there until PATH
+exists (at most a minute), so a test can overlap two runs deterministically. Off by
+default; when off, `hit` is one dict lookup on an empty dict.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 
-_ACTIVE = frozenset(filter(None, os.environ.get("FLEET_FAILPOINTS", "").split(",")))
 _EXIT_CODE = 86
+_WAIT_LIMIT_SECONDS = 60.0
+_WAIT_POLL_SECONDS = 0.05
+
+
+def _parse(raw: str) -> dict[str, str]:
+    actions: dict[str, str] = {}
+    for spec in filter(None, (part.strip() for part in raw.split(","))):
+        name, _, action = spec.partition("=")
+        actions[name] = action or "exit"
+    return actions
+
+
+_ACTIVE = _parse(os.environ.get("FLEET_FAILPOINTS", ""))
 
 
 def hit(name: str) -> None:
-    if name in _ACTIVE:
-        os._exit(_EXIT_CODE)
+    action = _ACTIVE.get(name)
+    if action is None:
+        return
+    if action.startswith("wait:"):
+        release = Path(action.removeprefix("wait:"))
+        deadline = time.monotonic() + _WAIT_LIMIT_SECONDS
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(_WAIT_POLL_SECONDS)
+        return
+    os._exit(_EXIT_CODE)

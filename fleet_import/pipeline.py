@@ -160,15 +160,19 @@ def new_owner() -> str:
     return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
-def import_folder(
-    ctx: ImportContext,
-    tenant: Tenant,
-    folder: str,
-    delivery_key: str,
-    *,
-    owner: str | None = None,
-) -> ImportOutcome:
-    scope = source_scope(folder)  # invalid input is rejected before any row is written
+@dataclass(frozen=True)
+class Claimed:
+    """This worker holds the batch's execution lease: it may work on it."""
+
+    batch_id: uuid.UUID
+    scope: str
+    owner: str
+
+
+def claim(
+    ctx: ImportContext, tenant: Tenant, scope: str, delivery_key: str, owner: str
+) -> Claimed | Skipped | NotClaimed | NothingToDo:
+    """Steps 1-2: reserve the scope (or continue this delivery's batch), then its lease."""
     reserved = ctx.repo.reserve(tenant, scope, delivery_key)
     if isinstance(reserved, ScopeBusy):
         return Skipped(scope, reserved.holder_batch_id)
@@ -178,22 +182,37 @@ def import_folder(
             "fleet.batch.reserved", _event(tenant, scope, batch.id, delivery_key=delivery_key)
         )
     failpoints.hit("after_reserve")
-    owner = owner or new_owner()
     lease = ctx.repo.acquire_lease(batch.id, owner, ctx.lease_ttl)
     if isinstance(lease, LeaseHeld):
         return NotClaimed(batch.id, lease.owner, lease.expires_at)
     if isinstance(lease, BatchNotRunning):
         return NothingToDo(batch.id, str(lease.status))
     failpoints.hit("after_lease")
+    return Claimed(batch.id, scope, owner)
+
+
+def import_folder(
+    ctx: ImportContext,
+    tenant: Tenant,
+    folder: str,
+    delivery_key: str,
+    *,
+    owner: str | None = None,
+) -> ImportOutcome:
+    scope = source_scope(folder)  # invalid input is rejected before any row is written
+    claimed = claim(ctx, tenant, scope, delivery_key, owner or new_owner())
+    if not isinstance(claimed, Claimed):
+        return claimed
+    batch_id, owner = claimed.batch_id, claimed.owner
     try:
-        with Heartbeat(ctx.repo, batch.id, owner, ctx.lease_ttl) as heartbeat:
-            outcome = run_leased_batch(ctx, tenant, batch.id, scope, owner, heartbeat)
+        with Heartbeat(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
+            outcome = run_leased_batch(ctx, tenant, batch_id, scope, owner, heartbeat)
             if isinstance(outcome, Committed):
                 return publish_step(ctx, outcome, owner, heartbeat)
             return outcome
     finally:
         failpoints.hit("before_lease_release")
-        release_lease_quietly(ctx.repo, batch.id, owner)
+        release_lease_quietly(ctx.repo, batch_id, owner)
 
 
 def release_lease_quietly(repo: BatchRepository, batch_id: uuid.UUID, owner: str) -> None:

@@ -115,3 +115,22 @@ def publishing_ctx(import_ctx, outbox):
         backoff=lambda attempts: 0.0,
     )
     return import_ctx
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    """One temporary Prefect API server (SQLite) per test session / xdist worker."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture
+def flow_env(monkeypatch, prefect_api, database_url, moto_endpoint, staging_bucket, warehouse):
+    """Settings the flows read from the environment, pointing at this test's services."""
+    monkeypatch.setenv("FLEET_DATABASE_URL", database_url)
+    monkeypatch.setenv("FLEET_S3_ENDPOINT_URL", moto_endpoint)
+    monkeypatch.setenv("FLEET_STAGING_URI", f"s3://{staging_bucket}/stage/")
+    monkeypatch.setenv("FLEET_LEASE_TTL_SECONDS", "30")
+    return database_url

@@ -116,7 +116,8 @@ class Reserved:
 
 @dataclass(frozen=True)
 class ContinueExisting:
-    """A running batch of this scope was reserved by the same delivery: continue it."""
+    """This delivery reserved a batch of this scope before: continue it if it still runs;
+    if it finished, the delivery does no work (a duplicate never reloads)."""
 
     batch: Batch
 

@@ -18,6 +18,16 @@ ON CONFLICT (tenant_id, source_scope) WHERE status = 'running' AND source_scope 
 DO NOTHING
 RETURNING *
 
+-- delivery_batch --
+-- The newest batch this delivery already made for the scope, whatever its status: a
+-- duplicate delivery continues it (running) or does no work (finished), never reloads.
+SELECT *
+FROM ingestion_batches
+WHERE tenant_id = %(tenant_id)s AND source_scope = %(source_scope)s
+  AND delivery_key = %(delivery_key)s
+ORDER BY created_at DESC
+LIMIT 1
+
 -- running_holder --
 SELECT *
 FROM ingestion_batches

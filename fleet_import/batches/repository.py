@@ -89,7 +89,9 @@ class BatchRepository:
         *,
         source_type: SourceType = SourceType.FLEET_S3,
     ) -> ReserveOutcome:
-        """Insert a running batch for the scope, or say who holds it."""
+        """Insert a running batch for the scope, or say who holds it. A delivery that made a
+        batch before gets that batch back (ContinueExisting), running or finished: the
+        caller's lease attempt then says whether any work is left."""
         _check_text("source scope", scope, SOURCE_SCOPE_MAX_LENGTH)
         _check_text("delivery key", delivery_key, _MAX_KEY_LENGTH)
         initial = BatchDetails.parse({**(details or {}), "version": 1}).to_json()
@@ -106,6 +108,9 @@ class BatchRepository:
         }
         for _ in range(_RESERVE_ATTEMPTS):
             with self._transaction() as conn:
+                earlier = conn.execute(QUERIES["delivery_batch"], params).fetchone()
+                if earlier is not None:
+                    return ContinueExisting(Batch.from_row(earlier))
                 row = conn.execute(QUERIES["reserve"], {**params, "id": uuid.uuid4()}).fetchone()
                 if row is not None:
                     return Reserved(Batch.from_row(row))

@@ -58,9 +58,18 @@ def upgrade() -> None:
             WHERE status = 'running' AND source_scope IS NOT NULL
         """
     )
+    # Duplicate deliveries find the batch they made before.
+    op.execute(
+        """
+        CREATE INDEX ix_ingestion_batches_delivery
+            ON ingestion_batches (tenant_id, source_scope, delivery_key)
+            WHERE source_scope IS NOT NULL
+        """
+    )
 
 
 def downgrade() -> None:
+    op.execute("DROP INDEX ix_ingestion_batches_delivery")
     op.execute("DROP INDEX ux_ingestion_batches_running_scope")
     op.execute("ALTER TABLE ingestion_batches DROP CONSTRAINT ck_ingestion_batches_fleet_scoped")
     op.execute("DELETE FROM ingestion_batches WHERE source_type = 'fleet_s3'")

@@ -1,0 +1,95 @@
+"""What every flow shares: settings (environment, then blocks), the event sink, the retry
+rule, and Prefect-visible state helpers."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from prefect import Task
+from prefect.client.schemas.objects import TaskRun
+from prefect.events import emit_event
+from prefect.runtime import flow_run
+from prefect.states import State
+
+from fleet_import.config import Settings
+from fleet_import.errors import OperationalStoreError, TransientError
+from fleet_import.runtime import Runtime, build_runtime
+from fleet_import.warehouse import WarehouseError
+
+log = logging.getLogger(__name__)
+
+# Exponential backoff with jitter for transient failures (S3 throttling, dropped
+# connections, serialisation conflicts); contract violations are never retried.
+TASK_RETRIES = 3
+TASK_RETRY_DELAYS = [2, 8, 30]
+TASK_RETRY_JITTER = 0.5
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, TransientError):
+        return True
+    if isinstance(exc, OperationalStoreError | WarehouseError):
+        return bool(getattr(exc, "transient", False))
+    return False
+
+
+def retry_if_transient(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:
+    """retry_condition_fn: retry only errors that may pass on their own."""
+    try:
+        state.result(raise_on_failure=True)
+    except BaseException as exc:  # noqa: BLE001 - we classify, not handle
+        return is_transient(exc)
+    return False
+
+
+def load_settings() -> Settings:
+    """Environment first; Prefect blocks, where registered, override it."""
+    settings = Settings()
+    try:
+        from blocks.fleet_blocks import settings_overrides
+    except ImportError:
+        return settings
+    overrides = settings_overrides()
+    return settings.model_copy(update=overrides) if overrides else settings
+
+
+def prefect_event_sink(name: str, payload: Mapping[str, Any]) -> None:
+    """Core events become Prefect events on the batch resource, related to the flow run."""
+    batch_id = str(payload.get("batch_id", "unknown"))
+    resource = {
+        "prefect.resource.id": f"fleet.batch.{batch_id}",
+        "prefect.resource.name": f"batch {batch_id}",
+    }
+    if "tenant_id" in payload:
+        resource["fleet.tenant"] = str(payload["tenant_id"])
+    try:
+        emit_event(event=name, resource=resource, payload=dict(payload))
+    except Exception as exc:  # noqa: BLE001 - an event never fails the import
+        log.warning("could not emit %s: %s", name, exc)
+
+
+def runtime_for_flow(**kwargs: Any) -> Runtime:
+    return build_runtime(load_settings(), events=prefect_event_sink, **kwargs)
+
+
+def lease_owner() -> str:
+    """Flow run id plus a per-acquisition suffix: a retry of the same run is a new owner."""
+    return f"flow-run:{flow_run.get_id() or 'local'}:{random.getrandbits(40):010x}"
+
+
+def tag_flow_run(*tags: str) -> None:
+    """Add tags to the running flow run (tenant, scope), so the UI can filter on them."""
+    from prefect.client.orchestration import get_client
+
+    run_id = flow_run.get_id()
+    if run_id is None:
+        return
+    try:
+        with get_client(sync_client=True) as client:
+            current = client.read_flow_run(run_id)
+            client.update_flow_run(run_id, tags=sorted({*current.tags, *tags}))
+    except Exception as exc:  # noqa: BLE001 - tags are a convenience, never a failure
+        log.warning("could not tag flow run %s: %s", run_id, exc)

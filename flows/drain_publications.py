@@ -1,0 +1,26 @@
+"""drain_publications: finish publication of committed batches nobody is executing."""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_table_artifact
+
+from flows.common import lease_owner, runtime_for_flow
+
+
+@flow(name="drain-publications", retries=0)
+def drain_publications(limit: int = 50) -> dict[str, int]:
+    """Run the pending outbox steps of up to `limit` batches, in order, each claimed by
+    exactly one drain. Failed publications wait for an explicit resume."""
+    rt = runtime_for_flow()
+    outcomes = rt.publisher.drain(lease_owner(), lease_ttl=rt.ctx.lease_ttl, limit=limit)
+    counts: dict[str, int] = {}
+    for outcome in outcomes:
+        counts[type(outcome).__name__] = counts.get(type(outcome).__name__, 0) + 1
+    get_run_logger().info("drained %d batches: %s", len(outcomes), counts)
+    if outcomes:
+        create_table_artifact(
+            [{"batch": str(o.batch_id), "outcome": type(o).__name__} for o in outcomes],
+            key="drain-outcomes",
+        )
+    return counts

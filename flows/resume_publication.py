@@ -1,0 +1,33 @@
+"""resume_publication: finish a batch whose slice committed but whose publication did not."""
+
+from __future__ import annotations
+
+import uuid
+
+from prefect import flow, get_run_logger
+from prefect.states import Failed, State
+
+from fleet_import.batches import NotResumable
+from fleet_import.resume import resume_batch
+from flows.common import lease_owner, runtime_for_flow
+from flows.reporting import publish_artifacts, state_for
+
+
+@flow(name="resume-publication", flow_run_name="resume/{batch_id}", retries=0)
+def resume_publication(batch_id: str) -> State:
+    """Resume a failed publication (or a batch that died after its warehouse commit)
+    without copying a row. Refused when a newer batch owns the slice.
+
+    batch_id: the batch to resume (see `fleet-import batches list --status failed`).
+    """
+    try:
+        parsed = uuid.UUID(batch_id)
+    except ValueError:
+        return Failed(message=f"{batch_id!r} is not a batch id")
+    rt = runtime_for_flow()
+    outcome = resume_batch(rt.ctx, rt.outbox, parsed, owner=lease_owner())
+    get_run_logger().info("resume of %s: %s", batch_id, outcome)
+    if isinstance(outcome, NotResumable):
+        return Failed(name="NotResumable", message=outcome.reason)
+    publish_artifacts(rt, parsed)
+    return state_for(outcome)

@@ -1,0 +1,436 @@
+"""prefect.yaml and the fleet blocks against a real local Prefect API server.
+
+Prefect ignores unknown keys in prefect.yaml and in block documents, so these tests read
+back from a server what `prefect deploy --all` and `python -m blocks.register` stored,
+instead of trusting that the commands exited 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+PREFECT_YAML = REPO / "prefect.yaml"
+PREFECT = str(Path(sys.executable).with_name("prefect"))
+WORK_POOL = "fleet-process-pool"
+
+# deployment name -> (entrypoint, flow name, required parameters)
+EXPECTED_DEPLOYMENTS = {
+    "import-s3-folder": (
+        "flows/import_s3_folder.py:import_s3_folder",
+        "import-s3-folder",
+        {"tenant_id", "folder"},
+    ),
+    "resume-publication": (
+        "flows/resume_publication.py:resume_publication",
+        "resume-publication",
+        {"batch_id"},
+    ),
+    "drain-publications": (
+        "flows/drain_publications.py:drain_publications",
+        "drain-publications",
+        set(),
+    ),
+}
+
+_SERVER_START_TIMEOUT = 90.0
+_SERVER_STOP_TIMEOUT = 15.0
+_COMMAND_TIMEOUT = 180.0
+
+
+def _prefect_yaml() -> dict[str, Any]:
+    return yaml.safe_load(PREFECT_YAML.read_text())
+
+
+# --- prefect.yaml, statically (Prefect would drop a misspelled key without a word) ---------
+
+
+def test_prefect_yaml_uses_only_keys_prefect_reads() -> None:
+    from prefect.cli.deploy._models import DeploymentConfig, PrefectYamlModel, RawScheduleConfig
+
+    config = _prefect_yaml()
+    top_level = {field.alias or name for name, field in PrefectYamlModel.model_fields.items()}
+    assert set(config) - top_level == {"definitions"}  # definitions: YAML anchors only
+    for deployment in config["deployments"]:
+        unknown = set(deployment) - set(DeploymentConfig.model_fields)
+        assert not unknown, f"{deployment['name']}: keys Prefect ignores: {unknown}"
+        for schedule in deployment.get("schedules") or []:
+            RawScheduleConfig.model_validate(schedule)  # extra="forbid": typos raise
+    PrefectYamlModel.model_validate(config)
+
+
+def test_prefect_yaml_deployments_share_pool_tags_and_no_prefect_concurrency() -> None:
+    config = _prefect_yaml()
+    deployments = {d["name"]: d for d in config["deployments"]}
+    assert set(deployments) == set(EXPECTED_DEPLOYMENTS)
+    for name, deployment in deployments.items():
+        assert deployment["entrypoint"] == EXPECTED_DEPLOYMENTS[name][0]
+        assert deployment["work_pool"]["name"] == WORK_POOL
+        assert "fleet" in deployment["tags"]
+        # The scope reservation lives in PostgreSQL; see the comment in prefect.yaml.
+        assert "concurrency_limit" not in deployment
+    assert config["pull"] == [
+        {
+            "prefect.deployments.steps.set_working_directory": {
+                "directory": "{{ $FLEET_PROJECT_DIR }}"
+            }
+        }
+    ]
+
+
+# --- a real server --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrefectServer:
+    api_url: str
+    client_home: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """A subprocess environment talking to this server only: no PREFECT_* or FLEET_*
+        variables leak in from the developer's shell or profile."""
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("PREFECT_", "FLEET_"))
+        }
+        env.update(
+            PREFECT_HOME=str(self.client_home),
+            PREFECT_API_URL=self.api_url,
+            PREFECT_SERVER_ANALYTICS_ENABLED="false",
+            COLUMNS="200",
+        )
+        env.update(extra)
+        return env
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_healthy(process: subprocess.Popen[bytes], api_url: str, log: Path) -> None:
+    deadline = time.monotonic() + _SERVER_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"prefect server exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            if httpx.get(f"{api_url}/health", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    pytest.fail(f"prefect server not healthy after {_SERVER_START_TIMEOUT}s:\n{log.read_text()}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the server's process group (uvicorn and its services), SIGKILL if it lingers."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=_SERVER_STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=_SERVER_STOP_TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
+    """`prefect server start` on a free port with a private PREFECT_HOME and SQLite file."""
+    root = tmp_path_factory.mktemp("prefect-server")
+    port = _free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    server = PrefectServer(api_url=api_url, client_home=root / "client-home")
+    env = server.env(
+        PREFECT_HOME=str(root / "server-home"),
+        PREFECT_SERVER_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{root / 'prefect.db'}",
+        PREFECT_UI_ENABLED="false",
+        PREFECT_LOGGING_LEVEL="WARNING",
+    )
+    env.pop("PREFECT_API_URL")
+    log = root / "server.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            cwd=root,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, killed as a whole
+        )
+    try:
+        _wait_healthy(process, api_url, log)
+        yield server
+    finally:
+        _stop(process)
+
+
+def _run(
+    args: list[str], env: Mapping[str, str], cwd: Path = REPO
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args,
+        env=dict(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=_COMMAND_TIMEOUT,
+    )
+
+
+def _output(result: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+
+
+@pytest.fixture(scope="module")
+def deployed(prefect_server: PrefectServer) -> subprocess.CompletedProcess[str]:
+    """The documented sequence: create the pool, then `prefect deploy --all` from the repo.
+    FLEET_PROJECT_DIR is unset, so the pull step keeps its placeholder for the worker."""
+    env = prefect_server.env()
+    pool = _run([PREFECT, "work-pool", "create", WORK_POOL, "--type", "process"], env)
+    assert pool.returncode == 0, _output(pool)
+    return _run([PREFECT, "--no-prompt", "deploy", "--all"], env)
+
+
+@pytest.fixture
+def api(prefect_server: PrefectServer) -> Iterator[None]:
+    """Point this process's Prefect client at the test server."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: prefect_server.api_url}):
+        yield
+
+
+def _read_deployments() -> dict[str, Any]:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return {d.name: d for d in client.read_deployments()}
+
+
+@pytest.mark.slow
+def test_deploy_all_registers_every_deployment(
+    deployed: subprocess.CompletedProcess[str], api: None
+) -> None:
+    assert deployed.returncode == 0, _output(deployed)
+    deployments = _read_deployments()
+    assert set(deployments) == set(EXPECTED_DEPLOYMENTS)
+
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        flow_names = {d.name: client.read_flow(d.flow_id).name for d in deployments.values()}
+
+    for name, (entrypoint, flow_name, required) in EXPECTED_DEPLOYMENTS.items():
+        deployment = deployments[name]
+        assert deployment.entrypoint == entrypoint
+        assert flow_names[name] == flow_name
+        assert deployment.work_pool_name == WORK_POOL
+        assert "fleet" in deployment.tags
+        assert deployment.global_concurrency_limit is None
+        assert deployment.enforce_parameter_schema is True
+        assert deployment.pull_steps == [
+            {
+                "prefect.deployments.steps.set_working_directory": {
+                    "directory": "{{ $FLEET_PROJECT_DIR }}"
+                }
+            }
+        ]
+        schema = deployment.parameter_openapi_schema
+        assert set(schema.get("required", [])) == required
+
+    import_schema = deployments["import-s3-folder"].parameter_openapi_schema["properties"]
+    assert {"tenant_id", "folder", "delivery_key"} <= set(import_schema)
+    assert import_schema["tenant_id"]["type"] == "string"
+    assert "batch_id" in deployments["resume-publication"].parameter_openapi_schema["properties"]
+
+    drain = deployments["drain-publications"]
+    assert drain.parameters == {"limit": 50}
+    assert drain.parameter_openapi_schema["properties"]["limit"]["default"] == 50
+    [schedule] = drain.schedules
+    assert schedule.active
+    assert schedule.schedule.cron == "*/5 * * * *"
+    assert schedule.schedule.timezone == "UTC"
+    for name in ("import-s3-folder", "resume-publication"):
+        assert deployments[name].schedules == []
+
+
+@pytest.mark.slow
+def test_manual_run_parameters_are_described_for_the_ui(
+    deployed: subprocess.CompletedProcess[str], api: None
+) -> None:
+    """The UI's run form shows these descriptions; they come from the flows' docstrings
+    (a Google-style `Args:` section), not from prefect.yaml."""
+    assert deployed.returncode == 0, _output(deployed)
+    deployments = _read_deployments()
+    for name, parameter in (
+        ("import-s3-folder", "tenant_id"),
+        ("import-s3-folder", "folder"),
+        ("import-s3-folder", "delivery_key"),
+        ("resume-publication", "batch_id"),
+    ):
+        properties = deployments[name].parameter_openapi_schema["properties"]
+        assert properties[parameter].get("description"), f"{name}: {parameter} undescribed"
+
+
+@pytest.mark.slow
+def test_redeploy_updates_in_place(
+    deployed: subprocess.CompletedProcess[str], prefect_server: PrefectServer, api: None
+) -> None:
+    assert deployed.returncode == 0, _output(deployed)
+    before = {name: d.id for name, d in _read_deployments().items()}
+    again = _run([PREFECT, "--no-prompt", "deploy", "--all"], prefect_server.env())
+    assert again.returncode == 0, _output(again)
+    after = _read_deployments()
+    assert {name: d.id for name, d in after.items()} == before
+    assert len(after["drain-publications"].schedules) == 1  # the slug keeps it single
+
+
+_WORKER_SIDE = """
+import asyncio, json, os, sys
+sys.path[:] = [p for p in sys.path if p not in ("", ".")]  # like a worker: cwd is not on the path
+from prefect.deployments.steps.core import run_steps
+from prefect.flows import load_flow_from_entrypoint
+
+asyncio.run(run_steps(json.loads(sys.argv[1]), print_function=lambda *a: None))
+names = [load_flow_from_entrypoint(entrypoint).name for entrypoint in sys.argv[2:]]
+print(json.dumps({"cwd": os.getcwd(), "flows": names}))
+"""
+
+
+@pytest.mark.slow
+def test_worker_pull_step_finds_the_project(
+    deployed: subprocess.CompletedProcess[str],
+    prefect_server: PrefectServer,
+    api: None,
+    tmp_path: Path,
+) -> None:
+    """What a process worker does before a run, from its own temporary directory: run the
+    stored pull steps (FLEET_PROJECT_DIR from the worker's environment), load the entrypoint."""
+    assert deployed.returncode == 0, _output(deployed)
+    deployments = _read_deployments()
+    [pull_steps] = {json.dumps(d.pull_steps) for d in deployments.values()}
+    entrypoints = [EXPECTED_DEPLOYMENTS[name][0] for name in EXPECTED_DEPLOYMENTS]
+    result = _run(
+        [sys.executable, "-c", _WORKER_SIDE, pull_steps, *entrypoints],
+        prefect_server.env(FLEET_PROJECT_DIR=str(REPO)),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, _output(result)
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert Path(loaded["cwd"]) == REPO
+    assert loaded["flows"] == [EXPECTED_DEPLOYMENTS[name][1] for name in EXPECTED_DEPLOYMENTS]
+
+
+# --- blocks ---------------------------------------------------------------------------------
+
+_DB_PASSWORD = "db-pass-5f3c"
+_WAREHOUSE_PASSWORD = "wh-pass-91ab"
+_AWS_SECRET = "aws-secret-77de"
+
+
+def _block_env(database_url: str, **extra: str) -> dict[str, str]:
+    return {
+        "FLEET_DATABASE_URL": database_url,
+        "FLEET_LANDING_BUCKET": "fleet-landing",
+        "FLEET_LANDING_PREFIX": "tenants/",
+        "FLEET_STAGING_URI": "s3://fleet-staging/stage/",
+        "FLEET_S3_ENDPOINT_URL": "http://127.0.0.1:5999",
+        "FLEET_AWS_ACCESS_KEY_ID": "AKIAFLEETTEST",
+        "FLEET_AWS_SECRET_ACCESS_KEY": _AWS_SECRET,
+        **extra,
+    }
+
+
+def _register(server: PrefectServer, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return _run([sys.executable, "-m", "blocks.register", *args], server.env(**env))
+
+
+@pytest.mark.slow
+def test_register_blocks_and_settings_overrides(prefect_server: PrefectServer, api: None) -> None:
+    from blocks.fleet_blocks import (
+        LANDING_BLOCK,
+        FleetLandingBucket,
+        FleetWarehouse,
+        settings_overrides,
+    )
+    from fleet_import.config import Settings
+
+    # Nothing registered yet: neither the block types nor the documents exist.
+    assert settings_overrides() == {}
+
+    types_only = _register(prefect_server)
+    assert types_only.returncode == 0, _output(types_only)
+    for slug in ("fleet-operational-database", "fleet-warehouse", "fleet-landing-bucket"):
+        assert f"registered block type {slug}" in types_only.stdout
+    assert settings_overrides() == {}
+
+    incomplete = _register(prefect_server, "--from-env", FLEET_DATABASE_URL="postgresql://x/y")
+    assert incomplete.returncode == 2, _output(incomplete)
+    assert "FLEET_LANDING_BUCKET" in incomplete.stderr and "FLEET_STAGING_URI" in incomplete.stderr
+    assert settings_overrides() == {}  # validated before writing anything
+
+    database_url = f"postgresql://fleet:{_DB_PASSWORD}@db.internal:5432/fleet"
+    created = _register(prefect_server, "--from-env", **_block_env(database_url))
+    assert created.returncode == 0, _output(created)
+    assert "saved block document fleet-landing-bucket/fleet-landing" in created.stdout
+    assert _DB_PASSWORD not in created.stdout + created.stderr
+    assert _AWS_SECRET not in created.stdout + created.stderr
+
+    overrides = settings_overrides()
+    assert overrides == {
+        "database_url": database_url,
+        "warehouse": "postgres",
+        "warehouse_url": database_url,  # no FLEET_WAREHOUSE_URL: the operational database
+        "s3_endpoint_url": "http://127.0.0.1:5999",
+        "staging_uri": "s3://fleet-staging/stage/",
+    }
+    settings = Settings().model_copy(update=overrides)
+    assert settings.effective_warehouse_url == database_url
+
+    landing = FleetLandingBucket.load(LANDING_BLOCK, _sync=True)
+    assert landing.landing_uri == "s3://fleet-landing/tenants/"
+    assert landing.boto3_client_kwargs()["aws_secret_access_key"] == _AWS_SECRET
+
+    # Re-running overwrites: a Redshift warehouse with its own staging prefix.
+    warehouse_url = f"redshift://loader:{_WAREHOUSE_PASSWORD}@wh.example:5439/fleet"
+    rerun = _register(
+        prefect_server,
+        "--from-env",
+        **_block_env(
+            database_url,
+            FLEET_WAREHOUSE="redshift",
+            FLEET_WAREHOUSE_URL=warehouse_url,
+            FLEET_WAREHOUSE_IAM_ROLE="arn:aws:iam::123456789012:role/fleet-copy",
+            FLEET_WAREHOUSE_STAGING_URI="s3://fleet-redshift-staging/copy/",
+        ),
+    )
+    assert rerun.returncode == 0, _output(rerun)
+    assert _WAREHOUSE_PASSWORD not in rerun.stdout + rerun.stderr
+    overrides = settings_overrides()
+    assert overrides["warehouse"] == "redshift"
+    assert overrides["warehouse_url"] == warehouse_url
+    assert overrides["staging_uri"] == "s3://fleet-redshift-staging/copy/"  # the warehouse's
+    assert set(overrides) <= set(Settings.model_fields)
+    warehouse = FleetWarehouse.load("fleet-warehouse", _sync=True)
+    assert warehouse.iam_role == "arn:aws:iam::123456789012:role/fleet-copy"
+
+    again = _register(prefect_server)  # types again, documents untouched
+    assert again.returncode == 0, _output(again)
+    assert settings_overrides() == overrides

@@ -1,0 +1,173 @@
+"""The flows under Prefect's test harness: states, artifacts, overlap, resume."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import psycopg
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+from flows.drain_publications import drain_publications
+from flows.import_s3_folder import import_s3_folder
+from flows.resume_publication import resume_publication
+from fleet_import.batches import BatchRepository, BatchStatus
+from fleet_import.sample_data import fleet_delivery, today_folder
+from tests.test_pipeline import slice_rows, upload
+
+pytestmark = pytest.mark.slow
+
+
+def run(flow, **parameters):
+    """Run a flow in-process; return its final state and flow run."""
+    state = flow(**parameters, return_state=True)
+    with get_client(sync_client=True) as client:
+        flow_run = client.read_flow_run(state.state_details.flow_run_id)
+    return state, flow_run
+
+
+def artifacts_of(flow_run_id: uuid.UUID) -> dict[str, str]:
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+    return {a.key or a.type: a.type for a in artifacts}
+
+
+def row_versions(database_url: str, table: str) -> list[tuple]:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute(f"SELECT xmin::text, ctid::text FROM curated.{table} ORDER BY 1, 2").fetchall()
+
+
+def test_import_succeeds_with_visible_state_and_artifacts(
+    flow_env: str, s3, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=80, bad_rows=True))
+    state, flow_run = run(import_s3_folder, tenant_id="acme", folder=folder)
+    assert state.is_completed() and state.name == "Completed", state.message
+    assert "succeeded" in state.message
+    assert flow_run.name == "import/acme/2026-07-22"
+    assert "tenant:acme" in flow_run.tags and f"scope:fleet_s3:{folder}" in flow_run.tags
+    assert {"batch-summary", "batch-rejects", "normalise-progress"} <= set(artifacts_of(flow_run.id))
+    (batch,) = BatchRepository(flow_env).list()
+    assert batch.status == BatchStatus.SUCCEEDED
+    assert batch.delivery_key == f"flow-run:{flow_run.id}"
+
+
+def test_invalid_input_fails_without_a_batch(flow_env: str) -> None:
+    state, _ = run(import_s3_folder, tenant_id="Acme!", folder="s3://fleet-landing/x/")
+    assert state.is_failed() and "invalid tenant id" in state.message
+    assert BatchRepository(flow_env).list() == []
+
+
+def test_pre_commit_failure_is_a_failed_state_with_the_reason(
+    flow_env: str, s3, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=20)
+    files["trips-1.csv"] = files["trips-1.csv"].replace(b'"status"', b'"state"', 1)
+    upload(s3, folder, files)
+    state, flow_run = run(import_s3_folder, tenant_id="acme", folder=folder)
+    assert state.is_failed()
+    assert state.message.startswith("failed_pre_commit") and "trips-1.csv" in state.message
+    assert "batch-failure" in artifacts_of(flow_run.id)
+
+
+_RUN_IN_CHILD = """
+import sys
+from flows.import_s3_folder import import_s3_folder
+state = import_s3_folder(tenant_id=sys.argv[1], folder=sys.argv[2], return_state=True)
+print(f"STATE {state.name}: {state.message}", flush=True)
+"""
+
+
+def test_two_concurrent_runs_on_one_scope(
+    flow_env: str, s3, landing_bucket: str, tmp_path
+) -> None:
+    """Run A (its own process) is held inside its lease until run B has been decided."""
+    from prefect.settings import PREFECT_API_URL
+
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=200))
+    release = tmp_path / "release"
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": PREFECT_API_URL.value(),
+        "FLEET_FAILPOINTS": f"after_lease=wait:{release}",
+    }
+    first = subprocess.Popen(
+        [sys.executable, "-c", _RUN_IN_CHILD, "acme", folder],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    repo = BatchRepository(flow_env)
+    deadline = time.monotonic() + 120
+    while not [b for b in repo.list(status="running") if b.execution_lease_id]:
+        assert time.monotonic() < deadline and first.poll() is None, first.communicate()
+        time.sleep(0.1)
+    (holder,) = repo.list(status="running")
+
+    second, _ = run(import_s3_folder, tenant_id="acme", folder=folder)
+    release.touch()
+    out, err = first.communicate(timeout=300)
+    assert second.name == "Skipped" and str(holder.id) in second.message
+    assert f"STATE Completed: batch {holder.id} succeeded" in out, err[-2000:]
+    (batch,) = repo.list()
+    assert batch.id == holder.id and batch.status == BatchStatus.SUCCEEDED
+
+
+def test_the_same_delivery_twice_is_one_batch(flow_env: str, s3, landing_bucket: str) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=20))
+    first, _ = run(import_s3_folder, tenant_id="acme", folder=folder, delivery_key="evt-1")
+    assert first.name == "Completed"
+    again, _ = run(import_s3_folder, tenant_id="acme", folder=folder, delivery_key="evt-1")
+    assert again.name == "Skipped" and "already succeeded" in again.message
+    assert len(BatchRepository(flow_env).list()) == 1
+
+
+def test_publication_failure_then_resume_copies_nothing(
+    flow_env: str, s3, landing_bucket: str, monkeypatch
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=30))
+    monkeypatch.setenv("FLEET_REFRESH_SQL", '["SELECT 1/0"]')
+    state, _ = run(import_s3_folder, tenant_id="acme", folder=folder)
+    assert state.is_failed() and state.message.startswith("failed_publication (resumable")
+    (batch,) = BatchRepository(flow_env).list()
+    assert batch.status == BatchStatus.FAILED
+    before = row_versions(flow_env, "fleet_trips")
+
+    monkeypatch.setenv("FLEET_REFRESH_SQL", "[]")
+    resumed, _ = run(resume_publication, batch_id=str(batch.id))
+    assert resumed.name == "Completed", resumed.message
+    assert BatchRepository(flow_env).get(batch.id).status == BatchStatus.SUCCEEDED
+    assert row_versions(flow_env, "fleet_trips") == before  # not a row rewritten
+    assert slice_rows(flow_env, "fleet_trips", "acme", folder) == [(batch.id, 30)]
+
+
+def test_resume_is_refused_when_a_newer_batch_owns_the_slice(
+    flow_env: str, s3, landing_bucket: str, monkeypatch
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=30))
+    monkeypatch.setenv("FLEET_REFRESH_SQL", '["SELECT 1/0"]')
+    failed, _ = run(import_s3_folder, tenant_id="acme", folder=folder)
+    assert failed.is_failed()
+    monkeypatch.setenv("FLEET_REFRESH_SQL", "[]")
+    newer, _ = run(import_s3_folder, tenant_id="acme", folder=folder)
+    assert newer.name == "Completed"
+    old = next(b for b in BatchRepository(flow_env).list() if b.status == BatchStatus.FAILED)
+    refused, _ = run(resume_publication, batch_id=str(old.id))
+    assert refused.is_failed() and "expired" in refused.message
+
+
+def test_drain_finishes_committed_batches(flow_env: str, s3, landing_bucket: str) -> None:
+    state = drain_publications(limit=10, return_state=True)
+    assert state.is_completed()
+    assert state.result() == {}
