@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint clean
+.PHONY: test demo lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,8 +14,11 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
+demo: $(STAMP)
+	$(BIN)/fleet-import demo
+
 lint: $(STAMP)
-	$(BIN)/ruff check fleet_import migrations tests
+	$(BIN)/ruff check fleet_import flows blocks migrations tests benchmarks
 
 clean:
 	rm -rf $(VENV) .pytest_cache

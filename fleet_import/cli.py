@@ -104,5 +104,143 @@ def parse_batch_id(value: str) -> uuid.UUID:
         raise _fail(f"{value!r} is not a batch id (a UUID)", 2) from None
 
 
+@batches_app.command("show")
+def batches_show(
+    batch_id: Annotated[str, typer.Argument(help="the batch id")],
+    database_url: DatabaseOption = None,
+) -> None:
+    """A batch's details, its publication steps and its first rejects."""
+    from fleet_import.batches.outbox import OutboxRepository
+
+    url = _database_url(database_url)
+    parsed = parse_batch_id(batch_id)
+    try:
+        batch = BatchRepository(url).get(parsed)
+        steps = OutboxRepository(url).steps(parsed) if batch else []
+    except FleetImportError as exc:
+        raise _fail(str(exc)) from None
+    if batch is None:
+        raise _fail(f"no batch {batch_id}")
+    details = batch.details
+    facts = Table.grid(padding=(0, 2))
+    for name, value in (
+        ("batch", batch.id),
+        ("tenant", batch.tenant_id),
+        ("scope", batch.source_scope),
+        ("delivery", batch.delivery_key),
+        ("status", batch.status.value),
+        ("phase", details.get("phase")),
+        ("committed", details.get("redshift_committed")),
+        ("rows", details.get("row_counts")),
+        (
+            "lease",
+            f"{batch.execution_lease_id} until {batch.execution_lease_expires_at}"
+            if batch.execution_lease_id
+            else "free",
+        ),
+        ("failure", details.get("failure")),
+        ("superseded by", details.get("superseded_by")),
+        ("publication expired", details.get("publication_expired") or None),
+        ("created", batch.created_at),
+        ("updated", batch.updated_at),
+    ):
+        if value is not None:
+            facts.add_row(f"[bold]{name}[/bold]", str(value))
+    console.print(facts)
+    if steps:
+        outbox = Table("seq", "step", "status", "attempts", "last error", title="publication")
+        for step in steps:
+            outbox.add_row(
+                str(step.seq),
+                step.step,
+                str(step.status),
+                str(step.attempts),
+                (step.last_error or "")[:80],
+            )
+        console.print(outbox)
+    summary = details.get("summary") or {}
+    if summary.get("files"):
+        files = Table("file", "dataset", "rows", "rejects", "cache hit", title="files")
+        for f in summary["files"]:
+            files.add_row(
+                f["key"],
+                f["dataset"],
+                f"{f['rows']:,}",
+                str(f["rejects"]),
+                "yes" if f["cache_hit"] else "",
+            )
+        console.print(files)
+    rejects = details.get("rejects") or {}
+    if rejects.get("count"):
+        table = Table(
+            "file",
+            "line",
+            "column",
+            "reason",
+            "value",
+            title=f"first rejects of {rejects['count']:,} (all: {rejects.get('uri')})",
+        )
+        for r in rejects.get("sample", []):
+            table.add_row(
+                r["file"],
+                str(r["line"]),
+                str(r["column"]),
+                r["reason"],
+                str(r.get("value") or "")[:40],
+            )
+        console.print(table)
+
+
+def _exit_code_for(state) -> int:
+    """0 succeeded, 1 failed, 2 skipped (another batch holds the scope, or nothing to do)."""
+    if state.is_failed() or state.is_crashed():
+        return 1
+    return 0 if state.name in ("Completed", "Committed") else 2
+
+
+@app.command("run")
+def run(
+    folder: Annotated[str, typer.Argument(help="s3://bucket/prefix/ of the delivery")],
+    tenant: Annotated[str, typer.Option("--tenant", help="the tenant's slug")],
+    delivery_key: Annotated[
+        str | None, typer.Option(help="idempotency key of this request")
+    ] = None,
+) -> None:
+    """Import a folder now, in this process (the import-s3-folder flow).
+
+    Exit code 0 succeeded, 1 failed, 2 skipped.
+    """
+    from flows.import_s3_folder import import_s3_folder
+
+    state = import_s3_folder(
+        tenant_id=tenant, folder=folder, delivery_key=delivery_key, return_state=True
+    )
+    _report(state)
+
+
+@app.command("resume")
+def resume(batch_id: Annotated[str, typer.Argument(help="the batch to resume")]) -> None:
+    """Finish a failed publication without copying a row (the resume-publication flow)."""
+    from flows.resume_publication import resume_publication
+
+    parse_batch_id(batch_id)
+    _report(resume_publication(batch_id=batch_id, return_state=True))
+
+
+def _report(state) -> None:
+    code = _exit_code_for(state)
+    colour = {0: "green", 1: "red", 2: "yellow"}[code]
+    console.print(f"[{colour}]{state.name}[/{colour}]: {state.message or ''}")
+    raise typer.Exit(code)
+
+
+@app.command("demo")
+def demo() -> None:
+    """Run the real flows end to end on an embedded PostgreSQL and S3 (nothing to configure)."""
+    from flows.demo import run_demo
+
+    raise typer.Exit(run_demo())
+
+
 if __name__ == "__main__":
     app()

@@ -10,8 +10,12 @@ from flows.common import lease_owner, runtime_for_flow
 
 @flow(name="drain-publications", retries=0)
 def drain_publications(limit: int = 50) -> dict[str, int]:
-    """Run the pending outbox steps of up to `limit` batches, in order, each claimed by
-    exactly one drain. Failed publications wait for an explicit resume."""
+    """Run the pending outbox steps of committed batches nobody is executing, in order,
+    each step claimed by exactly one drain. Failed publications wait for an explicit resume.
+
+    Args:
+        limit: At most this many batches per run.
+    """
     rt = runtime_for_flow()
     outcomes = rt.publisher.drain(lease_owner(), lease_ttl=rt.ctx.lease_ttl, limit=limit)
     counts: dict[str, int] = {}

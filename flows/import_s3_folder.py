@@ -100,10 +100,12 @@ def publish(
 def import_s3_folder(tenant_id: str, folder: str, delivery_key: str | None = None) -> State:
     """Import one S3 folder of a tenant into its curated slices.
 
-    tenant_id: the tenant's slug, e.g. acme.
-    folder: the delivery folder, e.g. s3://fleet-landing/acme/fleet/2026-07-22/.
-    delivery_key: identifies this request; a duplicate with the same key continues the
-      running batch. Defaults to the flow run id, so a UI rerun is a new delivery.
+    Args:
+        tenant_id: The tenant's slug, e.g. acme.
+        folder: The delivery folder, e.g. s3://fleet-landing/acme/fleet/2026-07-22/.
+        delivery_key: Identifies this request; a duplicate with the same key continues its
+            batch (or does nothing if it finished). Defaults to the flow run id, so a UI
+            rerun is a new delivery.
     """
     logger = get_run_logger()
     try:

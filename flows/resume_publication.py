@@ -18,7 +18,8 @@ def resume_publication(batch_id: str) -> State:
     """Resume a failed publication (or a batch that died after its warehouse commit)
     without copying a row. Refused when a newer batch owns the slice.
 
-    batch_id: the batch to resume (see `fleet-import batches list --status failed`).
+    Args:
+        batch_id: The batch to resume (see `fleet-import batches list --status failed`).
     """
     try:
         parsed = uuid.UUID(batch_id)
@@ -26,7 +27,7 @@ def resume_publication(batch_id: str) -> State:
         return Failed(message=f"{batch_id!r} is not a batch id")
     rt = runtime_for_flow()
     outcome = resume_batch(rt.ctx, rt.outbox, parsed, owner=lease_owner())
-    get_run_logger().info("resume of %s: %s", batch_id, outcome)
+    get_run_logger().info("resume of %s: %s", batch_id, type(outcome).__name__)
     if isinstance(outcome, NotResumable):
         return Failed(name="NotResumable", message=outcome.reason)
     publish_artifacts(rt, parsed)

@@ -8,6 +8,7 @@ instead of trusting that the commands exited 0.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -434,3 +435,37 @@ def test_register_blocks_and_settings_overrides(prefect_server: PrefectServer, a
     again = _register(prefect_server)  # types again, documents untouched
     assert again.returncode == 0, _output(again)
     assert settings_overrides() == overrides
+
+
+@pytest.mark.slow
+def test_invalid_block_document_is_skipped_with_a_clean_warning(
+    prefect_server: PrefectServer, api: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Someone saves a bad value through the API or UI: the flow falls back to the
+    environment for that block and says so, without quoting the secret."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import BlockDocumentUpdate
+
+    from blocks.fleet_blocks import WAREHOUSE_BLOCK, FleetWarehouse, settings_overrides
+
+    registered = _register(
+        prefect_server, "--from-env", **_block_env("postgresql://fleet@db.internal/fleet")
+    )
+    assert registered.returncode == 0, _output(registered)
+    with get_client(sync_client=True) as client:
+        document = client.read_block_document_by_name(
+            WAREHOUSE_BLOCK, FleetWarehouse.get_block_type_slug()
+        )
+        client.update_block_document(
+            document.id,
+            BlockDocumentUpdate(
+                data={"backend": "snowflake", "url": f"snowflake://u:{_WAREHOUSE_PASSWORD}@x"},
+                merge_existing_data=False,
+            ),
+        )
+    with caplog.at_level(logging.WARNING, logger="blocks"):
+        overrides = settings_overrides()
+    assert overrides["database_url"] == "postgresql://fleet@db.internal/fleet"
+    assert "warehouse" not in overrides and "warehouse_url" not in overrides
+    assert "fleet-warehouse/fleet-warehouse: invalid block document (backend:" in caplog.text
+    assert _WAREHOUSE_PASSWORD not in caplog.text

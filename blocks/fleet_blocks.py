@@ -1,0 +1,228 @@
+"""Prefect blocks for fleet-import's connections, and the settings they override.
+
+Three block types, one document each under a well-known name, editable in the Prefect UI:
+
+| block type | document | overrides (`fleet_import.config.Settings`) |
+| --- | --- | --- |
+| FleetOperationalDatabase | `fleet-operational-db` | `database_url` |
+| FleetLandingBucket | `fleet-landing` | `s3_endpoint_url`, `staging_uri` |
+| FleetWarehouse | `fleet-warehouse` | `warehouse`, `warehouse_url`, `staging_uri` (Redshift) |
+
+Flows read the environment first and apply `settings_overrides()` over it, so a worker with
+no blocks registered runs on `FLEET_*` variables alone. Secret values are `SecretStr`: the
+UI shows them masked, and this module never logs them or puts them in an exception.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, Literal
+
+from prefect.blocks.core import Block
+from prefect.exceptions import MissingContextError, ObjectNotFound
+from prefect.logging import get_run_logger
+from pydantic import Field, SecretStr, ValidationError
+
+log = logging.getLogger(__name__)
+
+OPERATIONAL_DB_BLOCK = "fleet-operational-db"
+WAREHOUSE_BLOCK = "fleet-warehouse"
+LANDING_BLOCK = "fleet-landing"
+
+_S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$"
+_BUCKET_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
+# user:password@ in any URL an error message may quote (the API URL, a proxy, a DSN).
+_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+
+
+class FleetOperationalDatabase(Block):
+    """The operational PostgreSQL database: ingestion batches, execution leases and the
+    publication outbox. One per deployment environment."""
+
+    _block_type_name = "Fleet Operational Database"
+    _block_type_slug = "fleet-operational-database"
+    _description = (
+        "Operational PostgreSQL of fleet-import (ingestion_batches, publication_outbox, "
+        "normalized_files). Overrides FLEET_DATABASE_URL."
+    )
+
+    url: SecretStr = Field(
+        ...,
+        title="URL",
+        description="postgresql://user:password@host:5432/dbname (a SQLAlchemy "
+        "postgresql+psycopg:// URL is accepted too).",
+    )
+
+    def as_settings(self) -> dict[str, Any]:
+        return {"database_url": self.url.get_secret_value()}
+
+
+class FleetWarehouse(Block):
+    """Where curated slices are written: PostgreSQL, or Redshift through S3 staging."""
+
+    _block_type_name = "Fleet Warehouse"
+    _block_type_slug = "fleet-warehouse"
+    _description = (
+        "Warehouse that receives the curated slices of fleet-import. Overrides "
+        "FLEET_WAREHOUSE and FLEET_WAREHOUSE_URL (and FLEET_STAGING_URI for Redshift)."
+    )
+
+    backend: Literal["postgres", "redshift"] = Field(
+        "postgres", description="Warehouse dialect: postgres or redshift."
+    )
+    url: SecretStr = Field(
+        ...,
+        title="URL",
+        description="Warehouse connection URL, e.g. postgresql://user:password@host:5432/db "
+        "or redshift://user:password@cluster.region.redshift.amazonaws.com:5439/db.",
+    )
+    iam_role: str | None = Field(
+        None,
+        title="IAM role",
+        description="Redshift only: ARN of the role COPY assumes to read the staging prefix "
+        "(credentials never enter SQL).",
+    )
+    staging_uri: str | None = Field(
+        None,
+        title="Staging URI",
+        description="Redshift only: s3://bucket/prefix/ for the Parquet files COPY loads; "
+        "replaces the landing block's staging URI when set.",
+        pattern=_S3_URI_PATTERN,
+    )
+
+    def as_settings(self) -> dict[str, Any]:
+        # `iam_role` has no Settings field yet: the Redshift backend will read it from here.
+        overrides: dict[str, Any] = {
+            "warehouse": self.backend,
+            "warehouse_url": self.url.get_secret_value(),
+        }
+        if self.staging_uri:
+            overrides["staging_uri"] = self.staging_uri
+        return overrides
+
+
+class FleetLandingBucket(Block):
+    """The S3 bucket tenants deliver folders to, and the staging area for normalised files."""
+
+    _block_type_name = "Fleet Landing Bucket"
+    _block_type_slug = "fleet-landing-bucket"
+    _description = (
+        "S3 landing bucket of fleet-import (source folders) and its staging area (normalised "
+        "Parquet, rejects). Overrides FLEET_S3_ENDPOINT_URL and FLEET_STAGING_URI."
+    )
+
+    bucket: str = Field(
+        ..., description="Bucket name, without s3://, e.g. fleet-landing.", pattern=_BUCKET_PATTERN
+    )
+    prefix: str = Field(
+        "", description="Key prefix the tenants' folders live under; empty for the whole bucket."
+    )
+    endpoint_url: str | None = Field(
+        None,
+        title="Endpoint URL",
+        description="S3-compatible endpoint (MinIO, moto); leave empty for AWS.",
+    )
+    staging_uri: str = Field(
+        ...,
+        title="Staging URI",
+        description="s3://bucket/prefix/ for normalised Parquet and rejects.",
+        pattern=_S3_URI_PATTERN,
+    )
+    aws_access_key_id: str | None = Field(
+        None,
+        title="AWS access key id",
+        description="Only where no instance role or AWS profile provides credentials.",
+    )
+    aws_secret_access_key: SecretStr | None = Field(
+        None, title="AWS secret access key", description="Goes with the access key id."
+    )
+
+    @property
+    def landing_uri(self) -> str:
+        """s3://bucket/prefix/ the sweep lists."""
+        prefix = self.prefix.strip("/")
+        return f"s3://{self.bucket}/{prefix}/" if prefix else f"s3://{self.bucket}/"
+
+    def boto3_client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for `boto3.client("s3", ...)`; empty means boto3's defaults."""
+        kwargs: dict[str, Any] = {}
+        if self.endpoint_url:
+            kwargs["endpoint_url"] = self.endpoint_url
+        if self.aws_access_key_id and self.aws_secret_access_key:
+            kwargs["aws_access_key_id"] = self.aws_access_key_id
+            kwargs["aws_secret_access_key"] = self.aws_secret_access_key.get_secret_value()
+        return kwargs
+
+    def as_settings(self) -> dict[str, Any]:
+        # The access keys have no Settings field on purpose: the core's S3 client takes its
+        # credentials from boto3's chain; code that needs them calls boto3_client_kwargs().
+        overrides: dict[str, Any] = {"staging_uri": self.staging_uri}
+        if self.endpoint_url:
+            overrides["s3_endpoint_url"] = self.endpoint_url
+        return overrides
+
+
+FleetBlock = FleetOperationalDatabase | FleetWarehouse | FleetLandingBucket
+
+# (class, document name) in the order their overrides apply: the warehouse comes after the
+# landing bucket so that a Redshift staging URI wins over the landing one.
+BLOCK_DOCUMENTS: tuple[tuple[type[FleetBlock], str], ...] = (
+    (FleetOperationalDatabase, OPERATIONAL_DB_BLOCK),
+    (FleetLandingBucket, LANDING_BLOCK),
+    (FleetWarehouse, WAREHOUSE_BLOCK),
+)
+
+
+def settings_overrides() -> dict[str, Any]:
+    """`Settings` fields set by the block documents that exist under their default names.
+
+    A missing document (or an unregistered block type) is skipped silently: the environment
+    decides. Any other failure is logged as a warning, without secrets, and skipped too.
+    """
+    overrides: dict[str, Any] = {}
+    for block_cls, name in BLOCK_DOCUMENTS:
+        block = _load_if_exists(block_cls, name)
+        if block is not None:
+            overrides.update(block.as_settings())
+    return overrides
+
+
+def _load_if_exists(block_cls: type[FleetBlock], name: str) -> FleetBlock | None:
+    slug = f"{block_cls.get_block_type_slug()}/{name}"
+    try:
+        # _sync: a sync call even from an async flow, where load() would return a coroutine.
+        return block_cls.load(name, _sync=True)
+    except ValueError as exc:
+        if isinstance(exc.__cause__, ObjectNotFound):
+            return None
+        _warn("ignoring Prefect block %s: %s", slug, describe_error(exc))
+    except Exception as exc:  # noqa: BLE001 - configuration falls back to the environment
+        _warn("ignoring Prefect block %s: %s", slug, describe_error(exc))
+    return None
+
+
+def _warn(message: str, *args: object) -> None:
+    """Into the flow run's log (visible in the UI) inside a run, this module's log outside."""
+    try:
+        logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = get_run_logger()
+    except MissingContextError:
+        logger = log
+    logger.warning(message, *args)
+
+
+def describe_error(exc: BaseException) -> str:
+    """An error message safe to log: no validated input values, no URL credentials."""
+    # Block.load raises pydantic's error itself, or wraps it (RuntimeError ... from it).
+    invalid = exc if isinstance(exc, ValidationError) else exc.__cause__
+    if isinstance(invalid, ValidationError):
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or '<document>'}: {error['msg']}"
+            for error in invalid.errors(include_input=False, include_url=False)
+        )
+        return f"invalid block document ({problems})"
+    return f"{type(exc).__name__}: {redact_url_credentials(str(exc))}"
+
+
+def redact_url_credentials(text: str) -> str:
+    return _URL_USERINFO.sub(r"\g<scheme>***@", text)

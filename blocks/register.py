@@ -1,0 +1,138 @@
+"""Register the fleet block types with the Prefect API, and optionally their documents.
+
+    python -m blocks.register              # block types and schemas only
+    python -m blocks.register --from-env   # ... and the three documents from FLEET_* variables
+
+Re-runnable: type registration is idempotent and documents are saved with overwrite=True.
+The Prefect API is the one PREFECT_API_URL (or the active profile) points at.
+
+Variables read by --from-env (secrets are stored in the blocks, never printed):
+
+| variable | block field |
+| --- | --- |
+| FLEET_DATABASE_URL (required) | fleet-operational-db.url |
+| FLEET_WAREHOUSE_URL (default: FLEET_DATABASE_URL) | fleet-warehouse.url |
+| FLEET_WAREHOUSE (default postgres) | fleet-warehouse.backend |
+| FLEET_WAREHOUSE_IAM_ROLE, FLEET_WAREHOUSE_STAGING_URI | fleet-warehouse.iam_role, .staging_uri |
+| FLEET_LANDING_BUCKET (required), FLEET_LANDING_PREFIX | fleet-landing.bucket, .prefix |
+| FLEET_STAGING_URI (required) | fleet-landing.staging_uri |
+| FLEET_S3_ENDPOINT_URL | fleet-landing.endpoint_url |
+| FLEET_AWS_ACCESS_KEY_ID, FLEET_AWS_SECRET_ACCESS_KEY | fleet-landing credentials |
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+from pydantic import ValidationError
+
+from blocks.fleet_blocks import (
+    BLOCK_DOCUMENTS,
+    LANDING_BLOCK,
+    OPERATIONAL_DB_BLOCK,
+    WAREHOUSE_BLOCK,
+    FleetBlock,
+    FleetLandingBucket,
+    FleetOperationalDatabase,
+    FleetWarehouse,
+    describe_error,
+)
+
+EXIT_CONFIG_ERROR = 2
+
+
+class MissingVariables(Exception):
+    """Required environment variables are not set."""
+
+
+def register_types() -> list[str]:
+    """Create or update every block type and schema; returns their slugs."""
+    slugs = []
+    for block_cls, _ in BLOCK_DOCUMENTS:
+        block_cls.register_type_and_schema(_sync=True)
+        slugs.append(block_cls.get_block_type_slug())
+    return slugs
+
+
+def blocks_from_env(env: Mapping[str, str]) -> dict[str, FleetBlock]:
+    """The three documents described by FLEET_* variables, keyed by document name.
+
+    Raises MissingVariables (naming every missing variable) before anything is built, and
+    pydantic's ValidationError for malformed values.
+    """
+    values = {key: value for key, value in env.items() if value != ""}
+    missing = [
+        key
+        for key in ("FLEET_DATABASE_URL", "FLEET_LANDING_BUCKET", "FLEET_STAGING_URI")
+        if key not in values
+    ]
+    if missing:
+        raise MissingVariables(", ".join(missing))
+    database_url = values["FLEET_DATABASE_URL"]
+    return {
+        OPERATIONAL_DB_BLOCK: FleetOperationalDatabase(url=database_url),
+        WAREHOUSE_BLOCK: FleetWarehouse(
+            backend=values.get("FLEET_WAREHOUSE", "postgres"),
+            url=values.get("FLEET_WAREHOUSE_URL", database_url),
+            iam_role=values.get("FLEET_WAREHOUSE_IAM_ROLE"),
+            staging_uri=values.get("FLEET_WAREHOUSE_STAGING_URI"),
+        ),
+        LANDING_BLOCK: FleetLandingBucket(
+            bucket=values["FLEET_LANDING_BUCKET"],
+            prefix=values.get("FLEET_LANDING_PREFIX", ""),
+            endpoint_url=values.get("FLEET_S3_ENDPOINT_URL"),
+            staging_uri=values["FLEET_STAGING_URI"],
+            aws_access_key_id=values.get("FLEET_AWS_ACCESS_KEY_ID"),
+            aws_secret_access_key=values.get("FLEET_AWS_SECRET_ACCESS_KEY"),
+        ),
+    }
+
+
+def save_documents(blocks: Mapping[str, FleetBlock]) -> list[str]:
+    """Create or overwrite each document; returns `slug/name` of each."""
+    saved = []
+    for name, block in blocks.items():
+        block.save(name, overwrite=True, _sync=True)
+        saved.append(f"{block.get_block_type_slug()}/{name}")
+    return saved
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m blocks.register",
+        description="Register fleet-import's Prefect block types (and documents).",
+    )
+    parser.add_argument(
+        "--from-env",
+        action="store_true",
+        help="also create or overwrite the fleet-operational-db, fleet-warehouse and "
+        "fleet-landing documents from FLEET_* environment variables",
+    )
+    args = parser.parse_args(argv)
+
+    blocks: dict[str, FleetBlock] = {}
+    if args.from_env:
+        # Everything is validated before the API is touched: a typo writes nothing.
+        try:
+            blocks = blocks_from_env(os.environ)
+        except MissingVariables as exc:
+            print(f"error: --from-env needs {exc}", file=sys.stderr)
+            return EXIT_CONFIG_ERROR
+        except ValidationError as exc:
+            print(f"error: {describe_error(exc)}", file=sys.stderr)
+            return EXIT_CONFIG_ERROR
+
+    for slug in register_types():
+        print(f"registered block type {slug}")
+    for document in save_documents(blocks):
+        print(f"saved block document {document}")
+    if not args.from_env:
+        print("no documents written (pass --from-env to write them from FLEET_* variables)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""`fleet-import run / resume / batches show / demo` as users run them: subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fleet_import.batches import BatchRepository, BatchStatus
+from fleet_import.sample_data import fleet_delivery, today_folder
+from tests.test_pipeline import upload
+
+pytestmark = pytest.mark.slow
+
+
+def cli(*args: str, env: dict[str, str] | None = None, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "fleet_import.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        cwd=cwd,
+    )
+
+
+@pytest.fixture
+def api_env(flow_env: str) -> dict[str, str]:
+    from prefect.settings import PREFECT_API_URL
+
+    return {"PREFECT_API_URL": PREFECT_API_URL.value()}
+
+
+def test_run_show_and_exit_codes(flow_env: str, api_env, s3, landing_bucket: str) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=400, bad_rows=True))
+    done = cli("run", "--tenant", "acme", folder, env=api_env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Completed" in done.stdout and "succeeded" in done.stdout
+    (batch,) = BatchRepository(flow_env).list()
+
+    shown = cli("batches", "show", str(batch.id), env=api_env)
+    assert shown.returncode == 0, shown.stderr
+    for expected in ("succeeded", "retire_superseded", "trips-1.csv", "started_at", "done"):
+        assert expected in shown.stdout
+
+    # The same delivery key again: its batch finished, so nothing to do (exit 2).
+    again = cli(
+        "run", "--tenant", "acme", folder, "--delivery-key", batch.delivery_key, env=api_env
+    )
+    assert again.returncode == 2, again.stdout + again.stderr
+
+    broken = cli("run", "--tenant", "acme", "s3://fleet-landing/acme/../x/", env=api_env)
+    assert broken.returncode == 1 and "'..' path segments" in broken.stdout
+
+
+def test_resume_from_the_cli(flow_env: str, api_env, s3, landing_bucket: str) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=40))
+    failed = cli(
+        "run", "--tenant", "acme", folder, env={**api_env, "FLEET_REFRESH_SQL": '["SELECT 1/0"]'}
+    )
+    assert failed.returncode == 1 and "fleet-import resume" in failed.stdout
+    (batch,) = BatchRepository(flow_env).list()
+    resumed = cli("resume", str(batch.id), env=api_env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert BatchRepository(flow_env).get(batch.id).status == BatchStatus.SUCCEEDED
+    assert cli("resume", "not-a-uuid", env=api_env).returncode == 2
+
+
+def test_demo_runs_end_to_end(tmp_path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEET_", "PREFECT_"))}
+    result = subprocess.run(
+        [sys.executable, "-m", "fleet_import.cli", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**env, "COLUMNS": "200"},
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    assert out.count("succeeded") >= 4 and "cache hit" in out
+    assert "failed_publication (resumable" in out and "resume batch" in out
+    assert "curated slices" in out and "prefect server start" in out
