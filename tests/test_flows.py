@@ -13,11 +13,11 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
+from fleet_import.batches import BatchRepository, BatchStatus
+from fleet_import.sample_data import fleet_delivery, today_folder
 from flows.drain_publications import drain_publications
 from flows.import_s3_folder import import_s3_folder
 from flows.resume_publication import resume_publication
-from fleet_import.batches import BatchRepository, BatchStatus
-from fleet_import.sample_data import fleet_delivery, today_folder
 from tests.test_pipeline import slice_rows, upload
 
 pytestmark = pytest.mark.slow
@@ -41,7 +41,9 @@ def artifacts_of(flow_run_id: uuid.UUID) -> dict[str, str]:
 
 def row_versions(database_url: str, table: str) -> list[tuple]:
     with psycopg.connect(database_url) as conn:
-        return conn.execute(f"SELECT xmin::text, ctid::text FROM curated.{table} ORDER BY 1, 2").fetchall()
+        return conn.execute(
+            f"SELECT xmin::text, ctid::text FROM curated.{table} ORDER BY 1, 2"
+        ).fetchall()
 
 
 def test_import_succeeds_with_visible_state_and_artifacts(
@@ -54,7 +56,9 @@ def test_import_succeeds_with_visible_state_and_artifacts(
     assert "succeeded" in state.message
     assert flow_run.name == "import/acme/2026-07-22"
     assert "tenant:acme" in flow_run.tags and f"scope:fleet_s3:{folder}" in flow_run.tags
-    assert {"batch-summary", "batch-rejects", "normalise-progress"} <= set(artifacts_of(flow_run.id))
+    assert {"batch-summary", "batch-rejects", "normalise-progress"} <= set(
+        artifacts_of(flow_run.id)
+    )
     (batch,) = BatchRepository(flow_env).list()
     assert batch.status == BatchStatus.SUCCEEDED
     assert batch.delivery_key == f"flow-run:{flow_run.id}"
@@ -87,9 +91,7 @@ print(f"STATE {state.name}: {state.message}", flush=True)
 """
 
 
-def test_two_concurrent_runs_on_one_scope(
-    flow_env: str, s3, landing_bucket: str, tmp_path
-) -> None:
+def test_two_concurrent_runs_on_one_scope(flow_env: str, s3, landing_bucket: str, tmp_path) -> None:
     """Run A (its own process) is held inside its lease until run B has been decided."""
     from prefect.settings import PREFECT_API_URL
 
@@ -103,7 +105,10 @@ def test_two_concurrent_runs_on_one_scope(
     }
     first = subprocess.Popen(
         [sys.executable, "-c", _RUN_IN_CHILD, "acme", folder],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     repo = BatchRepository(flow_env)
     deadline = time.monotonic() + 120
