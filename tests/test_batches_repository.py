@@ -72,19 +72,24 @@ def test_same_delivery_continues_the_running_batch(repo: BatchRepository, acme: 
     assert isinstance(outcome, ContinueExisting) and outcome.batch.id == first.id
 
 
-@pytest.mark.parametrize("end", ["failed", "succeeded"])
-def test_a_finished_delivery_is_not_reloaded(repo: BatchRepository, acme: Tenant, end: str) -> None:
+def test_a_succeeded_delivery_is_not_reloaded(repo: BatchRepository, acme: Tenant) -> None:
     first = reserve_new(repo, acme)
     repo.acquire_lease(first.id, "w1", 60)
-    if end == "failed":
-        repo.mark_failed(first.id, "w1", FailureKind.FAILED_PRE_COMMIT, "bad header")
-    else:
-        repo.mark_committed(first.id, "w1", row_counts={})
-        repo.mark_succeeded(first.id, "w1")
+    repo.mark_committed(first.id, "w1", row_counts={})
+    repo.mark_succeeded(first.id, "w1")
     again = repo.reserve(acme, SCOPE, "d1")
     assert isinstance(again, ContinueExisting) and again.batch.id == first.id
-    assert repo.acquire_lease(first.id, "w2", 60) == BatchNotRunning(BatchStatus(end))
+    assert repo.acquire_lease(first.id, "w2", 60) == BatchNotRunning(BatchStatus.SUCCEEDED)
     assert len(repo.list()) == 1
+
+
+def test_a_failed_delivery_rerun_starts_a_fresh_batch(repo: BatchRepository, acme: Tenant) -> None:
+    first = reserve_new(repo, acme)
+    repo.acquire_lease(first.id, "w1", 60)
+    repo.mark_failed(first.id, "w1", FailureKind.FAILED_PRE_COMMIT, "bad header")
+    again = repo.reserve(acme, SCOPE, "d1")
+    assert isinstance(again, Reserved) and again.batch.id != first.id
+    assert repo.get(first.id).status == BatchStatus.FAILED
 
 
 def test_other_folders_and_tenants_never_conflict(

@@ -176,3 +176,20 @@ def test_drain_finishes_committed_batches(flow_env: str, s3, landing_bucket: str
     state = drain_publications(limit=10, return_state=True)
     assert state.is_completed()
     assert state.result() == {}
+
+
+def test_rerun_of_a_failed_delivery_starts_a_fresh_batch(
+    flow_env: str, s3, landing_bucket: str
+) -> None:
+    """A UI rerun keeps the flow run (so the delivery key); after a failure it must load."""
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=20)
+    broken = dict(files, **{"trips-1.csv": files["trips-1.csv"].replace(b'"status"', b'"x"', 1)})
+    upload(s3, folder, broken)
+    failed, _ = run(import_s3_folder, tenant_id="acme", folder=folder, delivery_key="run-1")
+    assert failed.is_failed()
+    upload(s3, folder, files)
+    rerun, _ = run(import_s3_folder, tenant_id="acme", folder=folder, delivery_key="run-1")
+    assert rerun.name == "Completed", rerun.message
+    statuses = sorted(b.status.value for b in BatchRepository(flow_env).list())
+    assert statuses == ["failed", "succeeded"]

@@ -117,7 +117,7 @@ class Reserved:
 @dataclass(frozen=True)
 class ContinueExisting:
     """This delivery reserved a batch of this scope before: continue it if it still runs;
-    if it finished, the delivery does no work (a duplicate never reloads)."""
+    if it succeeded, the delivery does no work (a duplicate never reloads)."""
 
     batch: Batch
 

@@ -19,12 +19,13 @@ DO NOTHING
 RETURNING *
 
 -- delivery_batch --
--- The newest batch this delivery already made for the scope, whatever its status: a
--- duplicate delivery continues it (running) or does no work (finished), never reloads.
+-- The batch this delivery already made for the scope, unless it failed: a duplicate
+-- delivery continues it (running) or does no work (succeeded), never reloads. After a
+-- failure the same delivery (a UI rerun of the flow run) starts a fresh batch.
 SELECT *
 FROM ingestion_batches
 WHERE tenant_id = %(tenant_id)s AND source_scope = %(source_scope)s
-  AND delivery_key = %(delivery_key)s
+  AND delivery_key = %(delivery_key)s AND status <> 'failed'
 ORDER BY created_at DESC
 LIMIT 1
 

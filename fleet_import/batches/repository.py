@@ -90,8 +90,9 @@ class BatchRepository:
         source_type: SourceType = SourceType.FLEET_S3,
     ) -> ReserveOutcome:
         """Insert a running batch for the scope, or say who holds it. A delivery that made a
-        batch before gets that batch back (ContinueExisting), running or finished: the
-        caller's lease attempt then says whether any work is left."""
+        batch before gets it back (ContinueExisting) while it runs or once it succeeded (the
+        caller's lease attempt then says whether work is left); after a failure the same
+        delivery starts a fresh batch, since recovery from a failure is a new batch."""
         _check_text("source scope", scope, SOURCE_SCOPE_MAX_LENGTH)
         _check_text("delivery key", delivery_key, _MAX_KEY_LENGTH)
         initial = BatchDetails.parse({**(details or {}), "version": 1}).to_json()
