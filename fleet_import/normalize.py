@@ -198,18 +198,28 @@ class _RowGroups:
 
 def find_duplicate_keys(files: Sequence[NormalizedFile], contract: DatasetContract) -> list[Reject]:
     """Every row whose natural key occurs more than once in the delivery, each naming
-    another place the key occurs.
+    another place the key occurs."""
+    return find_duplicates(files, contract)[0]
+
+
+def find_duplicates(
+    files: Sequence[NormalizedFile], contract: DatasetContract
+) -> tuple[list[Reject], pa.Table]:
+    """The duplicate-key rejects, and the repeated keys themselves (typed, one row each) so
+    a loader can drop every copy of them.
 
     Memory matters here (a delivery can hold millions of keys): a first pass keeps only a
     64-bit hash per row, and only rows whose hash repeats are read again and compared
     exactly, so a collision never makes a false reject."""
     keys = list(contract.natural_key)
+    key_schema = pa.schema([contract.arrow_schema.field(key).with_nullable(True) for key in keys])
+    nothing: tuple[list[Reject], pa.Table] = ([], key_schema.empty_table())
     if not keys or not files:
-        return []
+        return nothing
     hashes = [_key_hashes(_read_keys(normalized, keys)[0], keys) for normalized in files]
     repeated = _repeated_values(np.concatenate(hashes)) if hashes else np.empty(0, np.uint64)
     if not repeated.size:
-        return []
+        return nothing
     key_schema = pa.schema([contract.arrow_schema.field(key).with_nullable(True) for key in keys])
     tables = []
     for index, (normalized, file_hashes) in enumerate(zip(files, hashes, strict=True)):
@@ -228,7 +238,7 @@ def find_duplicate_keys(files: Sequence[NormalizedFile], contract: DatasetContra
     counts = rows.group_by(keys).aggregate([("_position", "count"), ("_position", "min")])
     repeated_keys = counts.filter(pc.greater(counts.column("_position_count"), 1))
     if not repeated_keys.num_rows:
-        return []
+        return nothing
     rows = rows.join(repeated_keys, keys=keys, join_type="inner")
     is_first = pc.equal(rows.column("_position"), rows.column("_position_min"))
     later = rows.filter(pc.invert(is_first)).group_by(keys).aggregate([("_position", "min")])
@@ -237,7 +247,8 @@ def find_duplicate_keys(files: Sequence[NormalizedFile], contract: DatasetContra
     is_first = pc.equal(rows.column("_position"), rows.column("_position_min"))
     other = pc.if_else(is_first, rows.column("_second"), rows.column("_position_min"))
     rows = rows.append_column("_other", other).sort_by("_position").combine_chunks()
-    return _duplicate_rejects(rows, keys, [normalized.source_key for normalized in files])
+    rejects = _duplicate_rejects(rows, keys, [normalized.source_key for normalized in files])
+    return rejects, repeated_keys.select(keys).cast(key_schema)
 
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)

@@ -15,7 +15,7 @@ import socket
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,7 +40,7 @@ from fleet_import.normalize import (
     NormalizedFile,
     Reject,
     check_reject_ratio,
-    find_duplicate_keys,
+    find_duplicates,
     normalize_file,
     summarize_rejects,
     write_rejects,
@@ -54,13 +54,13 @@ from fleet_import.publication import (
 from fleet_import.scope import Tenant, source_scope, split_folder
 from fleet_import.sources import Manifest, SourceObject, discover, download_object, open_object
 from fleet_import.staging import StagingArea, StagingError
-from fleet_import.warehouse import DatasetLoad, LoadFile, Warehouse
+from fleet_import.warehouse import LoadFile, Warehouse
 
 log = logging.getLogger(__name__)
 
 EventSink = Callable[[str, Mapping[str, Any]], None]
 Progress = Callable[[str, float | None], None]
-DEFAULT_NORMALIZE_WORKERS = 2
+DEFAULT_NORMALIZE_WORKERS = 1
 # Rejects kept in batch details: enough to act on; the full list is in the rejects file.
 _REJECT_SAMPLE = 20
 
@@ -238,18 +238,28 @@ def run_leased_batch(
     try:
         manifest = discover_step(ctx, batch_id, scope, owner)
         heartbeat.check()
-        entries = normalize_step(ctx, batch_id, manifest, heartbeat)
-        # Arrow's allocator keeps freed pages for reuse; each phase that follows allocates
-        # differently, so hand them back and keep the peak bounded by batch size.
-        pa.default_memory_pool().release_unused()
-        loads, summary = reject_step(ctx, tenant, batch_id, owner, entries)
-        pa.default_memory_pool().release_unused()
-        heartbeat.renew_now()
-        return commit_step(ctx, tenant, batch_id, scope, owner, loads, summary)
+        entries = normalized_entries(ctx, batch_id, manifest, heartbeat)
+        return load_step(ctx, tenant, batch_id, scope, owner, manifest, entries, heartbeat)
     except LeaseLost:
         raise
     except Exception as exc:  # noqa: BLE001 - every pre-commit failure fails the batch
-        return fail_pre_commit(ctx, tenant, batch_id, scope, owner, exc)
+        return settle_failure(ctx, tenant, batch_id, scope, owner, exc)
+
+
+def settle_failure(
+    ctx: ImportContext,
+    tenant: Tenant,
+    batch_id: uuid.UUID,
+    scope: str,
+    owner: str,
+    exc: BaseException,
+) -> ImportOutcome:
+    """A load failed. A lost COMMIT acknowledgement is the one ambiguous case, and the stamp
+    decides it; anything else fails the batch before commit."""
+    recovered = recover_committed(ctx, tenant, batch_id, scope, owner)
+    if recovered is not None:
+        return recovered
+    return fail_pre_commit(ctx, tenant, batch_id, scope, owner, exc)
 
 
 def recover_committed(
@@ -312,31 +322,29 @@ def discover_step(ctx: ImportContext, batch_id: uuid.UUID, scope: str, owner: st
     return manifest
 
 
-def normalize_step(
+def normalized_entries(
     ctx: ImportContext, batch_id: uuid.UUID, manifest: Manifest, heartbeat: Heartbeat
-) -> list[NormalizedEntry]:
+) -> Iterator[NormalizedEntry]:
+    """Normalise the delivery's files on a small pool, yielding each (in manifest order) as
+    soon as it is ready, so the warehouse load of one file overlaps the parsing of the next."""
     objects = list(manifest.objects)
     bucket, _ = split_folder(manifest.folder)
     workdir = ctx.workdir / str(batch_id)
     workdir.mkdir(parents=True, exist_ok=True)
-    done = 0
 
     def one(obj: SourceObject) -> NormalizedEntry:
         heartbeat.check()
         return normalize_object(ctx, batch_id, bucket, obj, ctx.contracts[obj.dataset], workdir)
 
-    entries: list[NormalizedEntry] = []
     with ThreadPoolExecutor(max_workers=max(1, ctx.normalize_workers)) as pool:
-        for entry in pool.map(one, objects):
-            entries.append(entry)
-            done += 1
+        for done, entry in enumerate(pool.map(one, objects), start=1):
             failpoints.hit("after_normalized_file")
             ctx.progress(
                 f"normalised {entry.obj.name}: {entry.file.row_count:,} rows, "
                 f"{entry.file.reject_count:,} rejects{' (cached)' if entry.cache_hit else ''}",
                 done / len(objects),
             )
-    return entries
+            yield entry
 
 
 def normalize_object(
@@ -406,43 +414,80 @@ def normalize_object(
     return NormalizedEntry(obj, file, False, time.monotonic() - started)
 
 
+def load_step(
+    ctx: ImportContext,
+    tenant: Tenant,
+    batch_id: uuid.UUID,
+    scope: str,
+    owner: str,
+    manifest: Manifest,
+    entries: Iterable[NormalizedEntry],
+    heartbeat: Heartbeat,
+) -> Committed:
+    """Steps 4-6: load each normalised file as it arrives into one open warehouse
+    transaction, drop duplicate keys and check reject ratios once all are in, commit, then
+    record the commit. Raises on any failure (nothing of the slice is then visible)."""
+    started = time.monotonic()
+    contracts = [ctx.contracts[name] for name in sorted(manifest.by_dataset())]
+    ctx.progress(f"loading the slice of {scope}", None)
+    with ctx.warehouse.open_slice(
+        tenant_id=tenant.tenant_id,
+        source_scope=scope,
+        batch_id=batch_id,
+        contracts=contracts,
+        progress=lambda dataset, rows: ctx.progress(f"loaded {rows:,} {dataset} rows", None),
+    ) as writer:
+        loaded: list[NormalizedEntry] = []
+        for entry in entries:
+            writer.load_files(
+                ctx.contracts[entry.file.dataset], [LoadFile(entry.file.parquet_path)]
+            )
+            loaded.append(entry)
+            heartbeat.check()
+        # Arrow's allocator keeps freed pages for reuse; what follows allocates
+        # differently, so hand them back and keep the peak bounded by batch size.
+        pa.default_memory_pool().release_unused()
+        duplicates, summary = reject_step(ctx, tenant, batch_id, owner, loaded)
+        for dataset, keys in duplicates.items():
+            writer.discard_keys(ctx.contracts[dataset], keys)
+        pa.default_memory_pool().release_unused()
+        heartbeat.renew_now()
+        failpoints.hit("before_warehouse_commit")
+        commit = writer.commit()
+    failpoints.hit("after_warehouse_commit")
+    summary["seconds"] = {"load": round(time.monotonic() - started, 3)}
+    return record_commit(
+        ctx, batch_id, scope, owner, recovered=False, row_counts=commit.row_counts, summary=summary
+    )
+
+
 def reject_step(
     ctx: ImportContext,
     tenant: Tenant,
     batch_id: uuid.UUID,
     owner: str,
     entries: Sequence[NormalizedEntry],
-) -> tuple[list[DatasetLoad], dict[str, Any]]:
-    """Duplicate keys across the delivery, reject ratios, the batch's rejects file."""
+) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+    """Duplicate keys across the delivery, reject ratios (raises above a contract's limit),
+    the batch's rejects file. Returns the repeated keys to drop, per dataset."""
     by_dataset: dict[str, list[NormalizedEntry]] = {}
     for entry in entries:
         by_dataset.setdefault(entry.file.dataset, []).append(entry)
-    loads: list[DatasetLoad] = []
+    duplicate_keys: dict[str, pa.Table] = {}
     all_rejects: list[Reject] = []
     rows: dict[str, int] = {}
     for dataset, dataset_entries in by_dataset.items():
         contract = ctx.contracts[dataset]
         files = [entry.file for entry in dataset_entries]
-        duplicates = find_duplicate_keys(files, contract)
-        excluded: dict[str, set[int]] = {}
-        for reject in duplicates:
-            if reject.line is not None:
-                excluded.setdefault(reject.file, set()).add(reject.line)
+        duplicates, keys = find_duplicates(files, contract)
         rejected = sum(f.reject_count for f in files) + len(duplicates)
         accepted = sum(f.row_count for f in files) - len(duplicates)
         check_reject_ratio(contract, accepted, rejected)
         rows[dataset] = accepted
         all_rejects.extend(r for f in files for r in f.rejects)
         all_rejects.extend(duplicates)
-        loads.append(
-            DatasetLoad(
-                contract,
-                tuple(
-                    LoadFile(f.parquet_path, frozenset(excluded.get(f.source_key, ())))
-                    for f in files
-                ),
-            )
-        )
+        if keys.num_rows:
+            duplicate_keys[dataset] = keys
     rejects_uri = None
     if all_rejects:
         local = ctx.workdir / str(batch_id) / "rejects.csv"
@@ -469,40 +514,7 @@ def reject_step(
     ctx.repo.update_details(
         batch_id, owner, {"phase": "normalised", "rejects": rejects, "summary": summary}
     )
-    return loads, {**summary, "rejects": rejects}
-
-
-def commit_step(
-    ctx: ImportContext,
-    tenant: Tenant,
-    batch_id: uuid.UUID,
-    scope: str,
-    owner: str,
-    loads: Sequence[DatasetLoad],
-    summary: dict[str, Any],
-) -> Committed:
-    """Step 5 (one warehouse transaction) then step 6. Raises when the commit failed."""
-    started = time.monotonic()
-    ctx.progress(f"committing slice of {scope}", None)
-    try:
-        commit = ctx.warehouse.commit_slice(
-            tenant_id=tenant.tenant_id,
-            source_scope=scope,
-            batch_id=batch_id,
-            datasets=loads,
-            progress=lambda dataset, rows: ctx.progress(f"loaded {rows:,} {dataset} rows", None),
-        )
-    except Exception:
-        # A lost COMMIT acknowledgement is the one ambiguous case: the stamp decides.
-        recovered = recover_committed(ctx, tenant, batch_id, scope, owner)
-        if recovered is not None:
-            return recovered
-        raise
-    failpoints.hit("after_warehouse_commit")
-    summary.setdefault("seconds", {})["commit"] = round(time.monotonic() - started, 3)
-    return record_commit(
-        ctx, batch_id, scope, owner, recovered=False, row_counts=commit.row_counts, summary=summary
-    )
+    return duplicate_keys, {**summary, "rejects": rejects}
 
 
 def _stamped(ctx: ImportContext, tenant: Tenant, scope: str, batch_id: uuid.UUID) -> bool:

@@ -8,6 +8,7 @@ artifacts a data engineer reads in the UI.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from prefect import flow, get_run_logger, task, unmapped
@@ -15,6 +16,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 from prefect.states import Failed, State
+from prefect.task_runners import ThreadPoolTaskRunner
 
 from fleet_import import failpoints, pipeline
 from fleet_import.errors import InvalidInput, LeaseLost
@@ -33,6 +35,9 @@ from flows.common import (
 )
 from flows.reporting import publish_artifacts, state_for
 
+# Files normalised at once. Each holds a few record batches in memory while the flow thread
+# loads finished files into the warehouse: two keep the load busy at bounded memory.
+NORMALIZE_WORKERS = 2
 _TASK_OPTIONS: dict[str, Any] = {
     "retries": TASK_RETRIES,
     "retry_delay_seconds": TASK_RETRY_DELAYS,
@@ -66,28 +71,6 @@ def normalise(
     return pipeline.normalize_object(rt.ctx, batch_id, bucket, obj, contract, workdir)
 
 
-@task(name="check-rejects", **_TASK_OPTIONS)
-def check_rejects(
-    rt: Runtime, tenant: Tenant, batch_id: uuid.UUID, owner: str, entries: list
-) -> tuple[list, dict[str, Any]]:
-    """Duplicate keys across the delivery and reject ratios."""
-    return pipeline.reject_step(rt.ctx, tenant, batch_id, owner, entries)
-
-
-@task(name="commit-slice", **_TASK_OPTIONS)
-def commit_slice(
-    rt: Runtime,
-    tenant: Tenant,
-    batch_id: uuid.UUID,
-    scope: str,
-    owner: str,
-    loads: list,
-    summary: dict[str, Any],
-) -> pipeline.Committed:
-    """One warehouse transaction, then the commit record and the outbox."""
-    return pipeline.commit_step(rt.ctx, tenant, batch_id, scope, owner, loads, summary)
-
-
 @task(name="publish", cache_policy=NO_CACHE)
 def publish(
     rt: Runtime, committed: pipeline.Committed, owner: str, heartbeat: Heartbeat
@@ -96,7 +79,12 @@ def publish(
     return pipeline.publish_step(rt.ctx, committed, owner, heartbeat)
 
 
-@flow(name="import-s3-folder", flow_run_name=_run_name, retries=0)
+@flow(
+    name="import-s3-folder",
+    flow_run_name=_run_name,
+    retries=0,
+    task_runner=ThreadPoolTaskRunner(max_workers=NORMALIZE_WORKERS),
+)
 def import_s3_folder(tenant_id: str, folder: str, delivery_key: str | None = None) -> State:
     """Import one S3 folder of a tenant into its curated slices.
 
@@ -151,15 +139,18 @@ def _run(
         futures = normalise.map(
             unmapped(rt), unmapped(batch_id), unmapped(bucket), list(manifest.objects)
         )
-        entries = []
-        for done, future in enumerate(futures, start=1):
-            entries.append(future.result())
-            heartbeat.check()
-            update_progress_artifact(progress_id, 100.0 * done / len(futures))
-        loads, summary = check_rejects(rt, tenant, batch_id, owner, entries)
-        heartbeat.renew_now()
-        return commit_slice(rt, tenant, batch_id, scope, owner, loads, summary)
+
+        def entries() -> Iterator[pipeline.NormalizedEntry]:
+            # In manifest order, each as soon as its task is done: the flow thread loads
+            # one file into the open slice while the task runner normalises the next.
+            for done, future in enumerate(futures, start=1):
+                yield future.result()
+                update_progress_artifact(progress_id, 100.0 * done / len(futures))
+
+        return pipeline.load_step(
+            rt.ctx, tenant, batch_id, scope, owner, manifest, entries(), heartbeat
+        )
     except LeaseLost:
         raise
     except Exception as exc:  # noqa: BLE001 - the pipeline decides what a failure means
-        return pipeline.fail_pre_commit(rt.ctx, tenant, batch_id, scope, owner, exc)
+        return pipeline.settle_failure(rt.ctx, tenant, batch_id, scope, owner, exc)

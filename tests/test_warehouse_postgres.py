@@ -191,7 +191,7 @@ def test_ensure_tables_creates_typed_tables_index_and_registry(
     indexes = db.execute(
         "SELECT tablename, indexdef FROM pg_indexes WHERE schemaname = 'curated' ORDER BY 1"
     ).fetchall()
-    slice_indexes = {t: d for t, d in indexes if "(tenant_id, source_scope)" in d}
+    slice_indexes = {t: d for t, d in indexes if "(ingestion_batch_id)" in d}
     assert set(slice_indexes) == {"fleet_trips", "fleet_vehicles", "fleet_fuel_transactions"}
     assert db.execute("SELECT to_regclass('curated.ingestion_slices')").fetchone() == (
         "curated.ingestion_slices",
@@ -231,7 +231,7 @@ def test_sql_builders_quote_and_order_columns() -> None:
     )
     assert create_index_sql(TRIPS).as_string() == (
         'CREATE INDEX IF NOT EXISTS "fleet_trips_slice_ix" ON "curated"."fleet_trips"'
-        ' ("tenant_id", "source_scope")'
+        ' ("ingestion_batch_id")'
     )
     assert (
         create_table_sql(VEHICLES)

@@ -7,6 +7,7 @@ from fleet_import.warehouse.base import (
     LoadFile,
     Progress,
     SliceCommit,
+    SliceWriter,
     Warehouse,
     WarehouseError,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "PostgresWarehouse",
     "Progress",
     "SliceCommit",
+    "SliceWriter",
     "Warehouse",
     "WarehouseError",
 ]

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+import pyarrow as pa
+
 from fleet_import.contracts import DatasetContract
 from fleet_import.errors import FleetImportError
 
@@ -62,6 +64,26 @@ class SliceCommit:
     """dataset -> rows now in the slice"""
 
 
+class SliceWriter(Protocol):
+    """A slice replacement in progress (one open warehouse transaction). Files are loaded
+    as they become ready; nothing is visible until `commit()`; closing without it rolls
+    back. A context manager."""
+
+    row_counts: dict[str, int]
+
+    def load_files(self, contract: DatasetContract, files: Sequence[LoadFile]) -> int: ...
+
+    def discard_keys(self, contract: DatasetContract, keys: pa.Table) -> int: ...
+
+    def commit(self) -> SliceCommit: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> SliceWriter: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
+
 @runtime_checkable
 class Warehouse(Protocol):
     def ensure_tables(self, contracts: Iterable[DatasetContract]) -> None:
@@ -79,6 +101,18 @@ class Warehouse(Protocol):
     ) -> SliceCommit:
         """Replace the scope's whole slice with these datasets, stamped with batch_id, in one
         transaction: readers see the old slice or the new one, never a mix."""
+        ...
+
+    def open_slice(
+        self,
+        *,
+        tenant_id: str,
+        source_scope: str,
+        batch_id: uuid.UUID,
+        contracts: Sequence[DatasetContract],
+        progress: Progress | None = None,
+    ) -> SliceWriter:
+        """Begin replacing the scope's slice with these datasets (see SliceWriter)."""
         ...
 
     def slice_owner(self, tenant_id: str, source_scope: str) -> uuid.UUID | None:

@@ -41,7 +41,7 @@ SELECT EXISTS (
 )
 
 -- registered_slices --
-SELECT dataset, target_table
+SELECT dataset, target_table, batch_id
 FROM curated.ingestion_slices
 WHERE tenant_id = %(tenant_id)s AND source_scope = %(source_scope)s
 ORDER BY dataset
@@ -71,7 +71,7 @@ FROM curated.ingestion_slices
 WHERE tenant_id = %(tenant_id)s AND source_scope = %(source_scope)s
 
 -- slice_tables --
-SELECT dataset, target_table
+SELECT dataset, target_table, batch_id
 FROM curated.ingestion_slices
 WHERE tenant_id = %(tenant_id)s AND source_scope = %(source_scope)s
 ORDER BY dataset
