@@ -1,0 +1,253 @@
+"""Helpers for the benchmarks: a fresh database, a moto S3 server, measured child processes.
+
+Each measured part runs in a child process of its own, so that its peak RSS (VmHWM) is its
+own and nothing the parent holds (generated data, moto's objects) is counted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+REPO = Path(__file__).resolve().parent.parent
+RESULT_PREFIX = "RESULT "
+_FAKE_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+# Variables that could point boto3 at real credentials or a real account.
+_UNSET_AWS_ENV = ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE")
+_PREFETCH_POLL_SECONDS = 0.2
+
+T = TypeVar("T")
+
+
+def pgtools() -> ModuleType:
+    """tests.pgtools (find or start a PostgreSQL, create, migrate, drop), importable from a
+    script run as `python benchmarks/x.py`."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from tests import pgtools as module
+
+    return module
+
+
+def progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def peak_rss_mb() -> float:
+    """VmHWM: this process's own peak RSS. (getrusage's ru_maxrss survives exec on Linux,
+    so a child would report its parent's peak.)"""
+    status = Path("/proc/self/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
+
+
+@contextmanager
+def fresh_database(admin_url: str | None, prefix: str = "fleet_bench") -> Iterator[str]:
+    """A new database migrated to head on the given server (default: the one the tests
+    use, the embedded pgserver where none answers), dropped afterwards."""
+    tools = pgtools()
+    server = admin_url or tools.server_url()
+    name = tools.unique_name(prefix)
+    url = tools.create_database(server, name)
+    try:
+        tools.migrate(url)
+        yield url
+    finally:
+        tools.drop_database(server, name)
+
+
+@contextmanager
+def moto_s3() -> Iterator[str]:
+    """http://127.0.0.1:<port> of a moto server in this process; fake credentials are set
+    in os.environ so that child processes authenticate against it too."""
+    from moto.server import ThreadedMotoServer
+
+    os.environ.update(_FAKE_AWS_ENV)
+    for name in _UNSET_AWS_ENV:
+        os.environ.pop(name, None)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one INFO line per request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def checkpoint(url: str) -> None:
+    """Flush dirty buffers now, so that one load's checkpoint does not land in the next."""
+    import psycopg
+
+    from fleet_import.config import libpq_url
+
+    try:
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+    except psycopg.errors.InsufficientPrivilege:
+        pass
+
+
+def _host_cpu_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of all CPUs since boot, from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
+def _process_ticks(stat: str, *, children: bool) -> int:
+    """utime + stime (+ cutime + cstime: reaped children) from a /proc/<pid>/stat line."""
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return sum(int(value) for value in fields[11 : 15 if children else 13])
+
+
+def _database_ticks() -> int:
+    """CPU ticks of every local PostgreSQL process, with what the postmaster reaped: a
+    backend that ends within the window is counted through its parent."""
+    total = 0
+    for path in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            stat = path.read_text()
+        except OSError:
+            continue
+        if stat[stat.index("(") + 1 : stat.rindex(")")] == "postgres":
+            total += _process_ticks(stat, children=True)
+    return total
+
+
+def _parent_ticks() -> int:
+    """The parent runs moto's S3 server and otherwise waits for us."""
+    try:
+        stat = Path(f"/proc/{os.getppid()}/stat").read_text()
+    except OSError:
+        return 0
+    return _process_ticks(stat, children=False)
+
+
+class Window:
+    """Wall seconds of a measured part and the CPU it cost: this process (all threads), the
+    local PostgreSQL processes, moto (the parent), and how busy the host's CPUs were (on a
+    shared host that includes other people's work)."""
+
+    seconds: float
+    cpu: dict[str, float]
+    host_busy: float
+
+    def __enter__(self) -> Window:
+        self._ticks = (_database_ticks(), _parent_ticks(), _host_cpu_ticks())
+        self._times = os.times()
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._started
+        times = os.times()
+        database, parent, (busy, total) = _database_ticks(), _parent_ticks(), _host_cpu_ticks()
+        tick = os.sysconf("SC_CLK_TCK")
+        self.cpu = {
+            "client": times.user + times.system - self._times.user - self._times.system,
+            "database": (database - self._ticks[0]) / tick,
+            "s3": (parent - self._ticks[1]) / tick,
+        }
+        self.host_busy = (busy - self._ticks[2][0]) / max(1, total - self._ticks[2][1])
+
+    def measurement(self, label: str, rows: int, **details: Any) -> Measurement:
+        details = {
+            "cpu_seconds": {name: round(value, 2) for name, value in self.cpu.items()},
+            "host_cpu_busy": round(self.host_busy, 3),
+            **details,
+        }
+        return Measurement(label, rows, self.seconds, peak_rss_mb(), details)
+
+
+@dataclass
+class Measurement:
+    """One measured part: rows loaded, wall seconds, the process's peak RSS."""
+
+    label: str
+    rows: int
+    seconds: float
+    peak_rss_mb: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds
+
+    def emit(self) -> None:
+        """Hand the measurement to the parent on stdout (the child's only stdout line)."""
+        print(RESULT_PREFIX + json.dumps(asdict(self)), flush=True)
+
+
+def run_child(argv: list[str], timeout: float) -> Measurement:
+    """Run `python <argv>` from the repository root; its stderr goes to ours (progress)."""
+    child = subprocess.run(
+        [sys.executable, *argv],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    results = [line for line in child.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+    if child.returncode != 0 or not results:
+        raise RuntimeError(f"child {argv} failed ({child.returncode}): {child.stdout[-2000:]}")
+    return Measurement(**json.loads(results[-1][len(RESULT_PREFIX) :]))
+
+
+def prefetch(produce: Callable[[], Iterable[T]], depth: int) -> Iterator[T]:
+    """The items of `produce()`, computed on a helper thread up to `depth` ahead, so that
+    producing (download, encode: mostly GIL-free) overlaps consuming (COPY writes)."""
+    items: queue.Queue[object] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def put(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=_PREFETCH_POLL_SECONDS)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            for item in produce():
+                if not put(item):
+                    return
+            put(done)
+        except BaseException as exc:  # handed to the consumer, which raises it
+            put(_Raised(exc))
+
+    thread = threading.Thread(target=run, name=f"prefetch-{uuid.uuid4().hex[:6]}", daemon=True)
+    thread.start()
+    try:
+        while (item := items.get()) is not done:
+            if isinstance(item, _Raised):
+                raise item.exc
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
+        thread.join()
+
+
+@dataclass(frozen=True)
+class _Raised:
+    exc: BaseException
