@@ -46,6 +46,11 @@ EXPECTED_DEPLOYMENTS = {
         "drain-publications",
         set(),
     ),
+    "sweep-landing-zone": (
+        "flows/sweep_landing_zone.py:sweep_landing_zone",
+        "sweep-landing-zone",
+        {"bucket"},
+    ),
 }
 
 _SERVER_START_TIMEOUT = 90.0
@@ -469,3 +474,65 @@ def test_invalid_block_document_is_skipped_with_a_clean_warning(
     assert "warehouse" not in overrides and "warehouse_url" not in overrides
     assert "fleet-warehouse/fleet-warehouse: invalid block document (backend:" in caplog.text
     assert _WAREHOUSE_PASSWORD not in caplog.text
+
+
+# --- the landing-zone sweep and the S3 arrival trigger (issue 5) ----------------------------
+
+_IMPORT_TRIGGER = "import-s3-folder-on-marker"
+
+
+def test_prefect_yaml_triggers_use_only_keys_prefect_reads() -> None:
+    """Prefect drops unknown trigger keys (extra="ignore"): a misspelled `within` or
+    `schedule_after` would silently turn off the debounce."""
+    from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
+    from prefect.events.schemas.events import ResourceSpecification
+
+    triggers = [
+        (deployment["name"], trigger)
+        for deployment in _prefect_yaml()["deployments"]
+        for trigger in deployment.get("triggers") or []
+    ]
+    assert [name for name, _ in triggers] == ["import-s3-folder"]
+    for name, trigger in triggers:
+        unknown = set(trigger) - set(DeploymentEventTrigger.model_fields)
+        assert not unknown, f"{name}: trigger keys Prefect ignores: {unknown}"
+        parsed = DeploymentEventTrigger.model_validate(trigger)
+        ResourceSpecification.model_validate(trigger["match"])
+        assert parsed.expect == {"aws.s3.object.created"}
+        assert parsed.for_each == {"prefect.resource.id"}  # debounce per marker, not globally
+        assert parsed.within.total_seconds() > 0 and parsed.schedule_after.total_seconds() > 0
+        assert set(parsed.parameters or {}) == {"tenant_id", "folder", "delivery_key"}
+
+
+@pytest.mark.slow
+def test_deploy_all_registers_the_sweep_and_the_import_trigger(
+    deployed: subprocess.CompletedProcess[str], api: None
+) -> None:
+    assert deployed.returncode == 0, _output(deployed)
+    from prefect.client.orchestration import get_client
+
+    deployments = _read_deployments()
+    sweep = deployments["sweep-landing-zone"]
+    [schedule] = sweep.schedules
+    assert schedule.active and schedule.schedule.cron == "*/10 * * * *"
+    assert sweep.parameters["bucket"] == "fleet-landing"
+    assert sweep.parameters["deployment"] == "import-s3-folder/import-s3-folder"
+    properties = sweep.parameter_openapi_schema["properties"]
+    for parameter in ("bucket", "prefix", "completion", "marker", "quiet_seconds"):
+        assert properties[parameter].get("description"), f"sweep: {parameter} undescribed"
+
+    with get_client(sync_client=True) as client:
+        [automation] = client.read_automations_by_name(_IMPORT_TRIGGER)
+    assert automation.enabled
+    trigger = automation.trigger
+    assert trigger.expect == {"aws.s3.object.created"}
+    assert trigger.match.root["prefect.resource.id"] == "s3://fleet-landing/*/_SUCCESS"
+    assert trigger.for_each == {"prefect.resource.id"}
+    assert trigger.within.total_seconds() == 60
+    [action] = automation.actions
+    assert action.type == "run-deployment"
+    assert action.deployment_id == deployments["import-s3-folder"].id
+    assert action.schedule_after.total_seconds() == 60
+    assert action.parameters["tenant_id"] == "{{ event.resource['fleet.tenant'] }}"
+    assert action.parameters["folder"] == "{{ event.resource['fleet.folder'] }}"
+    assert action.parameters["delivery_key"].startswith("s3-event:")

@@ -1,0 +1,75 @@
+"""SweepRepository: the operational-store reads of the landing-zone sweep.
+
+Same conventions as BatchRepository: SQL lives in `sweep.sql`, every method is one
+transaction on its own connection, and driver errors become OperationalStoreError at
+`translate_driver_error`; nothing from psycopg escapes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from fleet_import.batches.repository import translate_driver_error
+from fleet_import.config import libpq_url
+from fleet_import.sqlfiles import load_queries
+
+QUERIES = load_queries("fleet_import.batches", "sweep.sql")
+_CONNECT_TIMEOUT_SECONDS = 10
+# Folders per query: a landing zone of years of daily folders stays a few round trips.
+_CHUNK = 1000
+
+
+@dataclass(frozen=True)
+class FolderBatches:
+    """What the store knows about one folder's scope and its current content."""
+
+    tenant_id: str
+    source_scope: str
+    fingerprint: str
+    running_id: uuid.UUID | None = None
+    running_delivery_key: str | None = None
+    latest_succeeded_id: uuid.UUID | None = None
+    latest_succeeded_fingerprint: str | None = None
+    same_content_id: uuid.UUID | None = None
+    same_content_status: str | None = None
+    same_content_failure_kind: str | None = None
+
+
+FolderKey = tuple[str, str, str]  # (tenant_id, source_scope, fingerprint)
+
+
+class SweepRepository:
+    def __init__(self, database_url: str) -> None:
+        self._conninfo = libpq_url(database_url)
+
+    def folder_batches(self, folders: Iterable[FolderKey]) -> dict[FolderKey, FolderBatches]:
+        """The running, newest succeeded and same-content batches of each folder's scope."""
+        wanted = list(dict.fromkeys(folders))
+        found: dict[FolderKey, FolderBatches] = {}
+        for start in range(0, len(wanted), _CHUNK):
+            chunk = wanted[start : start + _CHUNK]
+            params = {
+                "tenant_ids": [tenant for tenant, _, _ in chunk],
+                "source_scopes": [scope for _, scope, _ in chunk],
+                "fingerprints": [fingerprint for _, _, fingerprint in chunk],
+            }
+            for row in self._all("folder_batches", params):
+                found[(row["tenant_id"], row["source_scope"], row["fingerprint"])] = FolderBatches(
+                    **row
+                )
+        return found
+
+    def _all(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        try:
+            with psycopg.connect(
+                self._conninfo, row_factory=dict_row, connect_timeout=_CONNECT_TIMEOUT_SECONDS
+            ) as conn:
+                return conn.execute(QUERIES[name], params).fetchall()
+        except psycopg.Error as exc:
+            raise translate_driver_error(exc) from None

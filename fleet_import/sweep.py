@@ -1,0 +1,442 @@
+"""The landing-zone sweep: which delivery folders are complete, and which of them to import.
+
+A folder is complete by a per-deployment rule: a marker object exists (`_SUCCESS` by
+default), or nothing in it changed for a while. A complete folder is identified by its
+manifest fingerprint (names, etags, sizes of the files the contracts read), so files that
+arrive after a folder was loaded make a new fingerprint and so a new delivery.
+
+Every path that starts an import for a folder's content uses the same key for it,
+`idempotency_key(scope, fingerprint)`: as the Prefect flow-run idempotency key (a unique
+index on the server, so overlapping sweeps create one run) and as the batch's delivery key
+(so a duplicate run continues the same batch instead of making a second one).
+
+This module imports no Prefect; `marker_event_matches` mirrors the glob matching Prefect's
+server applies to a trigger's `match`, for tests where no server evaluates triggers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from fleet_import.batches.models import FailureKind
+from fleet_import.batches.sweep_repository import FolderBatches, SweepRepository
+from fleet_import.contracts import FLEET_DATASETS, ContractSet
+from fleet_import.errors import InvalidInput, TransientError
+from fleet_import.scope import (
+    InvalidFolder,
+    canonical_folder,
+    source_scope,
+    validate_tenant_id,
+)
+from fleet_import.sources import DiscoveryError, S3Client, _s3_errors, discover
+
+DEFAULT_LAYOUT = "{prefix}{tenant}/fleet/{date}/"
+DEFAULT_MARKER = "_SUCCESS"
+DEFAULT_QUIET_SECONDS = 300
+IDEMPOTENCY_KEY_PREFIX = "sweep:"
+# Prefect stores idempotency keys of any length, but the batch's delivery_key column holds
+# 200 characters; the key is a fixed-length hash, far below both.
+MAX_KEY_LENGTH = 200
+
+_PLACEHOLDER = re.compile(r"\{([a-z_-]+)\}")
+# `{date}` and `{yyyy-mm-dd}` (the relay's spelling) are the same placeholder; `*` is any one
+# segment, as in the relay's layout.
+_DATE_NAMES = frozenset({"date", "yyyy-mm-dd"})
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+# -- completion rules ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Marker:
+    """Complete when the folder holds this object (the producer writes it last).
+
+    `min_age_seconds` leaves a fresh marker to the S3 event trigger for that long, so that
+    the sweep only picks up deliveries whose event was lost (see prefect.yaml).
+    """
+
+    name: str = DEFAULT_MARKER
+    min_age_seconds: float = 0
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name:
+            raise InvalidInput(f"invalid marker name {self.name!r}: one object name, no '/'")
+        if self.min_age_seconds < 0:
+            raise InvalidInput("the marker's minimum age cannot be negative")
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """Complete when the newest object is at least `seconds` old (by S3's LastModified)."""
+
+    seconds: float = DEFAULT_QUIET_SECONDS
+
+    def __post_init__(self) -> None:
+        if self.seconds <= 0:
+            raise InvalidInput(f"quiet period must be positive, got {self.seconds!r} seconds")
+
+
+CompletionRule = Marker | Quiet
+
+
+def completion_rule(
+    kind: str,
+    *,
+    marker: str = DEFAULT_MARKER,
+    quiet_seconds: float = DEFAULT_QUIET_SECONDS,
+    marker_grace_seconds: float = 0,
+) -> CompletionRule:
+    """The rule a deployment's parameters name: "marker" or "quiet"."""
+    if kind == "marker":
+        return Marker(marker, marker_grace_seconds)
+    if kind == "quiet":
+        return Quiet(quiet_seconds)
+    raise InvalidInput(f"unknown completion rule {kind!r}: expected 'marker' or 'quiet'")
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadyFolder:
+    """A complete delivery folder and the fingerprint of what it holds now."""
+
+    tenant_id: str
+    folder: str
+    fingerprint: str
+    completed_at: dt.datetime | None = None  # the marker's, or the newest object's, time
+
+    @property
+    def scope(self) -> str:
+        return source_scope(self.folder)
+
+
+class Skip(NamedTuple):
+    """A folder the sweep does not start, and why (shown in the sweep's artifact)."""
+
+    folder: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What the landing zone holds: complete folders, and folders left alone with a reason."""
+
+    ready: list[ReadyFolder] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PlannedImport:
+    """An import the sweep starts; `idempotency_key` doubles as the batch's delivery key."""
+
+    tenant_id: str
+    folder: str
+    fingerprint: str
+    idempotency_key: str
+
+    @property
+    def delivery_key(self) -> str:
+        return self.idempotency_key
+
+    @property
+    def parameters(self) -> dict[str, str]:
+        """The `import-s3-folder` parameters of this delivery."""
+        return {
+            "tenant_id": self.tenant_id,
+            "folder": self.folder,
+            "delivery_key": self.delivery_key,
+        }
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    start: list[PlannedImport] = field(default_factory=list)
+    skip: list[Skip] = field(default_factory=list)
+
+
+# -- keys ------------------------------------------------------------------------------------
+
+
+def idempotency_key(scope: str, fingerprint: str, replaces: uuid.UUID | None = None) -> str:
+    """The one key of a delivery of `fingerprint` into `scope`: stable across processes and
+    sweeps, at most MAX_KEY_LENGTH characters.
+
+    `replaces` is the batch whose slice is current when the delivery is planned. It only
+    matters when a folder returns to content loaded before (A, then B, then A again): that
+    is a new delivery, and must not be deduplicated into the first load of A.
+    """
+    payload = json.dumps([scope, fingerprint, str(replaces) if replaces else None])
+    key = IDEMPOTENCY_KEY_PREFIX + hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    assert len(key) <= MAX_KEY_LENGTH
+    return key
+
+
+# -- trigger matching (mirrors prefect.server.events.schemas.events.matches) -----------------
+
+
+def marker_event_matches(resource_id: str | None, pattern: str | Sequence[str]) -> bool:
+    """Whether a trigger's `match` value accepts this resource id, as Prefect decides it:
+    fnmatch globs (case-sensitive; `*` also crosses `/`), a leading `!` negates, a list
+    matches when any of its patterns does, and a missing label never matches."""
+    if resource_id is None:
+        return False
+    patterns = [pattern] if isinstance(pattern, str) else list(pattern)
+    for candidate in patterns:
+        positive = not candidate.startswith("!")
+        matched = fnmatch.fnmatchcase(resource_id, candidate.removeprefix("!"))
+        if matched == positive:
+            return True
+    return False
+
+
+def resource_matches(resource: Mapping[str, str], match: Mapping[str, Any]) -> bool:
+    """A whole `match` specification: every label must match (Prefect's
+    ResourceSpecification.matches)."""
+    return all(marker_event_matches(resource.get(label), value) for label, value in match.items())
+
+
+# -- finding complete folders ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Segment:
+    literal: str | None  # a plain path segment, listed never
+    regex: re.Pattern[str] | None  # a segment with placeholders, matched against listings
+
+
+def _layout_segments(layout: str, prefix: str) -> list[_Segment]:
+    if not layout.endswith("/"):
+        raise InvalidInput(f"layout {layout!r} must end with '/' (it names folders)")
+    text = layout.replace("{prefix}", "\0")
+    names = _PLACEHOLDER.findall(text)
+    unknown = set(names) - {"tenant"} - _DATE_NAMES
+    if unknown:
+        raise InvalidInput(f"layout {layout!r} has unknown placeholders {sorted(unknown)}")
+    if names.count("tenant") != 1:
+        raise InvalidInput(f"layout {layout!r} must contain {{tenant}} exactly once")
+    if sum(name in _DATE_NAMES for name in names) > 1:
+        raise InvalidInput(f"layout {layout!r} names the date more than once")
+    text = text.replace("\0", prefix)
+    segments = []
+    for part in text.rstrip("/").split("/"):
+        if not part:
+            raise InvalidInput(f"layout {layout!r} with prefix {prefix!r} has an empty segment")
+        if not _PLACEHOLDER.search(part) and "*" not in part:
+            segments.append(_Segment(part, None))
+            continue
+        pieces = re.split(r"(\{[a-z_-]+\}|\*)", part)
+        body = "".join(_segment_regex(piece) for piece in pieces)
+        segments.append(_Segment(None, re.compile(body)))
+    return segments
+
+
+def _segment_regex(piece: str) -> str:
+    if piece == "{tenant}":
+        return r"(?P<tenant>[^/]+)"
+    if piece[1:-1] in _DATE_NAMES and piece.startswith("{"):
+        return r"(?P<date>[^/]+)"
+    if piece == "*":
+        return r"[^/]+"
+    return re.escape(piece)
+
+
+def _normalised_prefix(prefix: str) -> str:
+    prefix = prefix.lstrip("/")
+    return prefix if not prefix or prefix.endswith("/") else prefix + "/"
+
+
+def _list_children(
+    s3: S3Client, bucket: str, key_prefix: str
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Sub-folder names and direct objects under key_prefix, every page of them."""
+    folders: list[str] = []
+    objects: list[dict[str, Any]] = []
+    paginator = s3.get_paginator("list_objects_v2")
+    with _s3_errors(f"list s3://{bucket}/{key_prefix}", DiscoveryError):
+        for page in paginator.paginate(Bucket=bucket, Prefix=key_prefix, Delimiter="/"):
+            folders.extend(
+                p["Prefix"][len(key_prefix) :].rstrip("/") for p in page.get("CommonPrefixes", ())
+            )
+            objects.extend(o for o in page.get("Contents", ()) if o["Key"] != key_prefix)
+    return folders, objects
+
+
+def _candidate_folders(
+    s3: S3Client, bucket: str, segments: list[_Segment], skipped: list[Skip]
+) -> Iterator[tuple[str, str]]:
+    """(tenant id, key prefix) of every folder the layout names, validated."""
+    level: list[tuple[str, dict[str, str]]] = [("", {})]
+    for segment in segments:
+        following: list[tuple[str, dict[str, str]]] = []
+        for key_prefix, values in level:
+            if segment.literal is not None:
+                following.append((f"{key_prefix}{segment.literal}/", values))
+                continue
+            assert segment.regex is not None
+            children, _ = _list_children(s3, bucket, key_prefix)
+            for child in children:
+                match = segment.regex.fullmatch(child)
+                if match is None:
+                    continue  # not part of the layout (another dataset, a README folder)
+                reason = _invalid_values(match.groupdict())
+                if reason is not None:
+                    skipped.append(Skip(f"s3://{bucket}/{key_prefix}{child}/", reason))
+                    continue
+                following.append((f"{key_prefix}{child}/", {**values, **match.groupdict()}))
+        level = following
+    for key_prefix, values in level:
+        yield values["tenant"], key_prefix
+
+
+def _invalid_values(values: Mapping[str, str]) -> str | None:
+    if "tenant" in values:
+        try:
+            validate_tenant_id(values["tenant"])
+        except InvalidInput as exc:
+            return str(exc)
+    if "date" in values:
+        date = values["date"]
+        try:
+            if not _ISO_DATE.fullmatch(date):
+                raise ValueError(date)
+            dt.date.fromisoformat(date)
+        except ValueError:
+            return f"{date!r} is not a yyyy-mm-dd date"
+    return None
+
+
+def _completion(
+    objects: list[dict[str, Any]], key_prefix: str, rule: CompletionRule, now: dt.datetime
+) -> tuple[dt.datetime | None, str | None]:
+    """(completed at, None) for a complete folder, (None, why not) otherwise."""
+    if not objects:
+        return None, "no objects yet"
+    if isinstance(rule, Marker):
+        marker = next((o for o in objects if o["Key"] == key_prefix + rule.name), None)
+        if marker is None:
+            return None, f"waiting for its {rule.name} marker"
+        at = marker["LastModified"].astimezone(dt.UTC)
+        age = (now - at).total_seconds()
+        if age < rule.min_age_seconds:
+            return None, (
+                f"{rule.name} is {age:.0f}s old: left to the S3 event trigger until it is "
+                f"{rule.min_age_seconds:.0f}s old"
+            )
+        return at, None
+    newest = max(o["LastModified"] for o in objects).astimezone(dt.UTC)
+    quiet_for = (now - newest).total_seconds()
+    if quiet_for < rule.seconds:
+        return None, f"changed {quiet_for:.0f}s ago; complete after {rule.seconds:.0f}s quiet"
+    return newest, None
+
+
+def find_ready_folders(
+    s3: S3Client,
+    bucket: str,
+    prefix: str = "",
+    *,
+    layout: str = DEFAULT_LAYOUT,
+    completion: CompletionRule | None = None,
+    contracts: ContractSet = FLEET_DATASETS,
+    now: dt.datetime | None = None,
+) -> Scan:
+    """List the tenant delivery folders of a landing bucket (with Delimiter, every page) and
+    keep the complete ones with their current fingerprint.
+
+    Folders the layout names but that cannot be imported (an invalid tenant id or date, a
+    folder that does not canonicalise, a delivery discovery refuses) are skipped with the
+    reason. Listing the landing zone itself raises (TransientError when S3 is struggling);
+    a transient failure on one folder only skips that folder until the next sweep.
+    """
+    rule = completion if completion is not None else Marker()
+    now = now if now is not None else dt.datetime.now(dt.UTC)
+    segments = _layout_segments(layout, _normalised_prefix(prefix))
+    scan = Scan()
+    for tenant_id, key_prefix in _candidate_folders(s3, bucket, segments, scan.skipped):
+        folder = f"s3://{bucket}/{key_prefix}"
+        try:
+            if canonical_folder(folder) != folder:
+                raise InvalidFolder(f"{folder!r} is not canonical ({canonical_folder(folder)!r})")
+            source_scope(folder)
+            _, objects = _list_children(s3, bucket, key_prefix)
+            completed_at, waiting = _completion(objects, key_prefix, rule, now)
+            if waiting is not None:
+                scan.skipped.append(Skip(folder, f"not complete: {waiting}"))
+                continue
+            manifest = discover(s3, folder, contracts)
+        except (InvalidInput, DiscoveryError) as exc:
+            scan.skipped.append(Skip(folder, str(exc)))
+            continue
+        except TransientError as exc:
+            scan.skipped.append(Skip(folder, f"transient, retried next sweep: {exc}"))
+            continue
+        scan.ready.append(ReadyFolder(tenant_id, folder, manifest.fingerprint, completed_at))
+    return scan
+
+
+# -- planning --------------------------------------------------------------------------------
+
+
+def plan_sweep(found: Scan | Iterable[ReadyFolder], repo: SweepRepository) -> SweepPlan:
+    """Start each complete folder unless the store says its content is loaded or in hand.
+
+    Skipped: a scope with a running batch (whatever it holds: an event-triggered import does
+    not know its fingerprint until it has listed the folder; the next sweep looks again),
+    content equal to the scope's current slice, and content whose newest batch failed
+    (pre-commit failures are terminal, failed publications are resumed with
+    resume_publication; a manual run or new files make a new delivery). A batch that failed
+    before it ran (enqueue_failed) is started again.
+    """
+    scan = found if isinstance(found, Scan) else Scan(ready=list(found))
+    keys = {folder: (folder.tenant_id, folder.scope, folder.fingerprint) for folder in scan.ready}
+    known = repo.folder_batches(keys.values())
+    plan = SweepPlan(skip=list(scan.skipped))
+    for folder, key in keys.items():
+        state = known.get(key) or FolderBatches(*key)
+        reason = _skip_reason(state)
+        if reason is not None:
+            plan.skip.append(Skip(folder.folder, reason))
+            continue
+        plan.start.append(
+            PlannedImport(
+                tenant_id=folder.tenant_id,
+                folder=folder.folder,
+                fingerprint=folder.fingerprint,
+                idempotency_key=idempotency_key(
+                    folder.scope, folder.fingerprint, state.latest_succeeded_id
+                ),
+            )
+        )
+    return plan
+
+
+def _skip_reason(state: FolderBatches) -> str | None:
+    if state.running_id is not None:
+        return f"batch {state.running_id} is running for this scope"
+    if (
+        state.latest_succeeded_id is not None
+        and state.latest_succeeded_fingerprint == state.fingerprint
+    ):
+        return f"already loaded by batch {state.latest_succeeded_id}"
+    if (
+        state.same_content_status == "failed"
+        and state.same_content_failure_kind != FailureKind.ENQUEUE_FAILED
+    ):
+        kind = state.same_content_failure_kind or "failed"
+        hint = (
+            "run resume-publication for it"
+            if kind == FailureKind.FAILED_PUBLICATION
+            else "fix the files (new content is a new delivery) or rerun the import manually"
+        )
+        return f"batch {state.same_content_id} failed ({kind}) on this content: {hint}"
+    return None

@@ -1,0 +1,161 @@
+"""sweep_landing_zone: start imports for complete landing folders nobody loaded yet.
+
+Thin: completeness, fingerprints and the start/skip decision live in fleet_import.sweep.
+This flow lists, plans, starts `import-s3-folder` runs through their deployment, and shows
+what it did as a table artifact.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.deployments import run_deployment
+
+from fleet_import import sweep
+from fleet_import.batches.sweep_repository import SweepRepository
+from fleet_import.contracts import contracts_in_force
+from fleet_import.sources import s3_client
+from flows.common import (
+    TASK_RETRIES,
+    TASK_RETRY_DELAYS,
+    TASK_RETRY_JITTER,
+    load_settings,
+    retry_if_transient,
+)
+
+DEFAULT_IMPORT_DEPLOYMENT = "import-s3-folder/import-s3-folder"
+# The artifact is for reading: a landing zone of years of daily folders would make a table
+# nobody scrolls. The counts are always complete.
+_ARTIFACT_MAX_ROWS = 500
+
+
+@task(
+    name="find-ready-folders",
+    retries=TASK_RETRIES,
+    retry_delay_seconds=TASK_RETRY_DELAYS,
+    retry_jitter_factor=TASK_RETRY_JITTER,
+    retry_condition_fn=retry_if_transient,
+    cache_policy=NO_CACHE,
+)
+def find_ready_folders(
+    bucket: str, prefix: str, layout: str, rule: sweep.CompletionRule
+) -> sweep.Scan:
+    """List the landing zone and fingerprint its complete folders."""
+    settings = load_settings()
+    return sweep.find_ready_folders(
+        s3_client(settings.s3_endpoint_url),
+        bucket,
+        prefix,
+        layout=layout,
+        completion=rule,
+        contracts=contracts_in_force(settings.contracts),
+    )
+
+
+@task(
+    name="plan-sweep",
+    retries=TASK_RETRIES,
+    retry_delay_seconds=TASK_RETRY_DELAYS,
+    retry_jitter_factor=TASK_RETRY_JITTER,
+    retry_condition_fn=retry_if_transient,
+    cache_policy=NO_CACHE,
+)
+def plan_sweep(scan: sweep.Scan) -> sweep.SweepPlan:
+    """Skip content already loaded or in hand; key the rest by scope and fingerprint."""
+    return sweep.plan_sweep(scan, SweepRepository(load_settings().database_url))
+
+
+# Retrying is safe: the idempotency key makes a repeated request return the same run.
+@task(
+    name="start-import",
+    task_run_name="start-import/{planned.tenant_id}",
+    retries=TASK_RETRIES,
+    retry_delay_seconds=TASK_RETRY_DELAYS,
+    retry_jitter_factor=TASK_RETRY_JITTER,
+    cache_policy=NO_CACHE,
+)
+def start_import(deployment: str, planned: sweep.PlannedImport) -> dict[str, Any]:
+    """Create (or find) the import run of one delivery."""
+    flow_run = run_deployment(
+        name=deployment,
+        parameters=planned.parameters,
+        idempotency_key=planned.idempotency_key,
+        timeout=0,
+        # Not a subflow: an import must outlive (and not be cancelled with) the sweep.
+        as_subflow=False,
+        tags=[f"tenant:{planned.tenant_id}"],
+    )
+    return {
+        "flow_run_id": str(flow_run.id),
+        "flow_run_name": flow_run.name,
+        "state": flow_run.state.name if flow_run.state else "unknown",
+    }
+
+
+@flow(name="sweep-landing-zone", retries=0)
+def sweep_landing_zone(
+    bucket: str,
+    prefix: str = "",
+    completion: Literal["marker", "quiet"] = "marker",
+    marker: str = sweep.DEFAULT_MARKER,
+    quiet_seconds: int = sweep.DEFAULT_QUIET_SECONDS,
+    marker_grace_seconds: int = 0,
+    layout: str = sweep.DEFAULT_LAYOUT,
+    deployment: str = DEFAULT_IMPORT_DEPLOYMENT,
+) -> dict[str, int]:
+    """Start an import for every complete landing folder whose current content has not
+    been loaded, at most one run per delivery however many sweeps and events overlap.
+
+    Args:
+        bucket: The landing bucket, e.g. fleet-landing.
+        prefix: Key prefix above the tenant folders, e.g. landing/ (empty for the bucket root).
+        completion: "marker": a folder is complete once it holds the marker object;
+            "quiet": once its newest object is quiet_seconds old.
+        marker: The marker object's name, for the "marker" rule.
+        quiet_seconds: How long a folder must not change, for the "quiet" rule.
+        marker_grace_seconds: For the "marker" rule: leave a marker younger than this to
+            the S3 event trigger (set it above the trigger's schedule_after), so the sweep
+            only catches deliveries whose event was lost.
+        layout: Where delivery folders are, with {prefix}, {tenant} and {date} placeholders.
+        deployment: The import deployment to start, as flow-name/deployment-name.
+    """
+    logger = get_run_logger()
+    rule = sweep.completion_rule(
+        completion,
+        marker=marker,
+        quiet_seconds=quiet_seconds,
+        marker_grace_seconds=marker_grace_seconds,
+    )
+    scan = find_ready_folders(bucket, prefix, layout, rule)
+    plan = plan_sweep(scan)
+    started = [(planned, start_import(deployment, planned)) for planned in plan.start]
+    rows = [
+        {
+            "action": "start",
+            "tenant": planned.tenant_id,
+            "folder": planned.folder,
+            "detail": f"flow run {run['flow_run_name']} ({run['state']})",
+            "fingerprint": planned.fingerprint[:12],
+        }
+        for planned, run in started
+    ]
+    rows += [
+        {"action": "skip", "tenant": "", "folder": folder, "detail": reason, "fingerprint": ""}
+        for folder, reason in plan.skip
+    ]
+    counts = {
+        "ready": len(scan.ready),
+        "started": len(plan.start),
+        "skipped": len(plan.skip),
+    }
+    description = f"sweep of s3://{bucket}/{prefix}: " + ", ".join(
+        f"{n} {what}" for what, n in counts.items()
+    )
+    if len(rows) > _ARTIFACT_MAX_ROWS:
+        description += f" (first {_ARTIFACT_MAX_ROWS} of {len(rows)} rows)"
+    create_table_artifact(rows[:_ARTIFACT_MAX_ROWS], key="sweep-plan", description=description)
+    logger.info(description)
+    return counts
