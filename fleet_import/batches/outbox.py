@@ -11,23 +11,17 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-import psycopg
-from psycopg.rows import dict_row
-
 from fleet_import.batches.models import Batch, CachedFile
-from fleet_import.batches.repository import translate_driver_error
-from fleet_import.config import libpq_url
+from fleet_import.batches.store import SqlStore
 from fleet_import.errors import InvalidInput, LeaseLost
 from fleet_import.sqlfiles import load_queries
 
 QUERIES = load_queries("fleet_import.batches", "outbox.sql")
-_CONNECT_TIMEOUT_SECONDS = 10
 _MAX_WORKER_LENGTH = 100  # publication_outbox.claimed_by is varchar(100)
 # Enough of a traceback's last line to act on; the full error belongs in the worker's log.
 _MAX_ERROR_LENGTH = 2000
@@ -67,30 +61,8 @@ class OutboxStep:
         return cls(**{**row, "status": StepStatus(row["status"])})
 
 
-class OutboxRepository:
-    def __init__(self, database_url: str) -> None:
-        self._conninfo = libpq_url(database_url)
-
-    # -- plumbing -------------------------------------------------------------------------
-
-    @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
-        """One connection, one transaction: committed on success, rolled back on error."""
-        try:
-            with psycopg.connect(
-                self._conninfo, row_factory=dict_row, connect_timeout=_CONNECT_TIMEOUT_SECONDS
-            ) as conn:
-                yield conn
-        except psycopg.Error as exc:
-            raise translate_driver_error(exc) from None
-
-    def _one(self, name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
-        with self._transaction() as conn:
-            return conn.execute(QUERIES[name], params).fetchone()
-
-    def _all(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        with self._transaction() as conn:
-            return conn.execute(QUERIES[name], params).fetchall()
+class OutboxRepository(SqlStore):
+    queries = QUERIES
 
     # -- claiming and finishing steps -----------------------------------------------------
 

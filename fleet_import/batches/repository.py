@@ -8,13 +8,9 @@ into outcomes or into OperationalStoreError; nothing from psycopg escapes.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import psycopg
-from psycopg import errors as pg_errors
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from fleet_import.batches.models import (
@@ -38,17 +34,15 @@ from fleet_import.batches.models import (
     ScopeBusy,
     SourceType,
 )
-from fleet_import.config import libpq_url
+from fleet_import.batches.store import ScopeTaken, SqlStore
 from fleet_import.errors import DetailsInvalid, FleetImportError, LeaseLost, OperationalStoreError
 from fleet_import.scope import SOURCE_SCOPE_MAX_LENGTH, InvalidInput, Tenant
 from fleet_import.sqlfiles import load_queries
 
 QUERIES = load_queries("fleet_import.batches", "queries.sql")
-RUNNING_SCOPE_INDEX = "ux_ingestion_batches_running_scope"
 # A holder can finish between our failed insert and the look-up of who holds the scope;
 # then the insert is simply tried again.
 _RESERVE_ATTEMPTS = 5
-_CONNECT_TIMEOUT_SECONDS = 10
 _MAX_KEY_LENGTH = 200
 _MAX_OWNER_LENGTH = 100
 
@@ -57,26 +51,8 @@ class InvalidTransition(FleetImportError):
     """The batch is not in a state that allows this transition."""
 
 
-class BatchRepository:
-    def __init__(self, database_url: str) -> None:
-        self._conninfo = libpq_url(database_url)
-
-    # -- plumbing -------------------------------------------------------------------------
-
-    @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
-        """One connection, one transaction: committed on success, rolled back on error."""
-        try:
-            with psycopg.connect(
-                self._conninfo, row_factory=dict_row, connect_timeout=_CONNECT_TIMEOUT_SECONDS
-            ) as conn:
-                yield conn
-        except psycopg.Error as exc:
-            raise translate_driver_error(exc) from None
-
-    def _one(self, name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
-        with self._transaction() as conn:
-            return conn.execute(QUERIES[name], params).fetchone()
+class BatchRepository(SqlStore):
+    queries = QUERIES
 
     # -- reservation ----------------------------------------------------------------------
 
@@ -317,10 +293,6 @@ class BatchRepository:
         return [Batch.from_row(row) for row in rows]
 
 
-class ScopeTaken(OperationalStoreError):
-    """Another batch holds this scope's running reservation."""
-
-
 def _resume_refusal(batch: Batch, source_type: str, scope: str) -> str | None:
     if batch.source_type != source_type:
         return f"batch {batch.id} is a {batch.source_type} batch, not {source_type}"
@@ -348,25 +320,3 @@ def _resume_refusal(batch: Batch, source_type: str, scope: str) -> str | None:
 def _check_text(what: str, value: object, max_length: int) -> None:
     if not isinstance(value, str) or not value or len(value) > max_length:
         raise InvalidInput(f"invalid {what} {value!r}: expected 1-{max_length} characters")
-
-
-def translate_driver_error(exc: psycopg.Error) -> OperationalStoreError:
-    """The single boundary where driver errors become ours, decided by constraint name or
-    SQLSTATE class, never by message text."""
-    if (
-        isinstance(exc, pg_errors.UniqueViolation)
-        and exc.diag.constraint_name == RUNNING_SCOPE_INDEX
-    ):
-        return ScopeTaken()
-    transient = isinstance(
-        exc,
-        psycopg.OperationalError
-        | pg_errors.SerializationFailure
-        | pg_errors.DeadlockDetected
-        | pg_errors.AdminShutdown,
-    )
-    return OperationalStoreError(
-        f"operational database error ({type(exc).__name__}, SQLSTATE {exc.sqlstate}): "
-        f"{exc.diag.message_primary or type(exc).__name__}",
-        transient=transient,
-    )

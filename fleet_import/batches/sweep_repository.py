@@ -10,17 +10,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-import psycopg
-from psycopg.rows import dict_row
-
-from fleet_import.batches.repository import translate_driver_error
-from fleet_import.config import libpq_url
+from fleet_import.batches.store import SqlStore
 from fleet_import.sqlfiles import load_queries
 
 QUERIES = load_queries("fleet_import.batches", "sweep.sql")
-_CONNECT_TIMEOUT_SECONDS = 10
 # Folders per query: a landing zone of years of daily folders stays a few round trips.
 _CHUNK = 1000
 
@@ -44,9 +38,8 @@ class FolderBatches:
 FolderKey = tuple[str, str, str]  # (tenant_id, source_scope, fingerprint)
 
 
-class SweepRepository:
-    def __init__(self, database_url: str) -> None:
-        self._conninfo = libpq_url(database_url)
+class SweepRepository(SqlStore):
+    queries = QUERIES
 
     def folder_batches(self, folders: Iterable[FolderKey]) -> dict[FolderKey, FolderBatches]:
         """The running, newest succeeded and same-content batches of each folder's scope."""
@@ -64,12 +57,3 @@ class SweepRepository:
                     **row
                 )
         return found
-
-    def _all(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        try:
-            with psycopg.connect(
-                self._conninfo, row_factory=dict_row, connect_timeout=_CONNECT_TIMEOUT_SECONDS
-            ) as conn:
-                return conn.execute(QUERIES[name], params).fetchall()
-        except psycopg.Error as exc:
-            raise translate_driver_error(exc) from None

@@ -1,0 +1,73 @@
+"""What every operational-store repository shares: one connection and one transaction per
+call, and the single boundary where psycopg errors become ours."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import dict_row
+
+from fleet_import.config import libpq_url
+from fleet_import.errors import OperationalStoreError
+
+RUNNING_SCOPE_INDEX = "ux_ingestion_batches_running_scope"
+_CONNECT_TIMEOUT_SECONDS = 10
+
+
+class ScopeTaken(OperationalStoreError):
+    """Another batch holds this scope's running reservation."""
+
+
+class SqlStore:
+    """Subclasses name their `.sql` file's queries; each method runs in `_transaction`, so
+    a store may be shared by threads and used from many processes."""
+
+    queries: ClassVar[dict[str, str]]
+
+    def __init__(self, database_url: str) -> None:
+        self._conninfo = libpq_url(database_url)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        """One connection, one transaction: committed on success, rolled back on error."""
+        try:
+            with psycopg.connect(
+                self._conninfo, row_factory=dict_row, connect_timeout=_CONNECT_TIMEOUT_SECONDS
+            ) as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise translate_driver_error(exc) from None
+
+    def _one(self, name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        with self._transaction() as conn:
+            return conn.execute(self.queries[name], params).fetchone()
+
+    def _all(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        with self._transaction() as conn:
+            return conn.execute(self.queries[name], params).fetchall()
+
+
+def translate_driver_error(exc: psycopg.Error) -> OperationalStoreError:
+    """The single boundary where driver errors become ours, decided by constraint name or
+    SQLSTATE class, never by message text."""
+    if (
+        isinstance(exc, pg_errors.UniqueViolation)
+        and exc.diag.constraint_name == RUNNING_SCOPE_INDEX
+    ):
+        return ScopeTaken()
+    transient = isinstance(
+        exc,
+        psycopg.OperationalError
+        | pg_errors.SerializationFailure
+        | pg_errors.DeadlockDetected
+        | pg_errors.AdminShutdown,
+    )
+    return OperationalStoreError(
+        f"operational database error ({type(exc).__name__}, SQLSTATE {exc.sqlstate}): "
+        f"{exc.diag.message_primary or type(exc).__name__}",
+        transient=transient,
+    )
