@@ -242,5 +242,118 @@ def demo() -> None:
     raise typer.Exit(run_demo())
 
 
+@app.command("relay")
+def relay(
+    queue_url: Annotated[
+        str,
+        typer.Option(
+            "--queue-url",
+            envvar="FLEET_RELAY_QUEUE_URL",
+            show_envvar=True,
+            help="SQS queue receiving the landing bucket's S3 notifications",
+        ),
+    ],
+    dead_letter_queue_url: Annotated[
+        str | None,
+        typer.Option(
+            "--dead-letter-queue-url",
+            envvar="FLEET_RELAY_DEAD_LETTER_QUEUE_URL",
+            show_envvar=True,
+            help="SQS queue for messages the relay cannot read",
+        ),
+    ] = None,
+    dead_letter_file: Annotated[
+        str,
+        typer.Option(
+            "--dead-letter-file",
+            envvar="FLEET_RELAY_DEAD_LETTER_FILE",
+            show_envvar=True,
+            help="JSON Lines file for unreadable messages (when no dead-letter queue is given)",
+        ),
+    ] = "fleet-relay-dead-letters.jsonl",
+    endpoint_url: Annotated[
+        str | None,
+        typer.Option(
+            "--endpoint-url",
+            envvar="FLEET_SQS_ENDPOINT_URL",
+            show_envvar=True,
+            help="SQS endpoint (moto, LocalStack); AWS if unset",
+        ),
+    ] = None,
+    region: Annotated[
+        str | None, typer.Option(help="AWS region; else from the queue URL or AWS_DEFAULT_REGION")
+    ] = None,
+    landing_prefix: Annotated[
+        str,
+        typer.Option(
+            envvar="FLEET_LANDING_PREFIX",
+            show_envvar=True,
+            help="key prefix of tenant folders, ending in '/'",
+        ),
+    ] = "",
+    folder_pattern: Annotated[
+        str, typer.Option(help="tenant folder layout after the prefix")
+    ] = "{tenant}/fleet/{yyyy-mm-dd}/",
+    wait_seconds: Annotated[int, typer.Option(min=0, max=20, help="SQS long-poll wait")] = 20,
+    once: Annotated[bool, typer.Option("--once", help="one receive, then exit")] = False,
+) -> None:
+    """Relay S3 notifications from SQS as aws.s3.object.created Prefect events (Ctrl-C stops).
+
+    A message is deleted only after its events were accepted by the Prefect API; messages
+    that are not S3 notifications go to the dead-letter queue or file and are deleted.
+    """
+    import contextlib
+    import logging
+    import signal
+    import threading
+
+    import boto3
+
+    from fleet_import.relay import (
+        FileDeadLetter,
+        LandingLayout,
+        Relay,
+        SqsDeadLetter,
+        queue_region,
+    )
+    from flows.events import PrefectEventEmitter
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        layout = LandingLayout(prefix=landing_prefix, pattern=folder_pattern)
+    except FleetImportError as exc:
+        raise _fail(str(exc), 2) from None
+    sqs = boto3.client(
+        "sqs", endpoint_url=endpoint_url, region_name=region or queue_region(queue_url)
+    )
+    dead_letter = (
+        SqsDeadLetter(sqs, dead_letter_queue_url)
+        if dead_letter_queue_url
+        else FileDeadLetter(dead_letter_file)
+    )
+    # systemd stops with SIGTERM: stop like Ctrl-C. Interrupting anywhere is safe, because a
+    # message is deleted only after its events were accepted (the worst case is a repeat).
+    previous_sigterm = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(signal.signal, signal.SIGTERM, previous_sigterm)
+        emit = cleanup.enter_context(PrefectEventEmitter())
+        relay_ = Relay(
+            sqs,
+            queue_url,
+            emit,
+            dead_letter=dead_letter,
+            layout=layout,
+            wait_seconds=wait_seconds,
+        )
+        err_console.print(f"relaying {queue_url}; dead letters to {dead_letter!r}")
+        try:
+            stats = relay_.poll_once() if once else relay_.run_forever(threading.Event())
+        except KeyboardInterrupt:
+            stats = relay_.totals
+        except Exception as exc:  # --once: a receive error is the answer
+            raise _fail(f"relay failed: {type(exc).__name__}: {exc}") from None
+    console.print(f"relay: {stats}")
+
+
 if __name__ == "__main__":
     app()

@@ -1,0 +1,494 @@
+"""S3 object notifications from SQS, relayed as `aws.s3.object.created` events.
+
+S3 delivers at least once, in no particular order, sometimes twice; SQS redelivers whatever
+was not deleted. So the relay is at-least-once too and makes duplicates harmless instead of
+trying to prevent them: every event carries an id derived from bucket, key and ETag, and a
+message is deleted only after each of its events was accepted. What the relay cannot parse
+is set aside (dead-letter) and deleted, so one bad message never blocks the queue.
+
+This module knows nothing about Prefect: the caller passes the function that emits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote_plus
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from fleet_import.errors import FleetImportError, InvalidInput
+from fleet_import.scope import canonical_folder, validate_tenant_id
+
+__all__ = [
+    "DEFAULT_LAYOUT",
+    "EVENT_NAME",
+    "FileDeadLetter",
+    "LandingLayout",
+    "MalformedMessage",
+    "Relay",
+    "RelayStats",
+    "S3ObjectCreated",
+    "SqsDeadLetter",
+    "TestEvent",
+    "event_id",
+    "parse_s3_notification",
+    "queue_region",
+]
+
+logger = logging.getLogger(__name__)
+
+EVENT_NAME = "aws.s3.object.created"
+DEFAULT_FOLDER_PATTERN = "{tenant}/fleet/{yyyy-mm-dd}/"
+DEFAULT_WAIT_SECONDS = 20  # the SQS maximum: fewest empty receives
+DEFAULT_MAX_MESSAGES = 10  # the SQS maximum per receive
+_BACKOFF_INITIAL_SECONDS = 1.0
+_BACKOFF_MAX_SECONDS = 60.0
+_DEAD_LETTER_BODY_LIMIT = 200_000  # SQS messages are at most 256 KiB; keep room for the envelope
+# Fixed forever: changing it changes every event id and defeats de-duplication.
+_EVENT_ID_NAMESPACE = uuid.UUID("5b0b3c52-8f5e-4c0e-9f55-2f1d8e7c6a01")
+
+
+class MalformedMessage(FleetImportError, ValueError):
+    """The SQS message is not an S3 event notification the relay can read."""
+
+
+@dataclass(frozen=True)
+class TestEvent:
+    """`s3:TestEvent`: S3 checking that it may write to the queue; carries no object."""
+
+    __test__ = False  # not a pytest test class, whatever its name says
+
+    bucket: str | None
+
+
+@dataclass(frozen=True)
+class S3ObjectCreated:
+    """One `ObjectCreated:*` record: the key decoded, tenant and folder found by the layout
+    (None when the key does not belong to a tenant delivery folder)."""
+
+    bucket: str
+    key: str
+    size: int | None
+    etag: str
+    event_name: str
+    tenant_id: str | None = None
+    folder: str | None = None
+    event_time: datetime | None = None
+
+    @property
+    def resource_id(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+    @property
+    def event_id(self) -> uuid.UUID:
+        return event_id(self.bucket, self.key, self.etag)
+
+    @property
+    def related(self) -> bool:
+        return self.tenant_id is not None and self.folder is not None
+
+
+def event_id(bucket: str, key: str, etag: str) -> uuid.UUID:
+    """The same object version always gets the same event id, however often S3 or SQS
+    repeat its notification; new content (a new ETag) is a new event."""
+    return uuid.uuid5(_EVENT_ID_NAMESPACE, "\n".join((bucket, key, etag.strip('"'))))
+
+
+_DATE_PATTERN = r"(?P<date>\d{4}-\d{2}-\d{2})"
+_PLACEHOLDERS = {
+    "{prefix}": None,  # replaced by the layout's prefix
+    "{tenant}": r"(?P<tenant>[^/]+)",
+    "{yyyy-mm-dd}": _DATE_PATTERN,
+    "{date}": _DATE_PATTERN,  # the sweep's spelling of the same placeholder
+    "*": r"[^/]+",
+}
+_PLACEHOLDER_SPLIT = re.compile(r"(\{prefix\}|\{tenant\}|\{yyyy-mm-dd\}|\{date\}|\*)")
+
+
+@dataclass(frozen=True)
+class LandingLayout:
+    """Where tenants' delivery folders are: `{prefix}{pattern}`.
+
+    `pattern` is made of path segments with the placeholders `{tenant}` (one segment, a valid
+    tenant id), `{yyyy-mm-dd}` or `{date}` (a real date) and `*` (any one segment); it may
+    place `{prefix}` itself (the sweep's spelling, `{prefix}{tenant}/fleet/{date}/`), else the
+    prefix goes first. An object belongs to a delivery when the folder holding it (its key up
+    to the last `/`) matches exactly.
+    """
+
+    prefix: str = ""
+    pattern: str = DEFAULT_FOLDER_PATTERN
+    _regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Same normalisation as the sweep: no leading '/', one trailing '/'.
+        prefix = self.prefix.lstrip("/")
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        object.__setattr__(self, "prefix", prefix)
+        if not self.pattern.endswith("/") or self.pattern.count("{tenant}") != 1:
+            raise InvalidInput(
+                f"landing pattern {self.pattern!r} must contain {{tenant}} once and end with '/'"
+            )
+        pattern = self.pattern if "{prefix}" in self.pattern else "{prefix}" + self.pattern
+        body = "".join(
+            re.escape(prefix) if part == "{prefix}" else _PLACEHOLDERS.get(part) or re.escape(part)
+            for part in _PLACEHOLDER_SPLIT.split(pattern)
+        )
+        try:
+            regex = re.compile(body)
+        except re.error:  # a date placeholder twice: a duplicate group name
+            raise InvalidInput(f"landing pattern {self.pattern!r} names the date twice") from None
+        object.__setattr__(self, "_regex", regex)
+
+    def locate(self, bucket: str, key: str) -> tuple[str, str] | None:
+        """(tenant id, canonical folder) of the delivery holding `key`, or None."""
+        folder_prefix, slash, leaf = key.rpartition("/")
+        if not slash or not leaf:  # bucket root, or a "folder" placeholder object
+            return None
+        match = self._regex.fullmatch(folder_prefix + "/")
+        if match is None:
+            return None
+        try:
+            tenant_id = validate_tenant_id(match.group("tenant"))
+            if match.groupdict().get("date") is not None:
+                date.fromisoformat(match.group("date"))
+            folder = f"s3://{bucket}/{folder_prefix}/"
+            # A folder that canonicalises to something else (`//`, `%xx`, `..`) would make the
+            # import list a different prefix than the one the object is in.
+            if canonical_folder(folder) != folder:
+                return None
+        except ValueError:  # InvalidInput is a ValueError, and so is a bad date
+            return None
+        return tenant_id, folder
+
+
+DEFAULT_LAYOUT = LandingLayout()
+
+
+def _unwrap(document: Any) -> Any:
+    """S3 -> SNS -> SQS puts the S3 document, as a string, in the SNS envelope's Message."""
+    if isinstance(document, dict) and document.get("Type") == "Notification":
+        message = document.get("Message")
+        if not isinstance(message, str):
+            raise MalformedMessage("SNS notification without a string Message")
+        try:
+            return json.loads(message)
+        except ValueError as exc:
+            raise MalformedMessage(f"SNS Message is not JSON: {exc}") from None
+    return document
+
+
+def _event_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _record(index: int, record: Any, layout: LandingLayout) -> S3ObjectCreated | None:
+    where = f"record {index}"
+    if not isinstance(record, dict):
+        raise MalformedMessage(f"{where} is not an object")
+    event_name = record.get("eventName")
+    if not isinstance(event_name, str) or not event_name:
+        raise MalformedMessage(f"{where} has no eventName")
+    # Strip the optional "s3:" some producers (and EventBridge replays) put in front.
+    event_name = event_name.removeprefix("s3:")
+    s3 = record.get("s3")
+    bucket = s3.get("bucket") if isinstance(s3, dict) else None
+    obj = s3.get("object") if isinstance(s3, dict) else None
+    bucket_name = bucket.get("name") if isinstance(bucket, dict) else None
+    raw_key = obj.get("key") if isinstance(obj, dict) else None
+    if not isinstance(bucket_name, str) or not bucket_name:
+        raise MalformedMessage(f"{where} has no s3.bucket.name")
+    if not isinstance(raw_key, str) or not raw_key:
+        raise MalformedMessage(f"{where} has no s3.object.key")
+    if not event_name.startswith("ObjectCreated:"):
+        return None  # removals, restores, replication: not arrivals
+    etag = obj.get("eTag", obj.get("etag"))
+    if not isinstance(etag, str) or not etag.strip('"'):
+        raise MalformedMessage(f"{where} ({raw_key!r}) has no s3.object.eTag")
+    size = obj.get("size")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
+        raise MalformedMessage(f"{where} ({raw_key!r}) has a non-integer size {size!r}")
+    # S3 form-encodes keys in notifications: ' ' is '+', a real '+' is '%2B'.
+    key = unquote_plus(raw_key, errors="strict")
+    location = layout.locate(bucket_name, key)
+    return S3ObjectCreated(
+        bucket=bucket_name,
+        key=key,
+        size=size,
+        etag=etag.strip('"'),
+        event_name=event_name,
+        tenant_id=location[0] if location else None,
+        folder=location[1] if location else None,
+        event_time=_event_time(record.get("eventTime")),
+    )
+
+
+def parse_s3_notification(
+    body: str, layout: LandingLayout = DEFAULT_LAYOUT
+) -> list[S3ObjectCreated] | TestEvent:
+    """The `ObjectCreated:*` records of an S3 notification (other event types are dropped),
+    or the TestEvent S3 sends when notifications are configured.
+
+    Raises MalformedMessage when the body is not such a notification, naming what is wrong.
+    """
+    try:
+        document = _unwrap(json.loads(body))
+    except ValueError as exc:
+        if isinstance(exc, MalformedMessage):
+            raise
+        raise MalformedMessage(f"message body is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise MalformedMessage(f"message body is a JSON {type(document).__name__}, not an object")
+    if document.get("Event") == "s3:TestEvent":
+        bucket = document.get("Bucket")
+        return TestEvent(bucket if isinstance(bucket, str) else None)
+    records = document.get("Records")
+    if not isinstance(records, list) or not records:
+        raise MalformedMessage("message has no Records (and is not an s3:TestEvent)")
+    try:
+        parsed = [_record(index, record, layout) for index, record in enumerate(records)]
+    except UnicodeDecodeError:
+        raise MalformedMessage("an object key's percent-encoding is not valid UTF-8") from None
+    return [record for record in parsed if record is not None]
+
+
+_AWS_QUEUE_URL = re.compile(r"https://sqs[.-]([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/")
+
+
+def queue_region(queue_url: str) -> str | None:
+    """The region of an AWS queue URL (`https://sqs.eu-west-1.amazonaws.com/...`), else None."""
+    match = _AWS_QUEUE_URL.match(queue_url)
+    return match.group(1) if match else None
+
+
+class SqsDeadLetter:
+    """Sets malformed messages aside in an SQS queue (give it a long retention period)."""
+
+    def __init__(self, sqs: Any, queue_url: str) -> None:
+        self._sqs = sqs
+        self.queue_url = queue_url
+
+    def __call__(self, body: str, reason: str) -> None:
+        self._sqs.send_message(
+            QueueUrl=self.queue_url,
+            MessageBody=body[:_DEAD_LETTER_BODY_LIMIT] or "(empty body)",
+            MessageAttributes={
+                "reason": {"DataType": "String", "StringValue": reason[:1024] or "malformed"}
+            },
+        )
+
+    def __repr__(self) -> str:
+        return f"SqsDeadLetter({self.queue_url!r})"
+
+
+class FileDeadLetter:
+    """Appends malformed messages to a local JSON Lines file, one `{at, reason, body}` a line."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def __call__(self, body: str, reason: str) -> None:
+        line = json.dumps(
+            {"at": datetime.now(UTC).isoformat(), "reason": reason, "body": body},
+            ensure_ascii=False,
+        )
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as out:
+                out.write(line + "\n")
+                out.flush()
+
+    def __repr__(self) -> str:
+        return f"FileDeadLetter({str(self.path)!r})"
+
+
+@dataclass
+class RelayStats:
+    """What one receive did; `add` sums them over a relay's life."""
+
+    received: int = 0
+    emitted: int = 0
+    deleted: int = 0
+    test_events: int = 0
+    skipped: int = 0  # records whose key is outside the landing layout or filtered out
+    dead_lettered: int = 0
+    emit_failures: int = 0  # messages left on the queue for redelivery
+    delete_failures: int = 0
+
+    def add(self, other: RelayStats) -> None:
+        for counter in fields(self):
+            setattr(self, counter.name, getattr(self, counter.name) + getattr(other, counter.name))
+
+
+Emit = Callable[[S3ObjectCreated], None]
+DeadLetter = Callable[[str, str], None]
+KeyFilter = Callable[[S3ObjectCreated], bool]
+
+
+def _related(record: S3ObjectCreated) -> bool:
+    return record.related
+
+
+class Relay:
+    """Receives S3 notifications from one SQS queue and emits one event per new object.
+
+    `emit` must return only once the event was accepted and raise otherwise: the message is
+    then left on the queue and comes back after its visibility timeout.
+    """
+
+    def __init__(
+        self,
+        sqs: Any,
+        queue_url: str,
+        emit: Emit,
+        *,
+        dead_letter: DeadLetter,
+        layout: LandingLayout = DEFAULT_LAYOUT,
+        key_filter: KeyFilter = _related,
+        wait_seconds: int = DEFAULT_WAIT_SECONDS,
+        max_messages: int = DEFAULT_MAX_MESSAGES,
+    ) -> None:
+        if not 0 <= wait_seconds <= 20:
+            raise InvalidInput(f"wait_seconds must be 0-20 (SQS long polling), not {wait_seconds}")
+        if not 1 <= max_messages <= 10:
+            raise InvalidInput(f"max_messages must be 1-10 (an SQS receive), not {max_messages}")
+        self._sqs = sqs
+        self.queue_url = queue_url
+        self._emit = emit
+        self._dead_letter = dead_letter
+        self._layout = layout
+        self._key_filter = key_filter
+        self._wait_seconds = wait_seconds
+        self._max_messages = max_messages
+        self.totals = RelayStats()
+
+    def poll_once(self) -> RelayStats:
+        """One long-poll receive and everything it returned. SQS errors on receive propagate
+        (run_forever backs off); nothing a single message holds does."""
+        response = self._sqs.receive_message(
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=self._max_messages,
+            WaitTimeSeconds=self._wait_seconds,
+            MessageSystemAttributeNames=["ApproximateReceiveCount"],
+        )
+        stats = RelayStats()
+        for message in response.get("Messages", ()):
+            stats.received += 1
+            try:
+                self._handle(message, stats)
+            except Exception:  # a bug, not the message's fault: keep it and go on
+                logger.exception(
+                    "relaying SQS message %s failed; left on the queue", message.get("MessageId")
+                )
+                stats.emit_failures += 1
+        self.totals.add(stats)
+        return stats
+
+    def _handle(self, message: dict[str, Any], stats: RelayStats) -> None:
+        message_id = message.get("MessageId", "?")
+        body = message.get("Body", "")
+        try:
+            parsed = parse_s3_notification(body, self._layout)
+        except MalformedMessage as exc:
+            logger.error("malformed SQS message %s: %s; body %.500r", message_id, exc, body)
+            try:
+                self._dead_letter(body, str(exc))
+            except Exception:
+                # Keep it: deleting would lose it; SQS's own redrive policy catches it later.
+                logger.exception(
+                    "could not dead-letter SQS message %s; left on the queue", message_id
+                )
+                return
+            stats.dead_lettered += 1
+            self._delete(message, stats)
+            return
+        if isinstance(parsed, TestEvent):
+            logger.info("s3:TestEvent for bucket %s", parsed.bucket)
+            stats.test_events += 1
+            self._delete(message, stats)
+            return
+        for record in parsed:
+            if not self._key_filter(record):
+                logger.info(
+                    "skipped %s (%s): outside the landing layout or filtered out",
+                    record.resource_id,
+                    record.event_name,
+                )
+                stats.skipped += 1
+                continue
+            try:
+                self._emit(record)
+            except Exception as exc:
+                receives = message.get("Attributes", {}).get("ApproximateReceiveCount", "?")
+                logger.warning(
+                    "emitting %s for %s failed (receive %s of SQS message %s); the message "
+                    "stays on the queue: %s: %s",
+                    EVENT_NAME,
+                    record.resource_id,
+                    receives,
+                    message_id,
+                    type(exc).__name__,
+                    exc,
+                )
+                stats.emit_failures += 1
+                return
+            stats.emitted += 1
+            logger.info("emitted %s %s id=%s", EVENT_NAME, record.resource_id, record.event_id)
+        self._delete(message, stats)
+
+    def _delete(self, message: dict[str, Any], stats: RelayStats) -> None:
+        try:
+            self._sqs.delete_message(
+                QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"]
+            )
+        except (BotoCoreError, ClientError) as exc:
+            # Redelivered later; its events repeat with the same ids.
+            logger.warning("could not delete SQS message %s: %s", message.get("MessageId"), exc)
+            stats.delete_failures += 1
+            return
+        stats.deleted += 1
+
+    def run_forever(self, stop: threading.Event) -> RelayStats:
+        """Poll until `stop` is set (checked between receives, so within wait_seconds)."""
+        backoff = _BACKOFF_INITIAL_SECONDS
+        logger.info("relaying S3 notifications from %s", self.queue_url)
+        while not stop.is_set():
+            try:
+                stats = self.poll_once()
+            except Exception as exc:  # never crash: SQS down, credentials expired, a bug
+                logger.error(
+                    "receiving from %s failed (%s: %s); retrying in %.0f s",
+                    self.queue_url,
+                    type(exc).__name__,
+                    exc,
+                    backoff,
+                    exc_info=not isinstance(exc, (BotoCoreError, ClientError)),
+                )
+                stop.wait(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_SECONDS)
+                continue
+            if stats.emit_failures and not stats.emitted:
+                # The event API is down: don't spin through the rest of the queue.
+                stop.wait(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_SECONDS)
+            else:
+                backoff = _BACKOFF_INITIAL_SECONDS
+        logger.info("relay stopped: %s", self.totals)
+        return self.totals
