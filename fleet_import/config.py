@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -24,7 +26,23 @@ class Settings(BaseSettings):
         None, description="s3://bucket/prefix/ for normalised Parquet and rejects"
     )
     lease_ttl_seconds: float = Field(120.0, gt=0, description="execution lease length")
-    warehouse: str = Field("postgres", description="warehouse backend: postgres (redshift later)")
+    warehouse: Literal["postgres", "redshift"] = Field("postgres", description="warehouse backend")
+    redshift_host: str | None = Field(None, description="Redshift endpoint host")
+    redshift_port: int = Field(5439, description="Redshift port")
+    redshift_database: str = Field("dev", description="Redshift database")
+    redshift_user: str | None = Field(None, description="Redshift user (password auth)")
+    redshift_password: SecretStr | None = Field(None, description="Redshift password")
+    redshift_iam: bool = Field(False, description="authenticate with IAM instead of a password")
+    redshift_cluster_identifier: str | None = Field(None, description="IAM auth: cluster id")
+    redshift_region: str | None = Field(None, description="IAM auth: AWS region")
+    redshift_db_user: str | None = Field(None, description="IAM auth: database user")
+    redshift_ssl: bool = Field(True, description="TLS to Redshift")
+    redshift_iam_role: str | None = Field(
+        None, description="role ARN Redshift assumes for COPY (never credentials in SQL)"
+    )
+    redshift_staging_uri: str | None = Field(
+        None, description="s3:// prefix COPY reads from; defaults to the staging URI"
+    )
     contracts: str | None = Field(
         None, description="extra dataset contracts: YAML paths or modules, comma-separated"
     )
@@ -33,6 +51,30 @@ class Settings(BaseSettings):
         default_factory=list, description="warehouse SQL run by refresh_dependants (JSON list)"
     )
     workdir: str | None = Field(None, description="local scratch directory; a temp dir if unset")
+
+    def redshift_connect_kwargs(self) -> dict[str, object]:
+        """redshift_connector.connect arguments: IAM or password, TLS as configured."""
+        kwargs: dict[str, object] = {
+            "host": self.redshift_host,
+            "port": self.redshift_port,
+            "database": self.redshift_database,
+            "ssl": self.redshift_ssl,
+        }
+        if self.redshift_iam:
+            kwargs.update(
+                iam=True,
+                cluster_identifier=self.redshift_cluster_identifier,
+                region=self.redshift_region,
+                db_user=self.redshift_db_user,
+            )
+        else:
+            kwargs.update(
+                user=self.redshift_user,
+                password=self.redshift_password.get_secret_value()
+                if self.redshift_password
+                else None,
+            )
+        return {k: v for k, v in kwargs.items() if v is not None}
 
     @property
     def effective_warehouse_url(self) -> str:

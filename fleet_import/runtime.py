@@ -18,7 +18,7 @@ from fleet_import.pipeline import EventSink, ImportContext, Progress, _no_event,
 from fleet_import.publication import Publisher
 from fleet_import.sources import s3_client
 from fleet_import.staging import StagingArea
-from fleet_import.warehouse import PostgresWarehouse
+from fleet_import.warehouse import PostgresWarehouse, Warehouse
 
 
 @dataclass
@@ -29,6 +29,32 @@ class Runtime:
     publisher: Publisher
 
 
+def build_warehouse(settings: Settings, s3: Any) -> Warehouse:
+    if settings.warehouse == "postgres":
+        return PostgresWarehouse(settings.effective_warehouse_url)
+    from fleet_import.warehouse.redshift import RedshiftWarehouse
+
+    missing = [
+        name
+        for name, value in (
+            ("FLEET_REDSHIFT_HOST", settings.redshift_host),
+            ("FLEET_REDSHIFT_IAM_ROLE", settings.redshift_iam_role),
+        )
+        if not value
+    ]
+    staging_uri = settings.redshift_staging_uri or settings.staging_uri or ""
+    if not staging_uri.startswith("s3://"):
+        missing.append("FLEET_REDSHIFT_STAGING_URI (an s3:// prefix)")
+    if missing:
+        raise InvalidInput(f"FLEET_WAREHOUSE=redshift needs {', '.join(missing)}")
+    return RedshiftWarehouse(
+        settings.redshift_connect_kwargs(),
+        s3=s3,
+        staging_uri=staging_uri,
+        iam_role=str(settings.redshift_iam_role),
+    )
+
+
 def build_runtime(
     settings: Settings | None = None,
     *,
@@ -37,8 +63,6 @@ def build_runtime(
     step_overrides: Mapping[str, Callable[..., Any]] | None = None,
 ) -> Runtime:
     settings = settings or Settings()
-    if settings.warehouse != "postgres":
-        raise InvalidInput(f"unknown warehouse backend {settings.warehouse!r} (expected postgres)")
     if not settings.staging_uri:
         raise InvalidInput(
             "FLEET_STAGING_URI is not set: name an s3://bucket/prefix/ (or a local directory) "
@@ -47,7 +71,7 @@ def build_runtime(
     s3 = s3_client(settings.s3_endpoint_url)
     repo = BatchRepository(settings.database_url)
     outbox = OutboxRepository(settings.database_url)
-    warehouse = PostgresWarehouse(settings.effective_warehouse_url)
+    warehouse = build_warehouse(settings, s3)
     staging = StagingArea(settings.staging_uri, s3)
     publisher = Publisher(
         repo,

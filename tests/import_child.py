@@ -5,6 +5,8 @@ Usage: python -m tests.import_child DATABASE_URL S3_ENDPOINT STAGING_URI TENANT 
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from fleet_import.pipeline import ImportContext, import_folder
 from fleet_import.scope import Tenant
 from fleet_import.sources import s3_client
 from fleet_import.staging import StagingArea
-from fleet_import.warehouse import PostgresWarehouse
+from fleet_import.warehouse import PostgresWarehouse, Warehouse
 
 
 def peak_rss_kb() -> int:
@@ -23,12 +25,26 @@ def peak_rss_kb() -> int:
     return int(status.split("VmHWM:")[1].split()[0])
 
 
+def _warehouse(database_url: str, s3: object) -> Warehouse:
+    """PostgreSQL, or Redshift through the test emulator when FLEET_TEST_REDSHIFT holds
+    {"connect": {...}, "staging_uri": ..., "iam_role": ...}."""
+    redshift = os.environ.get("FLEET_TEST_REDSHIFT")
+    if not redshift:
+        return PostgresWarehouse(database_url)
+    from fleet_import.warehouse.redshift import RedshiftWarehouse
+
+    config = json.loads(redshift)
+    return RedshiftWarehouse(
+        config["connect"], s3=s3, staging_uri=config["staging_uri"], iam_role=config["iam_role"]
+    )
+
+
 def main(argv: list[str]) -> int:
     database_url, endpoint, staging_uri, tenant_id, folder, key, ttl, workdir = argv
     s3 = s3_client(endpoint)
     ctx = ImportContext(
         repo=BatchRepository(database_url),
-        warehouse=PostgresWarehouse(database_url),
+        warehouse=_warehouse(database_url, s3),
         s3=s3,
         staging=StagingArea(staging_uri, s3),
         lease_ttl=float(ttl),
