@@ -444,6 +444,7 @@ def load_step(
             )
             loaded.append(entry)
             heartbeat.check()
+        failpoints.hit("after_staging_rows")
         # Arrow's allocator keeps freed pages for reuse; what follows allocates
         # differently, so hand them back and keep the peak bounded by batch size.
         pa.default_memory_pool().release_unused()

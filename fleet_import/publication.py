@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from fleet_import import failpoints
 from fleet_import.batches import (
     Batch,
     BatchRepository,
@@ -224,9 +225,11 @@ class Publisher:
             handler = self.steps.get(step.step)
             if handler is None:
                 raise UnknownStep(f"no handler is registered for publication step {step.step!r}")
+            failpoints.hit(f"in_step_{step.step}")
             handler(StepContext(batch, step, worker))
         except Exception as exc:  # noqa: BLE001 - any handler failure is a failed attempt
             return self._fail(batch, step, worker, _describe(exc))
+        failpoints.hit(f"after_step_{step.step}")
         self._outbox.complete(step.id, worker)
         return None
 
@@ -271,6 +274,7 @@ class Publisher:
         head = next((s for s in steps if s.status != StepStatus.DONE), None)
         if head is None:
             summary = {s.step: {"status": str(s.status), "attempts": s.attempts} for s in steps}
+            failpoints.hit("before_mark_succeeded")
             succeeded = self._repo.mark_succeeded(batch_id, owner, {"publication": summary})
             self._emit_quietly(
                 BATCH_PUBLISHED_EVENT,

@@ -66,8 +66,11 @@ def translate_driver_error(exc: psycopg.Error) -> OperationalStoreError:
         | pg_errors.DeadlockDetected
         | pg_errors.AdminShutdown,
     )
+    # A connection failure has no diagnostics: its first line from libpq says why (refused,
+    # too many clients, unknown database). libpq never prints the password.
+    reason = exc.diag.message_primary or (str(exc).strip().splitlines() or [""])[0]
     return OperationalStoreError(
         f"operational database error ({type(exc).__name__}, SQLSTATE {exc.sqlstate}): "
-        f"{exc.diag.message_primary or type(exc).__name__}",
+        f"{reason or type(exc).__name__}",
         transient=transient,
     )

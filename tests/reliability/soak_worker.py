@@ -1,0 +1,138 @@
+"""A worker process for the reliability tests: `once` runs one import (the crash matrix
+kills it at a failpoint), `loop` imports random deliveries until a deadline (the soak kills
+and stalls it from outside).
+
+Usage: python -m tests.reliability.soak_worker CONFIG_JSON
+
+It builds what a deployed worker builds: an ImportContext with a Publisher carrying the
+default steps. refresh_dependants inserts a row into a side-effect table and every event is
+appended to a JSON-lines file, so the parent can count how often each step took effect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from fleet_import.batches import BatchRepository
+from fleet_import.batches.outbox import OutboxRepository
+from fleet_import.errors import FleetImportError
+from fleet_import.pipeline import ImportContext, import_folder
+from fleet_import.publication import Publisher
+from fleet_import.scope import Tenant
+from fleet_import.sources import s3_client
+from fleet_import.staging import StagingArea
+from fleet_import.warehouse import PostgresWarehouse
+
+_DRAIN_PROBABILITY = 0.1
+
+
+def event_sink(path: Path, worker: str):
+    def emit(name: str, payload: Mapping[str, Any]) -> None:
+        line = json.dumps({"event": name, "worker": worker, "pid": os.getpid(), **payload})
+        # One write per event, O_APPEND: lines of concurrent workers never interleave.
+        with path.open("a") as handle:
+            handle.write(line + "\n")
+
+    return emit
+
+
+def build(config: Mapping[str, Any]) -> tuple[ImportContext, Publisher]:
+    database_url, ttl = config["database_url"], float(config["ttl"])
+    s3 = s3_client(config["endpoint"])
+    repo = BatchRepository(database_url)
+    warehouse = PostgresWarehouse(database_url)
+    staging = StagingArea(config["staging_uri"], s3)
+    events = event_sink(Path(config["events"]), config.get("worker", "once"))
+    refresh_sql = [config["refresh_sql"]] if config.get("refresh_sql") else []
+    publisher = Publisher(
+        repo,
+        OutboxRepository(database_url),
+        warehouse,
+        events=events,
+        refresh_sql=refresh_sql,
+        run_warehouse_sql=warehouse.execute if refresh_sql else None,
+        staging=staging,
+        backoff=lambda attempts: 0.0,
+        # A claim whose worker died blocks the step this long: short, like the lease.
+        claim_ttl=ttl,
+    )
+    ctx = ImportContext(
+        repo=repo,
+        warehouse=warehouse,
+        s3=s3,
+        staging=staging,
+        lease_ttl=ttl,
+        publisher=publisher,
+        events=events,
+        workdir=Path(config["workdir"]),
+    )
+    return ctx, publisher
+
+
+def describe(outcome: object) -> dict[str, Any]:
+    fields = asdict(outcome) if is_dataclass(outcome) else {}  # type: ignore[arg-type]
+    keep = {k: v for k, v in fields.items() if k in {"batch_id", "published", "recovered"}}
+    return {"outcome": type(outcome).__name__, **json.loads(json.dumps(keep, default=str))}
+
+
+def run_once(config: Mapping[str, Any]) -> int:
+    ctx, _ = build(config)
+    outcome = import_folder(
+        ctx, Tenant.named(config["tenant"]), config["folder"], config["key"]
+    )
+    print(json.dumps(describe(outcome)), flush=True)
+    return 0
+
+
+def run_loop(config: Mapping[str, Any]) -> int:
+    """Pick random deliveries from the plan until the deadline; log every outcome."""
+    ctx, publisher = build(config)
+    rng = random.Random(config["seed"])
+    plan = config["plan"]
+    log = Path(config["log"])
+    worker = config["worker"]
+    while time.time() < config["deadline"]:
+        started = time.monotonic()
+        if rng.random() < _DRAIN_PROBABILITY:
+            job = {"drain": True}
+            try:
+                outcomes = publisher.drain(worker, lease_ttl=ctx.lease_ttl)
+                result = {"outcome": "Drained", "count": len(outcomes)}
+            except FleetImportError as exc:
+                result = {"outcome": "Error", "error": f"{type(exc).__name__}: {exc}"}
+        else:
+            tenant, folder, key = rng.choice(plan)
+            job = {"tenant": tenant, "folder": folder, "key": key}
+            try:
+                result = describe(import_folder(ctx, Tenant.named(tenant), folder, key))
+            except FleetImportError as exc:  # LeaseLost after a stall: expected, logged
+                result = {"outcome": "Error", "error": f"{type(exc).__name__}: {exc}"}
+            except Exception as exc:  # noqa: BLE001 - anything else is a finding
+                result = {
+                    "outcome": "Crash",
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc(),
+                }
+        record = {"worker": worker, "pid": os.getpid(), **job, **result}
+        record["seconds"] = round(time.monotonic() - started, 3)
+        with log.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    config = json.loads(argv[0])
+    return run_once(config) if config["mode"] == "once" else run_loop(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
