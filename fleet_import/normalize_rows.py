@@ -62,6 +62,18 @@ _CAST_REASONS = {
 REASON_MISSING = "required value missing"
 REASON_UTF8 = "invalid UTF-8"
 REASON_NAIVE_TIMESTAMP = "timestamp without time zone"
+# PostgreSQL and Redshift text (and jsonb, where batch details live) cannot hold U+0000: a
+# NUL that reaches them fails the COPY without naming the row, or the write of the failure
+# itself, which would leave the batch running. Values holding one are rejected, and text we
+# store about the input (rejects, file errors) shows it escaped.
+REASON_NUL = "contains a NUL character"
+_NUL = "\x00"
+_NUL_SHOWN = "\\x00"
+
+
+def without_nul(text: str) -> str:
+    """Text safe to store in PostgreSQL: NUL characters written as a visible \\x00."""
+    return text.replace(_NUL, _NUL_SHOWN) if _NUL in text else text
 
 
 @dataclass(frozen=True)
@@ -75,12 +87,21 @@ class Reject:
     value: str | None
 
     def __post_init__(self) -> None:
+        # Every field can hold source text (a JSON key names the column): see REASON_NUL.
+        for name in ("file", "column", "reason", "value"):
+            text = getattr(self, name)
+            if text is not None and _NUL in text:
+                object.__setattr__(self, name, without_nul(text))
         if self.value is not None and len(self.value) > _VALUE_LIMIT:
             object.__setattr__(self, "value", self.value[:_VALUE_LIMIT])
 
 
 class FileRejected(PreCommitError):
     """The file cannot be loaded at all (unreadable, corrupt, or not shaped like its contract)."""
+
+    def __init__(self, message: str | None = None) -> None:
+        # Messages quote the file (its header, Arrow's view of a bad record): see REASON_NUL.
+        super().__init__(None if message is None else without_nul(message))
 
 
 def unreadable(source_key: str, problem: str, exc: BaseException) -> FileRejected:
@@ -319,6 +340,7 @@ def _constraint_problems(typed: pa.Array, column: Column) -> Problems:
         minimum = pa.scalar(float(column.min_value))
         problems += _outside(typed, minimum, None, f"below minimum {column.min_value:g}")
     if column.type == "string" and typed.null_count < len(typed):
+        problems.append((_fill_false(pc.match_substring(typed, _NUL)), REASON_NUL))
         if column.max_length is not None:
             problems += _too_long(typed, column.max_length)
         if column.allowed is not None:
@@ -381,6 +403,9 @@ def match_header(names: Sequence[str], contract: DatasetContract, source_key: st
         parts.append("unexpected columns: " + ", ".join(name or '""' for name in unexpected))
     if repeated:
         parts.append("repeated columns: " + ", ".join(repeated))
+    if any(_NUL in name for name in cleaned):
+        # UTF-16 (what some spreadsheet exports write) reads as names with a NUL per letter.
+        parts.append("the header holds NUL characters: is the file UTF-16? expected UTF-8")
     raise FileRejected(
         f"{source_key}: columns do not match dataset {contract.name!r}: " + "; ".join(parts)
     )

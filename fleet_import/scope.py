@@ -118,6 +118,15 @@ def canonical_folder(folder: object) -> str:
         raise InvalidFolder(
             f"invalid S3 folder {folder!r}: it contains a percent-encoded control character"
         )
+    if "%" in prefix:
+        # The canonical folder is decoded again wherever it is used (split_folder, a stored
+        # scope, a manifest), so a '%' left after this decoding (`%252e%252e`, `%2541`) would
+        # be decoded a second time: the scope would name one prefix (`%41`) while another
+        # (`A`) is listed, so two scopes could hold the same S3 folder.
+        raise InvalidFolder(
+            f"invalid S3 folder {folder!r}: it still holds '%' after percent-decoding "
+            "(double-encoded?); folder names with a literal '%' are not supported"
+        )
     segments = [segment for segment in prefix.split("/") if segment]
     for segment in segments:
         if segment in (".", ".."):

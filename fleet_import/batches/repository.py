@@ -147,7 +147,7 @@ class BatchRepository(SqlStore):
     def update_details(self, batch_id: uuid.UUID, owner: str, patch: Mapping[str, Any]) -> Batch:
         """Merge top-level keys into details (phase, manifest, rejects...)."""
         row = self._one(
-            "update_details", {"batch_id": batch_id, "owner": owner, "patch": Jsonb(dict(patch))}
+            "update_details", {"batch_id": batch_id, "owner": owner, "patch": _jsonb(dict(patch))}
         )
         if row is None:
             raise self._lease_lost(batch_id, owner)
@@ -166,7 +166,7 @@ class BatchRepository(SqlStore):
         params = {
             "batch_id": batch_id,
             "owner": owner,
-            "patch": Jsonb({**(patch or {}), "row_counts": dict(row_counts)}),
+            "patch": _jsonb({**(patch or {}), "row_counts": dict(row_counts)}),
             "steps": list(publication_steps),
         }
         with self._transaction() as conn:
@@ -183,7 +183,12 @@ class BatchRepository(SqlStore):
         """Fail a running batch and free its scope. owner=None for a batch never leased."""
         row = self._one(
             "mark_failed",
-            {"batch_id": batch_id, "owner": owner, "kind": str(FailureKind(kind)), "error": error},
+            {
+                "batch_id": batch_id,
+                "owner": owner,
+                "kind": str(FailureKind(kind)),
+                "error": _without_nul(error),
+            },
         )
         if row is None:
             raise self._lease_lost(batch_id, owner)
@@ -195,7 +200,7 @@ class BatchRepository(SqlStore):
         """Succeed a committed batch; publication must be done before this is called."""
         row = self._one(
             "mark_succeeded",
-            {"batch_id": batch_id, "owner": owner, "patch": Jsonb(dict(patch or {}))},
+            {"batch_id": batch_id, "owner": owner, "patch": _jsonb(dict(patch or {}))},
         )
         if row is not None:
             return Batch.from_row(row)
@@ -315,6 +320,22 @@ def _resume_refusal(batch: Batch, source_type: str, scope: str) -> str | None:
     if details.publication_expired:
         return f"batch {batch.id}'s publication expired: a newer batch owns its slice"
     return None
+
+
+def _jsonb(value: Any) -> Jsonb:
+    """jsonb cannot hold NUL characters; an error message quoting a binary file can. They
+    are written visibly as \\x00 so the failure is still recorded (and the scope freed)."""
+    return Jsonb(_without_nul(value))
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "\\x00")
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_nul(v) for v in value]
+    return value
 
 
 def _check_text(what: str, value: object, max_length: int) -> None:

@@ -16,6 +16,9 @@ from fleet_import.errors import OperationalStoreError
 
 RUNNING_SCOPE_INDEX = "ux_ingestion_batches_running_scope"
 _CONNECT_TIMEOUT_SECONDS = 10
+CONNECTION_HINT = (
+    "could not connect (is the server up, is FLEET_DATABASE_URL right, are there free connections?)"
+)
 
 
 class ScopeTaken(OperationalStoreError):
@@ -66,11 +69,12 @@ def translate_driver_error(exc: psycopg.Error) -> OperationalStoreError:
         | pg_errors.DeadlockDetected
         | pg_errors.AdminShutdown,
     )
-    # A connection failure has no diagnostics: its first line from libpq says why (refused,
-    # too many clients, unknown database). libpq never prints the password.
-    reason = exc.diag.message_primary or (str(exc).strip().splitlines() or [""])[0]
+    # Never the driver's own text for a connection failure: libpq may quote the connection
+    # string, and with a malformed URL part of the password.
+    reason = exc.diag.message_primary or (
+        CONNECTION_HINT if isinstance(exc, psycopg.OperationalError) else type(exc).__name__
+    )
     return OperationalStoreError(
-        f"operational database error ({type(exc).__name__}, SQLSTATE {exc.sqlstate}): "
-        f"{reason or type(exc).__name__}",
+        f"operational database error ({type(exc).__name__}, SQLSTATE {exc.sqlstate}): {reason}",
         transient=transient,
     )

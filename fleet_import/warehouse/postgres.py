@@ -61,6 +61,10 @@ PG_TYPES: Mapping[str, str] = {
 }
 """Contract column type -> PostgreSQL type, spelled as format_type() reports it."""
 _STAMP_TYPES = ("text", "text", "uuid")
+CONNECTION_HINT = (
+    "could not reach the warehouse (is it up, is FLEET_WAREHOUSE_URL right, are there free "
+    "connections?)"
+)
 
 
 # -- SQL builders (pure functions) -------------------------------------------------------
@@ -316,9 +320,11 @@ def _translate(exc: psycopg.Error) -> WarehouseError:
     transient = isinstance(exc, psycopg.OperationalError) and (
         state is None or state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_STATES
     )
-    message = exc.diag.message_primary if state else None
+    # Never the driver's own text without a SQLSTATE: a connection error can quote the
+    # connection string, and with it part of a password.
+    reason = (exc.diag.message_primary or type(exc).__name__) if state else CONNECTION_HINT
     return WarehouseError(
-        f"warehouse error ({type(exc).__name__}, SQLSTATE {state}): {message or exc}",
+        f"warehouse error ({type(exc).__name__}, SQLSTATE {state}): {reason}",
         transient=transient,
     )
 

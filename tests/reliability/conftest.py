@@ -140,8 +140,7 @@ def registry(conn: psycopg.Connection) -> dict[tuple[str, str], dict[str, tuple[
     """(tenant, scope) -> dataset -> (batch_id, row_count) from curated.ingestion_slices."""
     out: dict[tuple[str, str], dict[str, tuple[uuid.UUID, int]]] = {}
     for tenant, scope, dataset, batch_id, count in conn.execute(
-        "SELECT tenant_id, source_scope, dataset, batch_id, row_count "
-        "FROM curated.ingestion_slices"
+        "SELECT tenant_id, source_scope, dataset, batch_id, row_count FROM curated.ingestion_slices"
     ):
         out.setdefault((tenant, scope), {})[dataset] = (batch_id, count)
     return out

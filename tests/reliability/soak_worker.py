@@ -86,9 +86,7 @@ def describe(outcome: object) -> dict[str, Any]:
 
 def run_once(config: Mapping[str, Any]) -> int:
     ctx, _ = build(config)
-    outcome = import_folder(
-        ctx, Tenant.named(config["tenant"]), config["folder"], config["key"]
-    )
+    outcome = import_folder(ctx, Tenant.named(config["tenant"]), config["folder"], config["key"])
     print(json.dumps(describe(outcome)), flush=True)
     return 0
 

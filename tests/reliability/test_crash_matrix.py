@@ -62,8 +62,14 @@ class Case:
     repeated_step: str | None = None
 
 
-_PRE = ["after_reserve", "after_lease", "mid_discovery", "after_normalized_file",
-        "after_staging_rows", "before_warehouse_commit"]
+_PRE = [
+    "after_reserve",
+    "after_lease",
+    "mid_discovery",
+    "after_normalized_file",
+    "after_staging_rows",
+    "before_warehouse_commit",
+]
 CASES = [
     *(Case(name, "precommit", lease_held=name != "after_reserve") for name in _PRE),
     Case("after_warehouse_commit", "stamped"),
@@ -88,9 +94,7 @@ def test_every_failpoint_in_the_code_is_in_the_matrix() -> None:
         for match in re.finditer(r"failpoints\.hit\((f?)\"([^\"]+)\"\)", path.read_text()):
             formatted, name = match.groups()
             if formatted:  # one f-string per step: expand it over the default steps
-                names.update(
-                    re.sub(r"\{[^}]+\}", step, name) for step in DEFAULT_PUBLICATION_STEPS
-                )
+                names.update(re.sub(r"\{[^}]+\}", step, name) for step in DEFAULT_PUBLICATION_STEPS)
             else:
                 names.add(name)
     assert names == {case.failpoint for case in CASES}
@@ -196,7 +200,8 @@ def test_death_at_failpoint_then_rerun_loses_and_repeats_nothing(
     assert notified[str(first.batch_id)] == 1
     assert notified[str(d1.id)] == (2 if case.repeated_step == "notify" else 1)
     batch_published = [
-        e for e in read_events(events)
+        e
+        for e in read_events(events)
         if e["event"] == BATCH_PUBLISHED_EVENT and e["batch_id"] == str(d1.id)
     ]
     assert len(batch_published) == 1

@@ -186,11 +186,7 @@ def test_soak_workers_killed_and_stalled_never_break_the_invariants(
     by_scope = {(s.tenant_id, s.scope): s for s in sources}
     with connect(database_url) as conn:
         stamped = registry(conn)
-        wrong = [
-            problem
-            for key in stamped
-            for problem in slice_differences(conn, by_scope[key])
-        ]
+        wrong = [problem for key in stamped for problem in slice_differences(conn, by_scope[key])]
     assert wrong == []
 
     # Drain and rerun: a batch left running is continued by its own delivery (after its
@@ -202,7 +198,9 @@ def test_soak_workers_killed_and_stalled_never_break_the_invariants(
     for batch_id, tenant_id, _scope in running_batches(database_url):
         batch = repo.get(batch_id)
         outcome = import_folder(
-            ctx, Tenant.named(tenant_id), batch.source_scope.removeprefix("fleet_s3:"),
+            ctx,
+            Tenant.named(tenant_id),
+            batch.source_scope.removeprefix("fleet_s3:"),
             batch.delivery_key,
         )
         assert isinstance(outcome, Committed) and outcome.published, (batch_id, outcome)
