@@ -122,3 +122,38 @@ class Warehouse(Protocol):
     def slice_counts(self, tenant_id: str, source_scope: str) -> dict[str, int]:
         """Rows actually in each registered dataset's curated table for the scope."""
         ...
+
+
+class SliceCommitter:
+    """`commit_slice` for backends that have `open_slice`: all files, then one commit."""
+
+    def open_slice(
+        self,
+        *,
+        tenant_id: str,
+        source_scope: str,
+        batch_id: uuid.UUID,
+        contracts: Sequence[DatasetContract],
+        progress: Progress | None = None,
+    ) -> SliceWriter:
+        raise NotImplementedError
+
+    def commit_slice(
+        self,
+        *,
+        tenant_id: str,
+        source_scope: str,
+        batch_id: uuid.UUID,
+        datasets: Sequence[DatasetLoad],
+        progress: Progress | None = None,
+    ) -> SliceCommit:
+        with self.open_slice(
+            tenant_id=tenant_id,
+            source_scope=source_scope,
+            batch_id=batch_id,
+            contracts=[d.contract for d in datasets],
+            progress=progress,
+        ) as writer:
+            for load in datasets:
+                writer.load_files(load.contract, load.files)
+            return writer.commit()

@@ -28,6 +28,7 @@ from fleet_import.warehouse.base import (
     LoadFile,
     Progress,
     SliceCommit,
+    SliceCommitter,
     WarehouseError,
 )
 from fleet_import.warehouse.binary_copy import (
@@ -154,7 +155,7 @@ def count_slice_sql(target_table: str) -> sql.Composed:
 # -- the warehouse -----------------------------------------------------------------------
 
 
-class PostgresWarehouse:
+class PostgresWarehouse(SliceCommitter):
     """Warehouse on PostgreSQL. Each method is one transaction on its own connection, so an
     instance may be shared by threads."""
 
@@ -214,27 +215,6 @@ class PostgresWarehouse:
             conn.execute(create_index_sql(contract))
 
     # -- slices --------------------------------------------------------------------------
-
-    def commit_slice(
-        self,
-        *,
-        tenant_id: str,
-        source_scope: str,
-        batch_id: uuid.UUID,
-        datasets: Sequence[DatasetLoad],
-        progress: Progress | None = None,
-    ) -> SliceCommit:
-        _check_loads(datasets)
-        with self.open_slice(
-            tenant_id=tenant_id,
-            source_scope=source_scope,
-            batch_id=batch_id,
-            contracts=[d.contract for d in datasets],
-            progress=progress,
-        ) as writer:
-            for load in datasets:
-                writer.load_files(load.contract, load.files)
-            return writer.commit()
 
     def open_slice(
         self,

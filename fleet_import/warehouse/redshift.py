@@ -36,6 +36,7 @@ from fleet_import.warehouse.base import (
     LoadFile,
     Progress,
     SliceCommit,
+    SliceCommitter,
     WarehouseError,
 )
 from fleet_import.warehouse.postgres import _check_contract, _check_loads
@@ -86,7 +87,7 @@ def _execute(cursor: Cursor, statement: str | q.Statement) -> Cursor:
     return cursor
 
 
-class RedshiftWarehouse:
+class RedshiftWarehouse(SliceCommitter):
     """Warehouse on Amazon Redshift. `connect_kwargs` go to `redshift_connector.connect`
     as they are (host, database, user/password or iam=True with cluster settings, ssl);
     they are never logged. Each method uses its own connection: instances may be shared."""
@@ -173,27 +174,6 @@ class RedshiftWarehouse:
         self._ensured.update((c.target_table, c.contract_version) for c in contracts)
 
     # -- slices --------------------------------------------------------------------------
-
-    def commit_slice(
-        self,
-        *,
-        tenant_id: str,
-        source_scope: str,
-        batch_id: uuid.UUID,
-        datasets: Sequence[DatasetLoad],
-        progress: Progress | None = None,
-    ) -> SliceCommit:
-        _check_loads(datasets)
-        with self.open_slice(
-            tenant_id=tenant_id,
-            source_scope=source_scope,
-            batch_id=batch_id,
-            contracts=[d.contract for d in datasets],
-            progress=progress,
-        ) as writer:
-            for load in datasets:
-                writer.load_files(load.contract, load.files)
-            return writer.commit()
 
     def open_slice(
         self,
