@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 
 EventSink = Callable[[str, Mapping[str, Any]], None]
 Progress = Callable[[str, float | None], None]
-DEFAULT_NORMALIZE_WORKERS = 1
+DEFAULT_NORMALIZE_WORKERS = 2
 # Rejects kept in batch details: enough to act on; the full list is in the rejects file.
 _REJECT_SAMPLE = 20
 
