@@ -225,11 +225,11 @@ class Publisher:
             handler = self.steps.get(step.step)
             if handler is None:
                 raise UnknownStep(f"no handler is registered for publication step {step.step!r}")
-            failpoints.hit(f"in_step_{step.step}")
+            failpoints.hit("in_step_", step.step)
             handler(StepContext(batch, step, worker))
         except Exception as exc:  # noqa: BLE001 - any handler failure is a failed attempt
             return self._fail(batch, step, worker, _describe(exc))
-        failpoints.hit(f"after_step_{step.step}")
+        failpoints.hit("after_step_", step.step)
         self._outbox.complete(step.id, worker)
         return None
 

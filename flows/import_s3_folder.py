@@ -71,6 +71,23 @@ def normalise(
     return pipeline.normalize_object(rt.ctx, batch_id, bucket, obj, contract, workdir)
 
 
+@task(name="commit-slice", cache_policy=NO_CACHE)
+def commit_slice(
+    rt: Runtime,
+    tenant: Tenant,
+    batch_id: uuid.UUID,
+    scope: str,
+    owner: str,
+    manifest: Manifest,
+    entries: Iterator[pipeline.NormalizedEntry],
+    heartbeat: Heartbeat,
+) -> pipeline.Committed:
+    """Load each normalised file into one open slice transaction as soon as it is ready,
+    drop duplicate keys, commit, record the commit. Not retried: a half-consumed stream
+    cannot be replayed, and a rerun of the delivery reuses every normalised file."""
+    return pipeline.load_step(rt.ctx, tenant, batch_id, scope, owner, manifest, entries, heartbeat)
+
+
 @task(name="publish", cache_policy=NO_CACHE)
 def publish(
     rt: Runtime, committed: pipeline.Committed, owner: str, heartbeat: Heartbeat
@@ -147,9 +164,7 @@ def _run(
                 yield future.result()
                 update_progress_artifact(progress_id, 100.0 * done / len(futures))
 
-        return pipeline.load_step(
-            rt.ctx, tenant, batch_id, scope, owner, manifest, entries(), heartbeat
-        )
+        return commit_slice(rt, tenant, batch_id, scope, owner, manifest, entries(), heartbeat)
     except LeaseLost:
         raise
     except Exception as exc:  # noqa: BLE001 - the pipeline decides what a failure means

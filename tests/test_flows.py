@@ -39,6 +39,16 @@ def artifacts_of(flow_run_id: uuid.UUID) -> dict[str, str]:
     return {a.key or a.type: a.type for a in artifacts}
 
 
+def task_run_names(flow_run_id: uuid.UUID) -> set[str]:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        )
+    return {run.name for run in runs}
+
+
 def row_versions(database_url: str, table: str) -> list[tuple]:
     with psycopg.connect(database_url) as conn:
         return conn.execute(
@@ -62,6 +72,9 @@ def test_import_succeeds_with_visible_state_and_artifacts(
     (batch,) = BatchRepository(flow_env).list()
     assert batch.status == BatchStatus.SUCCEEDED
     assert batch.delivery_key == f"flow-run:{flow_run.id}"
+    tasks = task_run_names(flow_run.id)
+    assert {"normalise/trips-1.csv", "normalise/vehicles.csv"} <= tasks
+    assert {name.rsplit("-", 1)[0] for name in tasks} >= {"discover", "commit-slice", "publish"}
 
 
 def test_invalid_input_fails_without_a_batch(flow_env: str) -> None:

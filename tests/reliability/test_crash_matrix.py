@@ -91,10 +91,10 @@ def test_every_failpoint_in_the_code_is_in_the_matrix() -> None:
     root = Path(__file__).resolve().parents[2] / "fleet_import"
     names: set[str] = set()
     for path in root.rglob("*.py"):
-        for match in re.finditer(r"failpoints\.hit\((f?)\"([^\"]+)\"\)", path.read_text()):
-            formatted, name = match.groups()
-            if formatted:  # one f-string per step: expand it over the default steps
-                names.update(re.sub(r"\{[^}]+\}", step, name) for step in DEFAULT_PUBLICATION_STEPS)
+        for match in re.finditer(r"failpoints\.hit\(\"([^\"]+)\"(, [^)]+)?\)", path.read_text()):
+            name, detail = match.groups()
+            if detail:  # a per-step point: expand it over the default steps
+                names.update(name + step for step in DEFAULT_PUBLICATION_STEPS)
             else:
                 names.add(name)
     assert names == {case.failpoint for case in CASES}
