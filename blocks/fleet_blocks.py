@@ -92,11 +92,12 @@ class FleetWarehouse(Block):
     )
 
     def as_settings(self) -> dict[str, Any]:
-        # `iam_role` has no Settings field yet: the Redshift backend will read it from here.
         overrides: dict[str, Any] = {
             "warehouse": self.backend,
             "warehouse_url": self.url.get_secret_value(),
         }
+        if self.iam_role:
+            overrides["redshift_iam_role"] = self.iam_role
         if self.staging_uri:
             overrides["staging_uri"] = self.staging_uri
         return overrides

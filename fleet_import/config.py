@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -53,13 +54,23 @@ class Settings(BaseSettings):
     workdir: str | None = Field(None, description="local scratch directory; a temp dir if unset")
 
     def redshift_connect_kwargs(self) -> dict[str, object]:
-        """redshift_connector.connect arguments: IAM or password, TLS as configured."""
+        """redshift_connector.connect arguments: IAM or password, TLS as configured. A
+        `redshift://user:password@host:5439/db` FLEET_WAREHOUSE_URL (what the warehouse block
+        holds) fills whatever the FLEET_REDSHIFT_* variables leave unset."""
+        url = urlsplit(self.warehouse_url or "")
+        from_url = url.scheme == "redshift"
+        password = self.redshift_password.get_secret_value() if self.redshift_password else None
         kwargs: dict[str, object] = {
-            "host": self.redshift_host,
-            "port": self.redshift_port,
-            "database": self.redshift_database,
+            "host": self.redshift_host or (url.hostname if from_url else None),
+            "port": url.port
+            if from_url and url.port and not self.redshift_host
+            else self.redshift_port,
+            "database": (url.path.lstrip("/") if from_url else "") or self.redshift_database,
             "ssl": self.redshift_ssl,
         }
+        user = self.redshift_user or (unquote(url.username) if from_url and url.username else None)
+        if from_url and password is None and url.password:
+            password = unquote(url.password)
         if self.redshift_iam:
             kwargs.update(
                 iam=True,
@@ -68,12 +79,7 @@ class Settings(BaseSettings):
                 db_user=self.redshift_db_user,
             )
         else:
-            kwargs.update(
-                user=self.redshift_user,
-                password=self.redshift_password.get_secret_value()
-                if self.redshift_password
-                else None,
-            )
+            kwargs.update(user=user, password=password)
         return {k: v for k, v in kwargs.items() if v is not None}
 
     @property

@@ -37,7 +37,10 @@ def build_warehouse(settings: Settings, s3: Any) -> Warehouse:
     missing = [
         name
         for name, value in (
-            ("FLEET_REDSHIFT_HOST", settings.redshift_host),
+            (
+                "FLEET_REDSHIFT_HOST (or a redshift:// FLEET_WAREHOUSE_URL)",
+                settings.redshift_connect_kwargs().get("host"),
+            ),
             ("FLEET_REDSHIFT_IAM_ROLE", settings.redshift_iam_role),
         )
         if not value
