@@ -11,6 +11,7 @@ import csv
 import hashlib
 import logging
 import os
+import random
 import socket
 import tempfile
 import time
@@ -54,7 +55,7 @@ from fleet_import.publication import (
 from fleet_import.scope import Tenant, source_scope, split_folder
 from fleet_import.sources import Manifest, SourceObject, discover, download_object, open_object
 from fleet_import.staging import StagingArea, StagingError
-from fleet_import.warehouse import LoadFile, Warehouse
+from fleet_import.warehouse import LoadFile, SliceCommit, Warehouse, WarehouseError
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,9 @@ Progress = Callable[[str, float | None], None]
 DEFAULT_NORMALIZE_WORKERS = 2
 # Rejects kept in batch details: enough to act on; the full list is in the rejects file.
 _REJECT_SAMPLE = 20
+# Backoff before each new attempt at a slice whose load failed transiently.
+_LOAD_RETRY_DELAYS_SECONDS = (1.0, 4.0, 15.0)
+_RETRY_JITTER = 0.5
 
 
 def _no_event(name: str, payload: Mapping[str, Any]) -> None:
@@ -426,8 +430,48 @@ def load_step(
 ) -> Committed:
     """Steps 4-6: load each normalised file as it arrives into one open warehouse
     transaction, drop duplicate keys and check reject ratios once all are in, commit, then
-    record the commit. Raises on any failure (nothing of the slice is then visible)."""
+    record the commit. Raises on any failure (nothing of the slice is then visible).
+
+    A transient warehouse failure (dropped connection, serialization conflict) rolls the
+    slice back and starts it again, reloading the files already normalised, with backoff."""
     started = time.monotonic()
+    loaded: list[NormalizedEntry] = []
+    arriving = iter(entries)
+    for delay in (*_LOAD_RETRY_DELAYS_SECONDS, None):
+        try:
+            commit, summary = _load_slice_once(
+                ctx, tenant, batch_id, scope, owner, manifest, loaded, arriving, heartbeat
+            )
+            break
+        except WarehouseError as exc:
+            if not exc.transient or delay is None:
+                raise
+            recovered = recover_committed(ctx, tenant, batch_id, scope, owner)
+            if recovered is not None:  # the COMMIT went through; its answer was lost
+                return recovered
+            pause = delay * (1 + random.random() * _RETRY_JITTER)
+            log.warning("slice load of %s failed (%s); again in %.1fs", scope, exc, pause)
+            time.sleep(pause)
+    failpoints.hit("after_warehouse_commit")
+    summary["seconds"] = {"load": round(time.monotonic() - started, 3)}
+    return record_commit(
+        ctx, batch_id, scope, owner, recovered=False, row_counts=commit.row_counts, summary=summary
+    )
+
+
+def _load_slice_once(
+    ctx: ImportContext,
+    tenant: Tenant,
+    batch_id: uuid.UUID,
+    scope: str,
+    owner: str,
+    manifest: Manifest,
+    loaded: list[NormalizedEntry],
+    arriving: Iterator[NormalizedEntry],
+    heartbeat: Heartbeat,
+) -> tuple[SliceCommit, dict[str, Any]]:
+    """One slice transaction: replay what earlier attempts loaded, then take new files as
+    they arrive (appending them to `loaded`)."""
     contracts = [ctx.contracts[name] for name in sorted(manifest.by_dataset())]
     ctx.progress(f"loading the slice of {scope}", None)
     with ctx.warehouse.open_slice(
@@ -437,13 +481,17 @@ def load_step(
         contracts=contracts,
         progress=lambda dataset, rows: ctx.progress(f"loaded {rows:,} {dataset} rows", None),
     ) as writer:
-        loaded: list[NormalizedEntry] = []
-        for entry in entries:
-            writer.load_files(
-                ctx.contracts[entry.file.dataset], [LoadFile(entry.file.parquet_path)]
-            )
-            loaded.append(entry)
+
+        def load(entry: NormalizedEntry) -> None:
+            contract = ctx.contracts[entry.file.dataset]
+            writer.load_files(contract, [LoadFile(entry.file.parquet_path)])
             heartbeat.check()
+
+        for entry in loaded:
+            load(entry)
+        for entry in arriving:
+            loaded.append(entry)
+            load(entry)
         failpoints.hit("after_staging_rows")
         # Arrow's allocator keeps freed pages for reuse; what follows allocates
         # differently, so hand them back and keep the peak bounded by batch size.
@@ -454,12 +502,7 @@ def load_step(
         pa.default_memory_pool().release_unused()
         heartbeat.renew_now()
         failpoints.hit("before_warehouse_commit")
-        commit = writer.commit()
-    failpoints.hit("after_warehouse_commit")
-    summary["seconds"] = {"load": round(time.monotonic() - started, 3)}
-    return record_commit(
-        ctx, batch_id, scope, owner, recovered=False, row_counts=commit.row_counts, summary=summary
-    )
+        return writer.commit(), summary
 
 
 def reject_step(

@@ -221,3 +221,41 @@ def test_invalid_input_writes_nothing(import_ctx: ImportContext) -> None:
     with pytest.raises(InvalidInput):
         import_folder(import_ctx, ACME, "s3://fleet-landing/acme/../globex/", "d1")
     assert import_ctx.repo.list() == []
+
+
+def test_a_dropped_warehouse_connection_is_retried_without_losing_a_file(
+    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str, monkeypatch
+) -> None:
+    """The server really kills the slice's backend after its first file: the load starts
+    again, replays the file already normalised, and the slice comes out whole."""
+    from fleet_import import pipeline
+    from fleet_import.warehouse import PostgresWarehouse
+
+    monkeypatch.setattr(pipeline, "_LOAD_RETRY_DELAYS_SECONDS", (0.0, 0.0, 0.0))
+    opened: list[int] = []
+
+    class DroppingWarehouse(PostgresWarehouse):
+        def open_slice(self, **kwargs):
+            writer = super().open_slice(**kwargs)
+            opened.append(1)
+            if len(opened) == 1:
+                load_files = writer.load_files
+
+                def load_then_drop(contract, files):
+                    rows = load_files(contract, files)
+                    with psycopg.connect(database_url, autocommit=True) as admin:
+                        pid = writer._conn.info.backend_pid
+                        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                    return rows
+
+                writer.load_files = load_then_drop
+            return writer
+
+    import_ctx.warehouse = DroppingWarehouse(database_url)
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=300, fuel=40, vehicles=10))
+    outcome = import_folder(import_ctx, ACME, folder, "d1")
+    assert isinstance(outcome, Committed), outcome
+    assert len(opened) == 2
+    assert outcome.row_counts == {"vehicles": 10, "trips": 300, "fuel_transactions": 40}
+    assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(outcome.batch_id, 300)]
