@@ -124,8 +124,44 @@ class Warehouse(Protocol):
         ...
 
 
+def check_contract(contract: DatasetContract) -> None:
+    clash = {*contract.column_names} & {*STAMP_COLUMNS, SOURCE_LINE_COLUMN}
+    if clash:
+        raise WarehouseError(
+            f"dataset {contract.name!r} uses reserved column names {sorted(clash)}"
+        )
+
+
+def check_loads(datasets: Sequence[DatasetLoad]) -> None:
+    if not datasets:
+        raise WarehouseError("a slice needs at least one dataset")
+    names = [d.contract.name for d in datasets]
+    tables = [d.contract.target_table for d in datasets]
+    if len(set(names)) != len(names) or len(set(tables)) != len(tables):
+        raise WarehouseError(f"datasets and their tables must be distinct: {names} -> {tables}")
+    for load in datasets:
+        check_contract(load.contract)
+
+
 class SliceCommitter:
-    """`commit_slice` for backends that have `open_slice`: all files, then one commit."""
+    """What every backend's slice handling shares: checking the datasets, creating their
+    tables once per instance, and `commit_slice` as open, load every file, commit. A backend
+    provides `ensure_tables` (recording what it created in `_ensured`) and `_start_slice`."""
+
+    _ensured: set[tuple[str, str]]
+
+    def ensure_tables(self, contracts: Iterable[DatasetContract]) -> None:
+        raise NotImplementedError
+
+    def _start_slice(
+        self,
+        tenant_id: str,
+        source_scope: str,
+        batch_id: uuid.UUID,
+        contracts: Sequence[DatasetContract],
+        progress: Progress | None,
+    ) -> SliceWriter:
+        raise NotImplementedError
 
     def open_slice(
         self,
@@ -136,7 +172,16 @@ class SliceCommitter:
         contracts: Sequence[DatasetContract],
         progress: Progress | None = None,
     ) -> SliceWriter:
-        raise NotImplementedError
+        """Start replacing the scope's slice: the old rows go inside a transaction that
+        stays open while files are loaded one by one (as they are normalised), and only
+        `commit()` makes the new slice visible."""
+        check_loads([DatasetLoad(c, ()) for c in contracts])
+        missing = [
+            c for c in contracts if (c.target_table, c.contract_version) not in self._ensured
+        ]
+        if missing:
+            self.ensure_tables(missing)
+        return self._start_slice(tenant_id, source_scope, batch_id, contracts, progress)
 
     def commit_slice(
         self,

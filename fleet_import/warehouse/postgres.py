@@ -24,12 +24,12 @@ from fleet_import.sqlfiles import load_queries
 from fleet_import.warehouse.base import (
     SOURCE_LINE_COLUMN,
     STAMP_COLUMNS,
-    DatasetLoad,
     LoadFile,
     Progress,
     SliceCommit,
     SliceCommitter,
     WarehouseError,
+    check_contract,
 )
 from fleet_import.warehouse.binary_copy import (
     CopyEncoder,
@@ -181,7 +181,7 @@ class PostgresWarehouse(SliceCommitter):
     def ensure_tables(self, contracts: Iterable[DatasetContract]) -> None:
         contracts = list(contracts)
         for contract in contracts:
-            _check_contract(contract)
+            check_contract(contract)
         with self._transaction() as conn:
             conn.execute(QUERIES["lock_ddl"], {"lock_class": _DDL_LOCK_CLASS})
             schemas = {REGISTRY_SCHEMA, *(_split(c.target_table)[0] for c in contracts)}
@@ -216,24 +216,14 @@ class PostgresWarehouse(SliceCommitter):
 
     # -- slices --------------------------------------------------------------------------
 
-    def open_slice(
+    def _start_slice(
         self,
-        *,
         tenant_id: str,
         source_scope: str,
         batch_id: uuid.UUID,
         contracts: Sequence[DatasetContract],
-        progress: Progress | None = None,
+        progress: Progress | None,
     ) -> PostgresSliceWriter:
-        """Start replacing the scope's slice: the old rows are deleted inside a transaction
-        that stays open while files are loaded one by one (as they are normalised), and only
-        `commit()` makes the new slice visible."""
-        _check_loads([DatasetLoad(c, ()) for c in contracts])
-        missing = [
-            c for c in contracts if (c.target_table, c.contract_version) not in self._ensured
-        ]
-        if missing:
-            self.ensure_tables(missing)
         return PostgresSliceWriter(self, tenant_id, source_scope, batch_id, contracts, progress)
 
     def execute(self, statement: str) -> None:
@@ -272,25 +262,6 @@ def _registry_exists(conn: psycopg.Connection[Any]) -> bool:
         QUERIES["relation_exists"], {"schema": REGISTRY_SCHEMA, "relation": "ingestion_slices"}
     ).fetchone()
     return bool(row and row[0])
-
-
-def _check_contract(contract: DatasetContract) -> None:
-    clash = {*contract.column_names} & {*STAMP_COLUMNS, SOURCE_LINE_COLUMN}
-    if clash:
-        raise WarehouseError(
-            f"dataset {contract.name!r} uses reserved column names {sorted(clash)}"
-        )
-
-
-def _check_loads(datasets: Sequence[DatasetLoad]) -> None:
-    if not datasets:
-        raise WarehouseError("a slice needs at least one dataset")
-    names = [d.contract.name for d in datasets]
-    tables = [d.contract.target_table for d in datasets]
-    if len(set(names)) != len(names) or len(set(tables)) != len(tables):
-        raise WarehouseError(f"datasets and their tables must be distinct: {names} -> {tables}")
-    for load in datasets:
-        _check_contract(load.contract)
 
 
 def _translate(exc: psycopg.Error) -> WarehouseError:

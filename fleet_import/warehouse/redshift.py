@@ -32,14 +32,13 @@ from fleet_import.staging import StagingArea, StagingError
 from fleet_import.warehouse import redshift_sql as q
 from fleet_import.warehouse.base import (
     SOURCE_LINE_COLUMN,
-    DatasetLoad,
     LoadFile,
     Progress,
     SliceCommit,
     SliceCommitter,
     WarehouseError,
+    check_contract,
 )
-from fleet_import.warehouse.postgres import _check_contract, _check_loads
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +148,7 @@ class RedshiftWarehouse(SliceCommitter):
     def ensure_tables(self, contracts: Iterable[DatasetContract]) -> None:
         contracts = list(contracts)
         for contract in contracts:
-            _check_contract(contract)
+            check_contract(contract)
 
         def work(cursor: Cursor) -> None:
             schemas = {q.REGISTRY_TABLE.split(".")[0]}
@@ -175,21 +174,14 @@ class RedshiftWarehouse(SliceCommitter):
 
     # -- slices --------------------------------------------------------------------------
 
-    def open_slice(
+    def _start_slice(
         self,
-        *,
         tenant_id: str,
         source_scope: str,
         batch_id: uuid.UUID,
         contracts: Sequence[DatasetContract],
-        progress: Progress | None = None,
+        progress: Progress | None,
     ) -> RedshiftSliceWriter:
-        _check_loads([DatasetLoad(c, ()) for c in contracts])
-        missing = [
-            c for c in contracts if (c.target_table, c.contract_version) not in self._ensured
-        ]
-        if missing:
-            self.ensure_tables(missing)
         return RedshiftSliceWriter(self, tenant_id, source_scope, batch_id, contracts, progress)
 
     def execute(self, statement: str) -> None:
