@@ -47,6 +47,17 @@ def empty_database_url(pg_server_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def db(database_url: str):
+    """An autocommit connection to the test's database, for assertions."""
+    import psycopg
+
+    from fleet_import.config import libpq_url
+
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
 def repo(database_url: str) -> BatchRepository:
     return BatchRepository(database_url)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -54,6 +55,41 @@ def main(argv: list[str]) -> int:
     print(type(outcome).__name__, flush=True)
     print(f"maxrss_kb={peak_rss_kb()}", flush=True)
     return 0
+
+
+KILLED = 86  # fleet_import.failpoints' exit code
+
+
+def run_import_child(
+    database_url: str,
+    endpoint: str,
+    staging_bucket: str,
+    folder: str,
+    key: str,
+    *,
+    workdir: Path,
+    ttl: float = 1.5,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """Run one import of tenant acme in a child process (FLEET_FAILPOINTS etc. in `env`)."""
+    arguments = [
+        database_url,
+        endpoint,
+        f"s3://{staging_bucket}/stage/",
+        "acme",
+        folder,
+        key,
+        str(ttl),
+        str(workdir),
+    ]
+    return subprocess.run(
+        [sys.executable, "-m", "tests.import_child", *arguments],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 if __name__ == "__main__":

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -14,43 +11,11 @@ from fleet_import.pipeline import Committed, ImportContext, NotClaimed, import_f
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant, source_scope
 from fleet_import.warehouse import PostgresWarehouse
+from tests.import_child import KILLED, run_import_child
 from tests.test_pipeline import slice_rows, upload
 
 ACME = Tenant.named("acme")
-_KILLED = 86
 _CHILD_TTL = 1.5
-
-
-def run_child(
-    failpoint: str,
-    ctx: ImportContext,
-    database_url: str,
-    endpoint: str,
-    staging_bucket: str,
-    folder: str,
-    key: str,
-    workdir,
-) -> subprocess.CompletedProcess:
-    env = {**os.environ, "FLEET_FAILPOINTS": failpoint}
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.import_child",
-            database_url,
-            endpoint,
-            f"s3://{staging_bucket}/stage/",
-            "acme",
-            folder,
-            key,
-            str(_CHILD_TTL),
-            str(workdir),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.mark.slow
@@ -69,17 +34,17 @@ def test_rerun_after_a_kill_finishes_the_same_batch(
 ) -> None:
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, fleet_delivery(trips=120, fuel=30, vehicles=10))
-    child = run_child(
-        failpoint,
-        import_ctx,
+    child = run_import_child(
         database_url,
         moto_endpoint,
         staging_bucket,
         folder,
         "d1",
-        tmp_path / "child",
+        workdir=tmp_path / "child",
+        ttl=_CHILD_TTL,
+        env={"FLEET_FAILPOINTS": failpoint},
     )
-    assert child.returncode == _KILLED, child.stderr
+    assert child.returncode == KILLED, child.stderr
     (batch,) = import_ctx.repo.list()
     assert batch.status == BatchStatus.RUNNING and not batch.details["redshift_committed"]
 

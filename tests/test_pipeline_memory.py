@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from fleet_import.sample_data import csv_bytes, fuel_table, trips_csv_files, vehicles_table
 from fleet_import.scope import split_folder
+from tests.import_child import run_import_child
 
 _ROWS = 2_000_000
 _MAX_RSS_MB = 400
@@ -39,22 +38,14 @@ def test_two_million_rows_load_under_400_mb(
     with ThreadPoolExecutor(max_workers=2) as pool:
         list(pool.map(put, trips_csv_files(_ROWS, 8)))
 
-    child = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.import_child",
-            database_url,
-            moto_endpoint,
-            f"s3://{staging_bucket}/stage/",
-            "acme",
-            folder,
-            "big",
-            "60",
-            str(tmp_path / "work"),
-        ],
-        capture_output=True,
-        text=True,
+    child = run_import_child(
+        database_url,
+        moto_endpoint,
+        staging_bucket,
+        folder,
+        "big",
+        workdir=tmp_path / "work",
+        ttl=60,
         timeout=600,
     )
     assert child.returncode == 0, child.stderr[-3000:]

@@ -15,19 +15,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fleet_import.config import libpq_url
 from fleet_import.contracts import FLEET_DATASETS, TRIPS, VEHICLES
 from fleet_import.warehouse import (
     DatasetLoad,
     LoadFile,
-    SliceCommit,
     Warehouse,
     WarehouseError,
     redshift_sql,
 )
 from fleet_import.warehouse.redshift import RedshiftWarehouse
 from tests.redshift_emulator import RedshiftEmulator
-from tests.test_warehouse_postgres import COUNTS, fleet_loads, write_normalised
+from tests.test_warehouse_postgres import (
+    COUNTS,
+    commit,
+    fleet_loads,
+    registry,
+    stamps,
+    write_normalised,
+)
 
 ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
 PASSWORD = "pw-that-must-never-leak"
@@ -53,37 +58,6 @@ def redshift(emulator: RedshiftEmulator, s3: Any, staging_bucket: str) -> Redshi
     )
     wh.ensure_tables(FLEET_DATASETS.values())
     return wh
-
-
-@pytest.fixture
-def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
-        yield conn
-
-
-def stamps(db: psycopg.Connection[Any], table: str) -> dict[tuple[str, str, str], int]:
-    rows = db.execute(
-        f"SELECT tenant_id, source_scope, ingestion_batch_id, count(*) FROM {table}"
-        " GROUP BY 1, 2, 3"
-    ).fetchall()
-    return {(t, s, b): n for t, s, b, n in rows}
-
-
-def registry(db: psycopg.Connection[Any], tenant: str, scope: str) -> dict[str, tuple[str, int]]:
-    rows = db.execute(
-        "SELECT dataset, batch_id, row_count FROM curated.ingestion_slices"
-        " WHERE tenant_id = %s AND source_scope = %s",
-        (tenant, scope),
-    ).fetchall()
-    return {dataset: (batch, count) for dataset, batch, count in rows}
-
-
-def commit(
-    wh: RedshiftWarehouse, loads: list[DatasetLoad], *, tenant: str = ACME, scope: str = SCOPE
-) -> SliceCommit:
-    return wh.commit_slice(
-        tenant_id=tenant, source_scope=scope, batch_id=uuid.uuid4(), datasets=loads
-    )
 
 
 def staged_keys(s3: Any, bucket: str) -> list[str]:
@@ -513,15 +487,13 @@ def test_death_after_the_warehouse_commit_is_recovered_from_the_stamp(
     tmp_path: Path,
 ) -> None:
     import json
-    import os
-    import subprocess
-    import sys
     import time
 
     from fleet_import.batches import BatchStatus
     from fleet_import.pipeline import Committed, import_folder
     from fleet_import.sample_data import fleet_delivery, today_folder
     from fleet_import.scope import Tenant
+    from tests.import_child import KILLED, run_import_child
     from tests.test_pipeline import upload
 
     folder = today_folder(landing_bucket, "acme")
@@ -531,30 +503,19 @@ def test_death_after_the_warehouse_commit_is_recovered_from_the_stamp(
         "staging_uri": f"s3://{staging_bucket}/redshift/",
         "iam_role": ROLE,
     }
-    child = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.import_child",
-            database_url,
-            moto_endpoint,
-            f"s3://{staging_bucket}/stage/",
-            "acme",
-            folder,
-            "d1",
-            "1.5",
-            str(tmp_path / "child"),
-        ],
+    child = run_import_child(
+        database_url,
+        moto_endpoint,
+        staging_bucket,
+        folder,
+        "d1",
+        workdir=tmp_path / "child",
         env={
-            **os.environ,
             "FLEET_FAILPOINTS": "after_warehouse_commit",
             "FLEET_TEST_REDSHIFT": json.dumps(config),
         },
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
-    assert child.returncode == 86, child.stderr[-3000:]
+    assert child.returncode == KILLED, child.stderr[-3000:]
     (batch,) = repo.list()
     assert batch.status == BatchStatus.RUNNING and not batch.details["redshift_committed"]
     time.sleep(1.7)

@@ -115,21 +115,22 @@ def test_resume_finishes_a_batch_that_died_after_the_warehouse_commit(
     staging_bucket: str,
     tmp_path,
 ) -> None:
-    from tests.test_pipeline_crash import _CHILD_TTL, _KILLED, run_child
+    from tests.import_child import KILLED, run_import_child
+    from tests.test_pipeline_crash import _CHILD_TTL
 
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, fleet_delivery(trips=25))
-    child = run_child(
-        "after_warehouse_commit",
-        publishing_ctx,
+    child = run_import_child(
         database_url,
         moto_endpoint,
         staging_bucket,
         folder,
         "d1",
-        tmp_path / "child",
+        workdir=tmp_path / "child",
+        ttl=_CHILD_TTL,
+        env={"FLEET_FAILPOINTS": "after_warehouse_commit"},
     )
-    assert child.returncode == _KILLED, child.stderr
+    assert child.returncode == KILLED, child.stderr
     (batch,) = publishing_ctx.repo.list()
     time.sleep(_CHILD_TTL + 0.2)
     warehouse = counting_warehouse(publishing_ctx, database_url)

@@ -8,7 +8,6 @@ import multiprocessing
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,13 +121,7 @@ def warehouse(database_url: str) -> PostgresWarehouse:
     return wh
 
 
-@pytest.fixture
-def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
-        yield conn
-
-
-def stamps(db: psycopg.Connection[Any], table: str) -> dict[tuple[str, str, uuid.UUID], int]:
+def stamps(db: psycopg.Connection[Any], table: str) -> dict[tuple[Any, ...], int]:
     rows = db.execute(
         f"SELECT tenant_id, source_scope, ingestion_batch_id, count(*) FROM {table}"
         " GROUP BY 1, 2, 3"
@@ -136,9 +129,7 @@ def stamps(db: psycopg.Connection[Any], table: str) -> dict[tuple[str, str, uuid
     return {(t, s, b): n for t, s, b, n in rows}
 
 
-def registry(
-    db: psycopg.Connection[Any], tenant: str, scope: str
-) -> dict[str, tuple[uuid.UUID, int]]:
+def registry(db: psycopg.Connection[Any], tenant: str, scope: str) -> dict[str, tuple[Any, int]]:
     rows = db.execute(
         "SELECT dataset, batch_id, row_count FROM curated.ingestion_slices"
         " WHERE tenant_id = %s AND source_scope = %s",
@@ -148,7 +139,7 @@ def registry(
 
 
 def commit(
-    wh: PostgresWarehouse, loads: list[DatasetLoad], *, tenant: str = ACME, scope: str = SCOPE
+    wh: Warehouse, loads: list[DatasetLoad], *, tenant: str = ACME, scope: str = SCOPE
 ) -> SliceCommit:
     return wh.commit_slice(
         tenant_id=tenant, source_scope=scope, batch_id=uuid.uuid4(), datasets=loads
