@@ -9,6 +9,9 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+# Files normalised at once while finished ones load: two keep the COPY busy and a 2M-row
+# delivery under 400 MB (benchmarks/README.md).
+DEFAULT_NORMALIZE_WORKERS = 2
 
 
 class Settings(BaseSettings):
@@ -47,7 +50,9 @@ class Settings(BaseSettings):
     contracts: str | None = Field(
         None, description="extra dataset contracts: YAML paths or modules, comma-separated"
     )
-    normalize_workers: int = Field(2, ge=1, le=32, description="files normalised at once")
+    normalize_workers: int = Field(
+        DEFAULT_NORMALIZE_WORKERS, ge=1, le=32, description="files normalised at once"
+    )
     refresh_sql: list[str] = Field(
         default_factory=list, description="warehouse SQL run by refresh_dependants (JSON list)"
     )

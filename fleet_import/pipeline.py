@@ -34,6 +34,7 @@ from fleet_import.batches import (
     Reserved,
     ScopeBusy,
 )
+from fleet_import.config import DEFAULT_NORMALIZE_WORKERS
 from fleet_import.contracts import FLEET_DATASETS, ContractSet, DatasetContract
 from fleet_import.errors import FleetImportError, LeaseLost, PreCommitError
 from fleet_import.heartbeat import Heartbeat
@@ -52,7 +53,7 @@ from fleet_import.publication import (
     Published,
     Publisher,
 )
-from fleet_import.scope import Tenant, source_scope, split_folder
+from fleet_import.scope import Tenant, folder_of_scope, source_scope, split_folder
 from fleet_import.sources import Manifest, SourceObject, discover, download_object, open_object
 from fleet_import.staging import StagingArea, StagingError
 from fleet_import.warehouse import LoadFile, SliceCommit, Warehouse, WarehouseError
@@ -61,7 +62,6 @@ log = logging.getLogger(__name__)
 
 EventSink = Callable[[str, Mapping[str, Any]], None]
 Progress = Callable[[str, float | None], None]
-DEFAULT_NORMALIZE_WORKERS = 2
 # Rejects kept in batch details: enough to act on; the full list is in the rejects file.
 _REJECT_SAMPLE = 20
 # Backoff before each new attempt at a slice whose load failed transiently.
@@ -316,7 +316,7 @@ def publish_step(
 
 
 def discover_step(ctx: ImportContext, batch_id: uuid.UUID, scope: str, owner: str) -> Manifest:
-    folder = scope.removeprefix("fleet_s3:")
+    folder = folder_of_scope(scope)
     ctx.progress(f"listing {folder}", None)
     manifest = discover(ctx.s3, folder, ctx.contracts)
     failpoints.hit("mid_discovery")

@@ -168,7 +168,9 @@ def _print_tables(console: Console, repo, warehouse, folders: dict[str, str]) ->
         title="curated slices",
     )
     for tenant, folder in folders.items():
-        scope = "fleet_s3:" + folder
+        from fleet_import.scope import source_scope
+
+        scope = source_scope(folder)
         counts = warehouse.slice_counts(tenant, scope)
         owner = warehouse.slice_owner(tenant, scope)
         slices.add_row(

@@ -19,6 +19,7 @@ from prefect.states import Failed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from fleet_import import failpoints, pipeline
+from fleet_import.config import DEFAULT_NORMALIZE_WORKERS
 from fleet_import.errors import InvalidInput, LeaseLost
 from fleet_import.heartbeat import Heartbeat
 from fleet_import.runtime import Runtime
@@ -35,9 +36,6 @@ from flows.common import (
 )
 from flows.reporting import publish_artifacts, state_for
 
-# Files normalised at once. Each holds a few record batches in memory while the flow thread
-# loads finished files into the warehouse: two keep the load busy at bounded memory.
-NORMALIZE_WORKERS = 2
 _TASK_OPTIONS: dict[str, Any] = {
     "retries": TASK_RETRIES,
     "retry_delay_seconds": TASK_RETRY_DELAYS,
@@ -100,7 +98,7 @@ def publish(
     name="import-s3-folder",
     flow_run_name=_run_name,
     retries=0,
-    task_runner=ThreadPoolTaskRunner(max_workers=NORMALIZE_WORKERS),
+    task_runner=ThreadPoolTaskRunner(max_workers=DEFAULT_NORMALIZE_WORKERS),
 )
 def import_s3_folder(tenant_id: str, folder: str, delivery_key: str | None = None) -> State:
     """Import one S3 folder of a tenant into its curated slices.
