@@ -263,7 +263,7 @@ def settle_failure(
     recovered = recover_committed(ctx, tenant, batch_id, scope, owner)
     if recovered is not None:
         return recovered
-    return fail_pre_commit(ctx, tenant, batch_id, scope, owner, exc)
+    return _fail_pre_commit(ctx, tenant, batch_id, scope, owner, exc)
 
 
 def recover_committed(
@@ -594,7 +594,7 @@ def record_commit(
     return Committed(batch_id, scope, row_counts, summary, recovered)
 
 
-def fail_pre_commit(
+def _fail_pre_commit(
     ctx: ImportContext,
     tenant: Tenant,
     batch_id: uuid.UUID,
@@ -602,10 +602,7 @@ def fail_pre_commit(
     owner: str,
     exc: BaseException,
 ) -> Failed:
-    if _stamped(ctx, tenant, scope, batch_id):
-        # The slice is ours although recording it failed: never call that pre-commit. The
-        # batch stays running; a rerun or `fleet-import resume` records it from the stamp.
-        raise exc
+    """Only for a batch whose slice is not stamped (settle_failure checked): terminal."""
     error = str(exc) if isinstance(exc, PreCommitError) else f"{type(exc).__name__}: {exc}"
     log.warning("batch %s failed before commit: %s", batch_id, error)
     ctx.repo.mark_failed(batch_id, owner, FailureKind.FAILED_PRE_COMMIT, error)
