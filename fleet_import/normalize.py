@@ -43,6 +43,8 @@ __all__ = [
     "RejectRatioExceeded",
     "check_reject_ratio",
     "find_duplicate_keys",
+    "find_duplicates",
+    "key_hashes",
     "normalize_file",
     "output_schema",
     "summarize_rejects",
@@ -203,20 +205,24 @@ def find_duplicate_keys(files: Sequence[NormalizedFile], contract: DatasetContra
 
 
 def find_duplicates(
-    files: Sequence[NormalizedFile], contract: DatasetContract
+    files: Sequence[NormalizedFile],
+    contract: DatasetContract,
+    hashes: Sequence[np.ndarray] | None = None,
 ) -> tuple[list[Reject], pa.Table]:
     """The duplicate-key rejects, and the repeated keys themselves (typed, one row each) so
     a loader can drop every copy of them.
 
     Memory matters here (a delivery can hold millions of keys): a first pass keeps only a
-    64-bit hash per row, and only rows whose hash repeats are read again and compared
-    exactly, so a collision never makes a false reject."""
+    64-bit hash per row (`key_hashes`, per file, which a caller may have computed earlier),
+    and only rows whose hash repeats are read again and compared exactly, so a collision
+    never makes a false reject."""
     keys = list(contract.natural_key)
     key_schema = pa.schema([contract.arrow_schema.field(key).with_nullable(True) for key in keys])
     nothing: tuple[list[Reject], pa.Table] = ([], key_schema.empty_table())
     if not keys or not files:
         return nothing
-    hashes = [_key_hashes(_read_keys(normalized, keys)[0], keys) for normalized in files]
+    if hashes is None:
+        hashes = [key_hashes(normalized, contract) for normalized in files]
     repeated = _repeated_values(np.concatenate(hashes)) if hashes else np.empty(0, np.uint64)
     if not repeated.size:
         return nothing
@@ -257,12 +263,26 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 _NULL_HASH_BASE = np.uint64(1 << 63)
 
 
+def key_hashes(normalized: NormalizedFile, contract: DatasetContract) -> np.ndarray:
+    """One 64-bit hash of the natural key per row of a normalised file, in row order (a key
+    with a missing part gets a value no other row of the file shares). Read a row group at
+    a time, so memory follows the row group, not the file."""
+    keys = list(contract.natural_key)
+    parquet = pq.ParquetFile(normalized.parquet_path)
+    parts = [np.empty(0, np.uint64)]
+    first_row = 0
+    for batch in parquet.iter_batches(batch_size=DEFAULT_BATCH_ROWS, columns=keys):
+        parts.append(_key_hashes(pa.Table.from_batches([batch]), keys, first_row))
+        first_row += batch.num_rows
+    return np.concatenate(parts)
+
+
 def _read_keys(normalized: NormalizedFile, keys: list[str]) -> tuple[pa.Table, pa.ChunkedArray]:
     table = pq.read_table(normalized.parquet_path, columns=[*keys, SOURCE_LINE_COLUMN])
     return table.select(keys), table.column(SOURCE_LINE_COLUMN)
 
 
-def _key_hashes(table: pa.Table, keys: list[str]) -> np.ndarray:
+def _key_hashes(table: pa.Table, keys: list[str], first_row: int = 0) -> np.ndarray:
     """FNV-1a over each key's text, vectorised by byte position (keys are short)."""
     combined = np.full(table.num_rows, _FNV_OFFSET, dtype=np.uint64)
     null = np.zeros(table.num_rows, dtype=bool)
@@ -282,7 +302,7 @@ def _key_hashes(table: pa.Table, keys: list[str]) -> np.ndarray:
             value[rows] ^= data[starts[rows] + position].astype(np.uint64)
             value[rows] *= _FNV_PRIME
         combined = (combined ^ value) * _FNV_PRIME ^ lengths.astype(np.uint64)
-    combined[null] = _NULL_HASH_BASE + np.nonzero(null)[0].astype(np.uint64)
+    combined[null] = _NULL_HASH_BASE + (first_row + np.nonzero(null)[0]).astype(np.uint64)
     return combined
 
 

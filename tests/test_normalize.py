@@ -13,6 +13,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -27,6 +28,8 @@ from fleet_import.normalize import (
     RejectRatioExceeded,
     check_reject_ratio,
     find_duplicate_keys,
+    find_duplicates,
+    key_hashes,
     normalize_file,
     output_schema,
     summarize_rejects,
@@ -781,6 +784,23 @@ def test_duplicate_keys_within_one_file_and_none(tmp_path: Path) -> None:
     ]
     assert find_duplicate_keys([clean], TRIPS) == []
     assert find_duplicate_keys([], TRIPS) == []
+
+
+def test_key_hashes_span_row_groups_and_agree_across_files(tmp_path: Path) -> None:
+    """The first pass of the duplicate check reads a row group at a time; hashes computed
+    ahead (as the pipeline does while the slice loads) give the same rejects."""
+    rows = normalize.DEFAULT_BATCH_ROWS + 10
+    lines = list(generated_trips(rows))
+    big = run(tmp_path, "".join(lines), name="big.csv")
+    assert pq.ParquetFile(big.parquet_path).metadata.num_row_groups == 2
+    hashes = key_hashes(big, TRIPS)
+    assert len(hashes) == rows and len(np.unique(hashes)) == rows
+
+    repeat = run(tmp_path, lines[0] + lines[-1], name="repeat.csv")  # the header, the last row
+    assert key_hashes(repeat, TRIPS).tolist() == hashes[-1:].tolist()
+    ahead = find_duplicates([big, repeat], TRIPS, [hashes, key_hashes(repeat, TRIPS)])
+    assert ahead[0] == find_duplicates([big, repeat], TRIPS)[0]
+    assert [(r.file, r.line) for r in ahead[0]] == [("big.csv", rows + 1), ("repeat.csv", 2)]
 
 
 def test_reject_ratio_above_the_limit_fails(tmp_path: Path) -> None:
