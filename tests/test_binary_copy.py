@@ -3,6 +3,7 @@ COPY of the same values: every type, NULLs, unicode, empty strings, extreme valu
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import math
 import threading
@@ -220,6 +221,27 @@ def test_empty_batch_and_empty_stream(conn: psycopg.Connection[Any], tmp_path: P
     conn.execute(f"CREATE TEMP TABLE nothing ({PG_COLUMNS}, {STAMP_COLUMNS})")
     copy_binary(conn, "nothing", [])
     assert conn.execute("SELECT count(*) FROM nothing").fetchone() == (0,)
+
+
+_CALLER = contextvars.ContextVar("caller", default="not the caller's context")
+
+
+def test_sources_are_pulled_on_the_reader_thread_in_the_callers_context() -> None:
+    """A lazy `sources` runs on the reader thread; it sees the caller's context variables
+    (a Prefect task's run context, for one)."""
+    encoder = CopyEncoder(SCHEMA, STAMPS)
+    seen: list[tuple[str, str]] = []
+
+    def sources() -> Iterator[ParquetSource]:
+        seen.append((threading.current_thread().name, _CALLER.get()))
+        yield from ()
+
+    token = _CALLER.set("the caller's context")
+    try:
+        assert stream_parquet(sources(), encoder, lambda data: None) == 0
+    finally:
+        _CALLER.reset(token)
+    assert seen == [("parquet-copy-reader", "the caller's context")]
 
 
 @pytest.mark.parametrize(

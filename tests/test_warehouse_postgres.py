@@ -401,6 +401,55 @@ def test_a_dataset_without_files_is_an_empty_slice(
     assert warehouse.slice_counts(ACME, SCOPE) == {"vehicles": 0, "trips": 3}
 
 
+def test_one_copy_takes_files_as_they_arrive(
+    warehouse: PostgresWarehouse, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """load_files pulls its files lazily, on the COPY's reader thread: the server holds the
+    first file's rows while the second does not exist yet, and both arrive in one COPY."""
+    (first, second) = fleet_loads(tmp_path, {"trips": 3_000})[0].files
+    second_wanted = threading.Event()
+    second_ready = threading.Event()
+
+    def arriving() -> Any:
+        yield first
+        second_wanted.set()
+        assert second_ready.wait(30)
+        yield second
+
+    copies = warehouse.copies
+    with warehouse.open_slice(
+        tenant_id=ACME, source_scope=SCOPE, batch_id=uuid.uuid4(), contracts=[TRIPS]
+    ) as writer:
+        backend = writer._conn.info.backend_pid
+        loading = threading.Thread(
+            target=lambda: loaded.append(writer.load_files(TRIPS, arriving()))
+        )
+        loaded: list[int] = []
+        loading.start()
+        try:
+            assert second_wanted.wait(30)
+            deadline = time.monotonic() + 30
+            while (processed := copy_progress(db, backend)) < 1_500:
+                assert time.monotonic() < deadline, f"COPY stuck at {processed} rows"
+                time.sleep(0.01)
+            assert processed == 1_500  # all of the first file, none of the second
+        finally:
+            second_ready.set()
+            loading.join(30)
+        assert loaded == [3_000]
+        writer.commit()
+    assert warehouse.copies - copies == 1
+    assert warehouse.slice_counts(ACME, SCOPE) == {"trips": 3_000}
+
+
+def copy_progress(db: psycopg.Connection[Any], backend: int) -> int:
+    """Rows a backend's running COPY has taken so far (pg_stat_progress_copy, PG 14+)."""
+    row = db.execute(
+        "SELECT tuples_processed FROM pg_stat_progress_copy WHERE pid = %s", (backend,)
+    ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
 def test_a_dataset_that_moved_to_another_table_leaves_the_old_one(
     warehouse: PostgresWarehouse, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:

@@ -71,7 +71,10 @@ class SliceWriter(Protocol):
 
     row_counts: dict[str, int]
 
-    def load_files(self, contract: DatasetContract, files: Sequence[LoadFile]) -> int: ...
+    def load_files(self, contract: DatasetContract, files: Iterable[LoadFile]) -> int:
+        """Load the files into the slice; returns rows. `files` may be a generator that
+        yields each file when it is ready; it is consumed before this returns."""
+        ...
 
     def discard_keys(self, contract: DatasetContract, keys: pa.Table) -> int: ...
 

@@ -15,6 +15,7 @@ caller writes the previous batch to the COPY, so reading overlaps the database's
 
 from __future__ import annotations
 
+import contextvars
 import queue
 import threading
 import uuid
@@ -358,7 +359,14 @@ def stream_parquet(
         except BaseException as exc:  # handed to the writing thread, which raises it
             put(exc)
 
-    reader = threading.Thread(target=produce, name="parquet-copy-reader", daemon=True)
+    # The caller's context goes with the reader: `sources` may be a generator that needs it
+    # (a Prefect task's run context, for one).
+    reader = threading.Thread(
+        target=contextvars.copy_context().run,
+        args=(produce,),
+        name="parquet-copy-reader",
+        daemon=True,
+    )
     reader.start()
     rows = 0
     try:

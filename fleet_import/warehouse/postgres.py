@@ -12,6 +12,7 @@ import hashlib
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from itertools import chain
 from typing import Any
 
 import psycopg
@@ -343,17 +344,21 @@ class PostgresSliceWriter:
             self.close()
             raise
 
-    def load_files(self, contract: DatasetContract, files: Sequence[LoadFile]) -> int:
-        """COPY normalised files into the slice (stamped in the stream); returns rows."""
+    def load_files(self, contract: DatasetContract, files: Iterable[LoadFile]) -> int:
+        """COPY normalised files into the slice (stamped in the stream) in one COPY; returns
+        rows. `files` is consumed on the COPY's reader thread as the COPY needs the next
+        file, so it may be a generator that waits for each file to be normalised."""
         if contract.name not in self._contracts:
             raise WarehouseError(f"dataset {contract.name!r} was not declared for this slice")
-        if not files:
-            return 0
         name = contract.name
         done = self.row_counts[name]
         progress = self._progress
+        pending = iter(files)
+        first = next(pending, None)
+        if first is None:
+            return 0
         encoder = CopyEncoder(contract.arrow_schema, self._stamps)
-        sources = [ParquetSource(f.path, f.excluded_lines) for f in files]
+        sources = (ParquetSource(f.path, f.excluded_lines) for f in chain([first], pending))
         with self._guard() as conn, conn.cursor() as cursor:
             self._warehouse.copies += 1
             with cursor.copy(copy_sql(contract)) as copy:

@@ -216,7 +216,7 @@ class RedshiftWarehouse(SliceCommitter):
         return self._in_transaction(work, ())
 
 
-def _stage_table(files: Sequence[LoadFile], contract: DatasetContract) -> Iterable[pa.Table]:
+def _stage_table(files: Iterable[LoadFile], contract: DatasetContract) -> Iterable[pa.Table]:
     """Each file without `_source_line` and its excluded lines: COPY matches Parquet columns
     by position and count, so the staged file holds exactly the contract's columns."""
     for load_file in files:
@@ -358,7 +358,7 @@ class RedshiftSliceWriter:
 
     # -- the SliceWriter protocol --------------------------------------------------------
 
-    def load_files(self, contract: DatasetContract, files: Sequence[LoadFile]) -> int:
+    def load_files(self, contract: DatasetContract, files: Iterable[LoadFile]) -> int:
         """Stage the files on S3, COPY them into a temp table, insert them stamped."""
         if contract.name not in self._contracts:
             raise WarehouseError(f"dataset {contract.name!r} was not declared for this slice")
