@@ -17,11 +17,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from fleet_import import failpoints
@@ -43,6 +45,7 @@ from fleet_import.normalize import (
     Reject,
     check_reject_ratio,
     find_duplicates,
+    key_hashes,
     normalize_file,
     summarize_rejects,
     write_rejects,
@@ -329,9 +332,10 @@ def discover_step(ctx: ImportContext, batch_id: uuid.UUID, scope: str, owner: st
 def normalized_entries(
     ctx: ImportContext, batch_id: uuid.UUID, manifest: Manifest, heartbeat: Heartbeat
 ) -> Iterator[NormalizedEntry]:
-    """Normalise the delivery's files on a small pool, yielding each (in manifest order) as
-    soon as it is ready, so the warehouse load of one file overlaps the parsing of the next."""
-    objects = list(manifest.objects)
+    """Normalise the delivery's files on a small pool, yielding each (in the manifest's load
+    order) as soon as it is ready, so the warehouse load of one file overlaps the parsing of
+    the next."""
+    objects = list(manifest.load_order())
     bucket, _ = split_folder(manifest.folder)
     workdir = ctx.workdir / str(batch_id)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -435,28 +439,76 @@ def load_step(
     A transient warehouse failure (dropped connection, serialization conflict) rolls the
     slice back and starts it again, reloading the files already normalised, with backoff."""
     started = time.monotonic()
-    loaded: list[NormalizedEntry] = []
-    arriving = iter(entries)
-    for delay in (*_LOAD_RETRY_DELAYS_SECONDS, None):
-        try:
-            commit, summary = _load_slice_once(
-                ctx, tenant, batch_id, scope, owner, manifest, loaded, arriving, heartbeat
-            )
-            break
-        except WarehouseError as exc:
-            if not exc.transient or delay is None:
-                raise
-            recovered = recover_committed(ctx, tenant, batch_id, scope, owner)
-            if recovered is not None:  # the COMMIT went through; its answer was lost
-                return recovered
-            pause = delay * (1 + random.random() * _RETRY_JITTER)
-            log.warning("slice load of %s failed (%s); again in %.1fs", scope, exc, pause)
-            time.sleep(pause)
+    with _KeyHashes(ctx.contracts) as hashes:
+        arrivals = _Arrivals([], iter(entries), hashes, heartbeat)
+        for delay in (*_LOAD_RETRY_DELAYS_SECONDS, None):
+            try:
+                commit, summary = _load_slice_once(
+                    ctx, tenant, batch_id, scope, owner, manifest, arrivals
+                )
+                break
+            except WarehouseError as exc:
+                if not exc.transient or delay is None:
+                    raise
+                recovered = recover_committed(ctx, tenant, batch_id, scope, owner)
+                if recovered is not None:  # the COMMIT went through; its answer was lost
+                    return recovered
+                pause = delay * (1 + random.random() * _RETRY_JITTER)
+                log.warning("slice load of %s failed (%s); again in %.1fs", scope, exc, pause)
+                time.sleep(pause)
     failpoints.hit("after_warehouse_commit")
     summary["seconds"] = {"load": round(time.monotonic() - started, 3)}
     return record_commit(
         ctx, batch_id, scope, owner, recovered=False, row_counts=commit.row_counts, summary=summary
     )
+
+
+class _KeyHashes:
+    """The duplicate check's first pass (a hash per key) for each file, computed on a
+    thread of its own while the slice loads, so little of the check is left after the last
+    COPY. Kept across load attempts: a file's hashes do not depend on the warehouse."""
+
+    def __init__(self, contracts: ContractSet) -> None:
+        self._contracts = contracts
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="key-hashes")
+        self._by_path: dict[Path, Future[np.ndarray]] = {}
+
+    def __enter__(self) -> _KeyHashes:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def add(self, file: NormalizedFile) -> None:
+        contract = self._contracts[file.dataset]
+        if contract.natural_key and file.parquet_path not in self._by_path:
+            self._by_path[file.parquet_path] = self._pool.submit(key_hashes, file, contract)
+
+    def of(self, file: NormalizedFile) -> np.ndarray:
+        self.add(file)
+        return self._by_path[file.parquet_path].result()
+
+
+@dataclass
+class _Arrivals:
+    """The slice's files. Each iteration (one per load attempt) replays those earlier
+    attempts took, then takes each new one as it is normalised, recording it in `loaded`
+    and handing it to the key hasher first."""
+
+    loaded: list[NormalizedEntry]
+    arriving: Iterator[NormalizedEntry]
+    hashes: _KeyHashes
+    heartbeat: Heartbeat
+
+    def __iter__(self) -> Iterator[NormalizedEntry]:
+        for entry in list(self.loaded):
+            self.heartbeat.check()
+            yield entry
+        for entry in self.arriving:
+            self.loaded.append(entry)
+            self.hashes.add(entry.file)
+            self.heartbeat.check()
+            yield entry
 
 
 def _load_slice_once(
@@ -466,12 +518,11 @@ def _load_slice_once(
     scope: str,
     owner: str,
     manifest: Manifest,
-    loaded: list[NormalizedEntry],
-    arriving: Iterator[NormalizedEntry],
-    heartbeat: Heartbeat,
+    arrivals: _Arrivals,
 ) -> tuple[SliceCommit, dict[str, Any]]:
-    """One slice transaction: replay what earlier attempts loaded, then take new files as
-    they arrive (appending them to `loaded`)."""
+    """One slice transaction. Each dataset's files go into one COPY that pulls them as they
+    arrive (normalisation runs in load order), so the warehouse never waits for a COPY to
+    start between files."""
     contracts = [ctx.contracts[name] for name in sorted(manifest.by_dataset())]
     ctx.progress(f"loading the slice of {scope}", None)
     with ctx.warehouse.open_slice(
@@ -481,26 +532,21 @@ def _load_slice_once(
         contracts=contracts,
         progress=lambda dataset, rows: ctx.progress(f"loaded {rows:,} {dataset} rows", None),
     ) as writer:
-
-        def load(entry: NormalizedEntry) -> None:
-            contract = ctx.contracts[entry.file.dataset]
-            writer.load_files(contract, [LoadFile(entry.file.parquet_path)])
-            heartbeat.check()
-
-        for entry in loaded:
-            load(entry)
-        for entry in arriving:
-            loaded.append(entry)
-            load(entry)
+        for dataset, group in groupby(arrivals, key=_dataset_of):
+            writer.load_files(
+                ctx.contracts[dataset], (LoadFile(entry.file.parquet_path) for entry in group)
+            )
         failpoints.hit("after_staging_rows")
         # Arrow's allocator keeps freed pages for reuse; what follows allocates
         # differently, so hand them back and keep the peak bounded by batch size.
         pa.default_memory_pool().release_unused()
-        duplicates, summary = reject_step(ctx, tenant, batch_id, owner, loaded)
+        duplicates, summary = reject_step(
+            ctx, tenant, batch_id, owner, arrivals.loaded, arrivals.hashes.of
+        )
         for dataset, keys in duplicates.items():
             writer.discard_keys(ctx.contracts[dataset], keys)
         pa.default_memory_pool().release_unused()
-        heartbeat.renew_now()
+        arrivals.heartbeat.renew_now()
         failpoints.hit("before_warehouse_commit")
         return writer.commit(), summary
 
@@ -511,9 +557,11 @@ def reject_step(
     batch_id: uuid.UUID,
     owner: str,
     entries: Sequence[NormalizedEntry],
+    hashes_of: Callable[[NormalizedFile], np.ndarray],
 ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
     """Duplicate keys across the delivery, reject ratios (raises above a contract's limit),
-    the batch's rejects file. Returns the repeated keys to drop, per dataset."""
+    the batch's rejects file. Returns the repeated keys to drop, per dataset.
+    `hashes_of(file)` is the first pass of the duplicate check (`normalize.key_hashes`)."""
     by_dataset: dict[str, list[NormalizedEntry]] = {}
     for entry in entries:
         by_dataset.setdefault(entry.file.dataset, []).append(entry)
@@ -523,7 +571,8 @@ def reject_step(
     for dataset, dataset_entries in by_dataset.items():
         contract = ctx.contracts[dataset]
         files = [entry.file for entry in dataset_entries]
-        duplicates, keys = find_duplicates(files, contract)
+        hashes = [hashes_of(file) for file in files] if contract.natural_key else None
+        duplicates, keys = find_duplicates(files, contract, hashes)
         rejected = sum(f.reject_count for f in files) + len(duplicates)
         accepted = sum(f.row_count for f in files) - len(duplicates)
         check_reject_ratio(contract, accepted, rejected)
@@ -559,6 +608,10 @@ def reject_step(
         batch_id, owner, {"phase": "normalised", "rejects": rejects, "summary": summary}
     )
     return duplicate_keys, {**summary, "rejects": rejects}
+
+
+def _dataset_of(entry: NormalizedEntry) -> str:
+    return entry.file.dataset
 
 
 def _stamped(ctx: ImportContext, tenant: Tenant, scope: str, batch_id: uuid.UUID) -> bool:

@@ -164,6 +164,11 @@ class Manifest:
             grouped.setdefault(obj.dataset, []).append(obj)
         return {dataset: grouped[dataset] for dataset in sorted(grouped)}
 
+    def load_order(self) -> tuple[SourceObject, ...]:
+        """The objects grouped by dataset (each group in key order), so that each dataset's
+        files follow one another and a warehouse can load them in one COPY."""
+        return tuple(obj for group in self.by_dataset().values() for obj in group)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "version": _MANIFEST_VERSION,

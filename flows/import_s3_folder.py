@@ -152,7 +152,7 @@ def _run(
             0.0, key="normalise-progress", description=f"normalising {scope}"
         )
         futures = normalise.map(
-            unmapped(rt), unmapped(batch_id), unmapped(bucket), list(manifest.objects)
+            unmapped(rt), unmapped(batch_id), unmapped(bucket), list(manifest.load_order())
         )
 
         def entries() -> Iterator[pipeline.NormalizedEntry]:

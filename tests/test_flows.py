@@ -31,12 +31,13 @@ def run(flow, **parameters):
     return state, flow_run
 
 
-def artifacts_of(flow_run_id: uuid.UUID) -> dict[str, str]:
+def artifacts_of(flow_run_id: uuid.UUID) -> dict[str, object]:
+    """Each artifact's key (or type) and data."""
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
         )
-    return {a.key or a.type: a.type for a in artifacts}
+    return {a.key or a.type: a.data for a in artifacts}
 
 
 def task_run_names(flow_run_id: uuid.UUID) -> set[str]:
@@ -66,9 +67,10 @@ def test_import_succeeds_with_visible_state_and_artifacts(
     assert "succeeded" in state.message
     assert flow_run.name == "import/acme/2026-07-22"
     assert "tenant:acme" in flow_run.tags and f"scope:fleet_s3:{folder}" in flow_run.tags
-    assert {"batch-summary", "batch-rejects", "normalise-progress"} <= set(
-        artifacts_of(flow_run.id)
-    )
+    artifacts = artifacts_of(flow_run.id)
+    assert {"batch-summary", "batch-rejects", "normalise-progress"} <= set(artifacts)
+    # Updated as the COPY's reader thread takes each file: it must still reach the API.
+    assert artifacts["normalise-progress"] == 100.0
     (batch,) = BatchRepository(flow_env).list()
     assert batch.status == BatchStatus.SUCCEEDED
     assert batch.delivery_key == f"flow-run:{flow_run.id}"

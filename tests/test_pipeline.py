@@ -49,9 +49,11 @@ def test_folder_with_three_datasets_loads(
 ) -> None:
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, fleet_delivery(trips=300, fuel=120, vehicles=25))
+    copies = import_ctx.warehouse.copies
     outcome = import_folder(import_ctx, ACME, folder, "delivery-1")
     assert isinstance(outcome, Committed), outcome
     assert outcome.row_counts == {"vehicles": 25, "trips": 300, "fuel_transactions": 120}
+    assert import_ctx.warehouse.copies - copies == 3  # one per dataset, two trips files
     batch = import_ctx.repo.get(outcome.batch_id)
     assert batch.status == BatchStatus.SUCCEEDED
     assert batch.details["redshift_committed"] is True

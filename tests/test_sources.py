@@ -177,6 +177,29 @@ def test_fingerprint_ignores_upload_order_and_time_but_not_content(
     assert changed.fingerprint != first.fingerprint
 
 
+def test_load_order_groups_datasets_and_keeps_key_order_within_each(
+    client: Any, s3: Any, landing_bucket: str
+) -> None:
+    """Dated file names interleave datasets in key order; loading takes each dataset's files
+    together (one COPY each), in key order, so duplicate reports still name the first file."""
+    dated = ContractSet(
+        [
+            replace(FLEET_DATASETS["trips"], file_glob="*_trips.csv"),
+            replace(FLEET_DATASETS["vehicles"], file_glob="*_vehicles.csv"),
+        ]
+    )
+    names = ["07-02_trips.csv", "07-01_vehicles.csv", "07-01_trips.csv", "07-02_vehicles.csv"]
+    put_objects(s3, landing_bucket, {FOLDER_PREFIX + name: b"x\n" for name in names})
+    manifest = discover(client, folder_of(landing_bucket), dated)
+    assert [o.name for o in manifest.objects] == sorted(names)
+    assert [o.name for o in manifest.load_order()] == [
+        "07-01_trips.csv",
+        "07-02_trips.csv",
+        "07-01_vehicles.csv",
+        "07-02_vehicles.csv",
+    ]
+
+
 def test_manifest_round_trips_through_json(client: Any, s3: Any, landing_bucket: str) -> None:
     put_objects(s3, landing_bucket, delivery())
     put_objects(s3, landing_bucket, {FOLDER_PREFIX + "_SUCCESS": b""})
