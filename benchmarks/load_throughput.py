@@ -71,12 +71,12 @@ CHILD_TIMEOUT_SECONDS = 600.0
 _BASELINE_BATCH_ROWS = 65_536
 _BASELINE_CHUNK_BYTES = 1 << 20
 _BASELINE_PREFETCH_DEPTH = 4
+# (name, from mark, to mark): a mark is the first or last progress message of a kind.
 _PHASES = (
-    ("reserve + lease", "start", "listing"),
-    ("list + normalise (download, parse, write, stage)", "listing", "normalised"),
-    ("duplicate check + rejects + details", "normalised", "committing"),
-    ("slice transaction: DELETE + COPY BINARY, to last batch", "committing", "loaded"),
-    ("COPY end + COMMIT + record commit + succeed", "loaded", "end"),
+    ("reserve + lease", "start", "first listing"),
+    ("list, open the slice, normalise the first file", "first listing", "first normalised"),
+    ("COPY of every file (normalising the rest overlaps)", "first normalised", "last loaded"),
+    ("duplicate check + COMMIT + record commit + succeed", "last loaded", "end"),
 )
 
 
@@ -145,10 +145,10 @@ def measure_ours(spec: dict[str, Any]) -> Measurement:
 
     def on_progress(message: str, fraction: float | None) -> None:
         now = time.perf_counter()
-        phase = message.split(" ", 1)[0]
-        if phase in ("normalised", "loaded") or phase not in marks:  # last / first of each
-            marks[phase] = now
-        if phase != "loaded":
+        kind = message.split(" ", 1)[0]
+        marks.setdefault(f"first {kind}", now)
+        marks[f"last {kind}"] = now
+        if kind != "loaded":
             progress(f"ours {variant}: {message}")
 
     ctx = ImportContext(
