@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import asdict, dataclass
@@ -207,22 +207,24 @@ def find_duplicate_keys(files: Sequence[NormalizedFile], contract: DatasetContra
 def find_duplicates(
     files: Sequence[NormalizedFile],
     contract: DatasetContract,
-    hashes: Sequence[np.ndarray] | None = None,
+    hashes_of: Callable[[NormalizedFile], np.ndarray] | None = None,
 ) -> tuple[list[Reject], pa.Table]:
     """The duplicate-key rejects, and the repeated keys themselves (typed, one row each) so
     a loader can drop every copy of them.
 
     Memory matters here (a delivery can hold millions of keys): a first pass keeps only a
-    64-bit hash per row (`key_hashes`, per file, which a caller may have computed earlier),
-    and only rows whose hash repeats are read again and compared exactly, so a collision
-    never makes a false reject."""
+    64-bit hash per row (`key_hashes` per file, or `hashes_of(file)` where a caller computed
+    them earlier and hands them over), and only rows whose hash repeats are read again and
+    compared exactly, so a collision never makes a false reject."""
     keys = list(contract.natural_key)
     key_schema = pa.schema([contract.arrow_schema.field(key).with_nullable(True) for key in keys])
     nothing: tuple[list[Reject], pa.Table] = ([], key_schema.empty_table())
     if not keys or not files:
         return nothing
-    if hashes is None:
-        hashes = [key_hashes(normalized, contract) for normalized in files]
+    hashes = [
+        key_hashes(normalized, contract) if hashes_of is None else hashes_of(normalized)
+        for normalized in files
+    ]
     repeated = _repeated_values(np.concatenate(hashes)) if hashes else np.empty(0, np.uint64)
     if not repeated.size:
         return nothing

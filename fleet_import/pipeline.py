@@ -448,6 +448,8 @@ def load_step(
                 )
                 break
             except WarehouseError as exc:
+                if arrivals.failure is not None:  # a file failed too: that decides the batch
+                    raise arrivals.failure from None
                 if not exc.transient or delay is None:
                     raise
                 recovered = recover_committed(ctx, tenant, batch_id, scope, owner)
@@ -484,27 +486,43 @@ class _KeyHashes:
         if contract.natural_key and file.parquet_path not in self._by_path:
             self._by_path[file.parquet_path] = self._pool.submit(key_hashes, file, contract)
 
-    def of(self, file: NormalizedFile) -> np.ndarray:
+    def take(self, file: NormalizedFile) -> np.ndarray:
+        """The file's hashes, handed over: kept here no longer (a later attempt that needs
+        them again computes them again), so they are freed as soon as their user is done."""
         self.add(file)
-        return self._by_path[file.parquet_path].result()
+        return self._by_path.pop(file.parquet_path).result()
 
 
 @dataclass
 class _Arrivals:
     """The slice's files. Each iteration (one per load attempt) replays those earlier
     attempts took, then takes each new one as it is normalised, recording it in `loaded`
-    and handing it to the key hasher first."""
+    and handing it to the key hasher first.
+
+    Files are taken on the COPY's reader thread. If taking one fails while the COPY is
+    failing too, the reader's error is dropped for the COPY's: `failure` keeps it, and no
+    later attempt may go on as if the delivery had ended there."""
 
     loaded: list[NormalizedEntry]
     arriving: Iterator[NormalizedEntry]
     hashes: _KeyHashes
     heartbeat: Heartbeat
+    failure: BaseException | None = None
 
     def __iter__(self) -> Iterator[NormalizedEntry]:
         for entry in list(self.loaded):
             self.heartbeat.check()
             yield entry
-        for entry in self.arriving:
+        while True:
+            if self.failure is not None:
+                raise self.failure
+            try:
+                entry = next(self.arriving)
+            except StopIteration:
+                return
+            except BaseException as exc:
+                self.failure = exc
+                raise
             self.loaded.append(entry)
             self.hashes.add(entry.file)
             self.heartbeat.check()
@@ -541,7 +559,7 @@ def _load_slice_once(
         # differently, so hand them back and keep the peak bounded by batch size.
         pa.default_memory_pool().release_unused()
         duplicates, summary = reject_step(
-            ctx, tenant, batch_id, owner, arrivals.loaded, arrivals.hashes.of
+            ctx, tenant, batch_id, owner, arrivals.loaded, arrivals.hashes.take
         )
         for dataset, keys in duplicates.items():
             writer.discard_keys(ctx.contracts[dataset], keys)
@@ -571,8 +589,7 @@ def reject_step(
     for dataset, dataset_entries in by_dataset.items():
         contract = ctx.contracts[dataset]
         files = [entry.file for entry in dataset_entries]
-        hashes = [hashes_of(file) for file in files] if contract.natural_key else None
-        duplicates, keys = find_duplicates(files, contract, hashes)
+        duplicates, keys = find_duplicates(files, contract, hashes_of)
         rejected = sum(f.reject_count for f in files) + len(duplicates)
         accepted = sum(f.row_count for f in files) - len(duplicates)
         check_reject_ratio(contract, accepted, rejected)

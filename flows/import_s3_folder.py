@@ -156,8 +156,9 @@ def _run(
         )
 
         def entries() -> Iterator[pipeline.NormalizedEntry]:
-            # In manifest order, each as soon as its task is done: the flow thread loads
-            # one file into the open slice while the task runner normalises the next.
+            # In load order, each as soon as its task is done: the slice's COPY takes one
+            # file (on its reader thread, in this task's context) while the task runner
+            # normalises the next.
             for done, future in enumerate(futures, start=1):
                 yield future.result()
                 update_progress_artifact(progress_id, 100.0 * done / len(futures))

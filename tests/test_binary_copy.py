@@ -7,6 +7,7 @@ import contextvars
 import datetime as dt
 import math
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -386,6 +387,32 @@ def test_stream_casts_compatible_types(conn: psycopg.Connection[Any], tmp_path: 
         ("a", dt.datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=UTC)),
         (None, dt.datetime(1970, 1, 1, 0, 0, 0, 2, tzinfo=UTC)),
     ]
+
+
+def test_a_failed_write_stops_the_reader_taking_sources(tmp_path: Path) -> None:
+    """Once the COPY fails, the reader takes no further source: each may be a file still to
+    normalise. Files without rows (nothing to put, so nothing that would notice) included."""
+    full = write_parquet(tmp_path / "full.parquet", [("a", 1, 1.0, True, None, None)])
+    empty = write_parquet(tmp_path / "empty.parquet", [])
+    write_failed = threading.Event()
+    taken: list[int] = []
+
+    def sources() -> Iterator[ParquetSource]:
+        yield ParquetSource(full)
+        assert write_failed.wait(10)
+        time.sleep(0.2)  # the writer's failure has ended the stream by now
+        for number in range(10):
+            taken.append(number)
+            yield ParquetSource(empty)
+
+    def write(data: memoryview) -> None:
+        if len(data) > len(binary_copy.SIGNATURE):  # the first rows, after the header
+            write_failed.set()
+            raise OSError("the COPY failed")
+
+    with pytest.raises(OSError, match="the COPY failed"):
+        stream_parquet(sources(), CopyEncoder(SCHEMA), write)
+    assert taken in ([], [0])  # at most the one being taken when the writer failed
 
 
 def test_stream_refuses_unexpected_columns(tmp_path: Path) -> None:

@@ -798,7 +798,8 @@ def test_key_hashes_span_row_groups_and_agree_across_files(tmp_path: Path) -> No
 
     repeat = run(tmp_path, lines[0] + lines[-1], name="repeat.csv")  # the header, the last row
     assert key_hashes(repeat, TRIPS).tolist() == hashes[-1:].tolist()
-    ahead = find_duplicates([big, repeat], TRIPS, [hashes, key_hashes(repeat, TRIPS)])
+    computed = {big.parquet_path: hashes, repeat.parquet_path: key_hashes(repeat, TRIPS)}
+    ahead = find_duplicates([big, repeat], TRIPS, lambda file: computed[file.parquet_path])
     assert ahead[0] == find_duplicates([big, repeat], TRIPS)[0]
     assert [(r.file, r.line) for r in ahead[0]] == [("big.csv", rows + 1), ("repeat.csv", 2)]
 

@@ -261,3 +261,58 @@ def test_a_dropped_warehouse_connection_is_retried_without_losing_a_file(
     assert len(opened) == 2
     assert outcome.row_counts == {"vehicles": 10, "trips": 300, "fuel_transactions": 40}
     assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(outcome.batch_id, 300)]
+
+
+def test_a_file_failing_while_the_copy_fails_fails_the_batch(
+    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str, monkeypatch
+) -> None:
+    """The COPY's reader thread is waiting for trips-2 when the server kills the slice's
+    backend (transient: the slice would be loaded again), and trips-2 then fails to
+    normalise. The reader's error is dropped for the COPY's, but the batch must still fail
+    with it, never commit a slice without trips-2 and the files after it."""
+    import threading
+    import time
+
+    from fleet_import import pipeline
+    from fleet_import.errors import PreCommitError
+    from fleet_import.warehouse import postgres
+
+    monkeypatch.setattr(pipeline, "_LOAD_RETRY_DELAYS_SECONDS", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(import_ctx, "normalize_workers", 1)
+    trips_2_started = threading.Event()
+    normalize_object = pipeline.normalize_object
+
+    def failing_trips_2(ctx, batch_id, bucket, obj, contract, workdir):
+        if obj.name.startswith("trips-2"):
+            trips_2_started.set()
+            time.sleep(1.0)  # long enough for the COPY to fail first
+            raise PreCommitError(f"{obj.name}: cannot be normalised")
+        return normalize_object(ctx, batch_id, bucket, obj, contract, workdir)
+
+    monkeypatch.setattr(pipeline, "normalize_object", failing_trips_2)
+    stream_parquet = postgres.stream_parquet
+    killed: list[int] = []
+
+    def killing_stream(sources, encoder, write, **options):
+        def killing_write(data):
+            if encoder.schema.names[0] == "trip_id" and not killed and len(data) > 1_000:
+                assert trips_2_started.wait(10)
+                time.sleep(0.2)  # the reader is inside next(), waiting for trips-2
+                with psycopg.connect(database_url, autocommit=True) as admin:
+                    for (pid,) in admin.execute("SELECT pid FROM pg_stat_progress_copy"):
+                        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                        killed.append(pid)
+                for _ in range(1_000):  # the dead connection shows on a later write
+                    write(data)
+            return write(data)
+
+        return stream_parquet(sources, encoder, killing_write, **options)
+
+    monkeypatch.setattr(postgres, "stream_parquet", killing_stream)
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=300, fuel=40, vehicles=10))
+    outcome = import_folder(import_ctx, ACME, folder, "d1")
+    assert killed
+    assert isinstance(outcome, Failed), outcome
+    assert "trips-2" in outcome.error
+    assert slice_rows(database_url, "fleet_trips", "acme", folder) == []

@@ -353,10 +353,14 @@ def stream_parquet(
 
     def produce() -> None:
         try:
-            for source in sources:
+            for source in sources:  # taking a source may wait for it to be made
                 for batch in read_batches(source, encoder.schema, line_column, batch_rows):
+                    if stop.is_set():  # the writer failed: take and read nothing more
+                        return
                     if batch.num_rows and not put((batch.num_rows, encoder.encode(batch))):
                         return
+                if stop.is_set():
+                    return
             put(_DONE)
         except BaseException as exc:  # handed to the writing thread, which raises it
             put(exc)

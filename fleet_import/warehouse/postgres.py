@@ -346,20 +346,20 @@ class PostgresSliceWriter:
 
     def load_files(self, contract: DatasetContract, files: Iterable[LoadFile]) -> int:
         """COPY normalised files into the slice (stamped in the stream) in one COPY; returns
-        rows. `files` is consumed on the COPY's reader thread as the COPY needs the next
-        file, so it may be a generator that waits for each file to be normalised."""
+        rows. `files` may be a generator that waits for each file to be normalised: the
+        first is taken here, the others on the COPY's reader thread when the COPY needs them."""
         if contract.name not in self._contracts:
             raise WarehouseError(f"dataset {contract.name!r} was not declared for this slice")
         name = contract.name
         done = self.row_counts[name]
         progress = self._progress
         pending = iter(files)
-        first = next(pending, None)
-        if first is None:
-            return 0
-        encoder = CopyEncoder(contract.arrow_schema, self._stamps)
-        sources = (ParquetSource(f.path, f.excluded_lines) for f in chain([first], pending))
         with self._guard() as conn, conn.cursor() as cursor:
+            first = next(pending, None)  # a failure to take it ends the slice like any other
+            if first is None:
+                return 0
+            encoder = CopyEncoder(contract.arrow_schema, self._stamps)
+            sources = (ParquetSource(f.path, f.excluded_lines) for f in chain([first], pending))
             self._warehouse.copies += 1
             with cursor.copy(copy_sql(contract)) as copy:
                 stream_parquet(
