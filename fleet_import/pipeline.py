@@ -93,7 +93,7 @@ class ImportContext:
     normalize_workers: int = DEFAULT_NORMALIZE_WORKERS
     publisher: Publisher | None = None  # None: nothing to publish, succeed after commit
     events: EventSink = _no_event
-    progress: Progress = _no_progress
+    progress: Progress = _no_progress  # called from the loading and the COPY reader threads
     workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "fleet-import")
 
     def publication_steps(self) -> tuple[str, ...]:
