@@ -47,8 +47,16 @@ _BACKOFF_CAP_SECONDS = 600.0
 SLICE_PUBLISHED_EVENT = "fleet.slice.published"
 BATCH_PUBLISHED_EVENT = "fleet.batch.published"
 BATCH_FAILED_EVENT = "fleet.batch.failed"
+_EVENT_ID_NAMESPACE = uuid.UUID("5b0f6c1e-2f43-4c8e-9a57-3f0d1c9e7a21")
 
 EventSink = Callable[[str, Mapping[str, Any]], None]
+
+
+def published_event_id(batch_id: uuid.UUID) -> uuid.UUID:
+    """The id of a batch's `fleet.slice.published` event, the same on every attempt: a
+    notify step that runs again (its completion was lost) repeats the event, not the news.
+    Prefect stores one event per id; consumers can drop repeats by it too."""
+    return uuid.uuid5(_EVENT_ID_NAMESPACE, f"{SLICE_PUBLISHED_EVENT}/{batch_id}")
 
 
 def exponential_backoff(attempts: int) -> float:
@@ -339,7 +347,10 @@ class Publisher:
     def notify(self, ctx: StepContext) -> None:
         """Tell downstream consumers the slice changed; a sink failure fails the step."""
         row_counts = {k: int(v) for k, v in ctx.batch.details.get("row_counts", {}).items()}
-        self._events(SLICE_PUBLISHED_EVENT, _payload(ctx.batch, row_counts=row_counts))
+        event_id = str(published_event_id(ctx.batch.id))
+        self._events(
+            SLICE_PUBLISHED_EVENT, _payload(ctx.batch, row_counts=row_counts, event_id=event_id)
+        )
 
     def retire_superseded(self, ctx: StepContext) -> None:
         """Mark the scope's previous batch superseded and delete the normalised files only it

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import random
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,7 +58,8 @@ def load_settings() -> Settings:
 
 
 def prefect_event_sink(name: str, payload: Mapping[str, Any]) -> None:
-    """Core events become Prefect events on the batch resource, related to the flow run."""
+    """Core events become Prefect events on the batch resource, related to the flow run. A
+    payload's `event_id` becomes the event's id (Prefect keeps one event per id)."""
     batch_id = str(payload.get("batch_id", "unknown"))
     resource = {
         "prefect.resource.id": f"fleet.batch.{batch_id}",
@@ -66,7 +68,13 @@ def prefect_event_sink(name: str, payload: Mapping[str, Any]) -> None:
     if "tenant_id" in payload:
         resource["fleet.tenant"] = str(payload["tenant_id"])
     try:
-        emit_event(event=name, resource=resource, payload=dict(payload))
+        event_id = payload.get("event_id")
+        emit_event(
+            event=name,
+            resource=resource,
+            payload=dict(payload),
+            id=uuid.UUID(str(event_id)) if event_id else None,
+        )
     except Exception as exc:  # noqa: BLE001 - an event never fails the import
         log.warning("could not emit %s: %s", name, exc)
 

@@ -220,3 +220,35 @@ def test_rerun_of_a_failed_delivery_starts_a_fresh_batch(
     assert rerun.name == "Completed", rerun.message
     statuses = sorted(b.status.value for b in BatchRepository(flow_env).list())
     assert statuses == ["failed", "succeeded"]
+
+
+def test_the_event_sink_hands_prefect_the_payloads_event_id(prefect_api, monkeypatch) -> None:
+    """A repeated notify step repeats `fleet.slice.published` with the same id, which
+    Prefect stores once; events without one get Prefect's random id. Prefect's own
+    recording events client stands in for its event stream."""
+    from prefect.events.clients import AssertingEventsClient
+    from prefect.events.worker import EventsWorker
+
+    from fleet_import.publication import published_event_id
+    from flows.common import prefect_event_sink
+
+    worker = EventsWorker.instance(AssertingEventsClient)
+    monkeypatch.setattr(EventsWorker, "instance", lambda *_: worker)
+    batch_id = uuid.uuid4()
+    event_id = published_event_id(batch_id)
+    payload = {"tenant_id": "acme", "batch_id": str(batch_id), "event_id": str(event_id)}
+    # One at a time, as repeats come (from another attempt): Prefect's events worker keys
+    # what it holds in flight by event id.
+    for name, sent in (
+        ("fleet.slice.published", payload),
+        ("fleet.slice.published", payload),
+        ("fleet.batch.published", {"batch_id": str(batch_id)}),
+    ):
+        prefect_event_sink(name, sent)
+        worker.wait_until_empty()
+    worker.drain()
+    events = [e for e in AssertingEventsClient.last.events if e.event.startswith("fleet.")]
+    assert [e.event for e in events] == ["fleet.slice.published"] * 2 + ["fleet.batch.published"]
+    assert events[0].id == events[1].id == event_id
+    assert events[2].id != event_id
+    assert events[0].resource.id == f"fleet.batch.{batch_id}"

@@ -38,6 +38,7 @@ from fleet_import.publication import (
     Publisher,
     StepContext,
     StepHandler,
+    published_event_id,
 )
 from fleet_import.scope import Tenant, source_scope
 from fleet_import.staging import StagingArea
@@ -276,7 +277,16 @@ def test_steps_run_in_order_and_the_batch_succeeds(
         "batch_id": str(batch.id),
         "row_counts": {"trips": 3, "vehicles": 2},
     }
-    assert events == [("fleet.slice.published", payload), ("fleet.batch.published", payload)]
+    event_id = str(published_event_id(batch.id))
+    assert events == [
+        ("fleet.slice.published", {**payload, "event_id": event_id}),
+        ("fleet.batch.published", payload),
+    ]
+    # A notify step that runs again (its completion lost) repeats the same event id.
+    step = OutboxRepository(tables).steps(batch.id)[1]
+    publisher.notify(StepContext(done, step, "importer"))
+    assert events[-1] == ("fleet.slice.published", {**payload, "event_id": event_id})
+    assert published_event_id(batch.id) != published_event_id(uuid.uuid4())
 
 
 def test_a_batch_without_steps_succeeds(
