@@ -129,27 +129,26 @@ def copy_sql(contract: DatasetContract) -> sql.Composed:
     )
 
 
+def slice_rows_sql(batch_test: str, alias: str | None = None) -> sql.Composed:
+    """The rows the stamp columns place in the scope's slice: `batch_test` compares the
+    batch id (e.g. `= %(owner)s`); tenant and scope come from the parameters of those names."""
+    qualifier = (alias,) if alias else ()
+    tenant, scope, batch = (sql.Identifier(*qualifier, column) for column in STAMP_COLUMNS)
+    return sql.SQL(
+        "{} " + batch_test + " AND {} = %(tenant_id)s AND {} = %(source_scope)s"
+    ).format(batch, tenant, scope)
+
+
 def delete_slice_sql(target_table: str) -> sql.Composed:
     """A slice's rows all carry its registered batch id (one transaction writes both)."""
-    return sql.SQL(
-        "DELETE FROM {} WHERE {} = ANY(%(owners)s) AND {} = %(tenant_id)s AND {} = %(source_scope)s"
-    ).format(
-        table_identifier(target_table),
-        sql.Identifier(STAMP_COLUMNS[2]),
-        sql.Identifier(STAMP_COLUMNS[0]),
-        sql.Identifier(STAMP_COLUMNS[1]),
+    return sql.SQL("DELETE FROM {} WHERE {}").format(
+        table_identifier(target_table), slice_rows_sql("= ANY(%(owners)s)")
     )
 
 
 def count_slice_sql(target_table: str) -> sql.Composed:
-    return sql.SQL(
-        "SELECT count(*) FROM {} WHERE {} = %(owner)s AND {} = %(tenant_id)s "
-        "AND {} = %(source_scope)s"
-    ).format(
-        table_identifier(target_table),
-        sql.Identifier(STAMP_COLUMNS[2]),
-        sql.Identifier(STAMP_COLUMNS[0]),
-        sql.Identifier(STAMP_COLUMNS[1]),
+    return sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
+        table_identifier(target_table), slice_rows_sql("= %(owner)s")
     )
 
 
@@ -396,16 +395,8 @@ class PostgresSliceWriter:
                     copy.write(memoryview(encoder.encode(batch)))
                 copy.write(encoder.trailer)
             cursor.execute(
-                sql.SQL(
-                    "DELETE FROM {} AS t USING {} AS k WHERE {} AND t.{} = %(batch_id)s "
-                    "AND t.{} = %(tenant_id)s AND t.{} = %(source_scope)s"
-                ).format(
-                    target,
-                    staging,
-                    match,
-                    sql.Identifier(STAMP_COLUMNS[2]),
-                    sql.Identifier(STAMP_COLUMNS[0]),
-                    sql.Identifier(STAMP_COLUMNS[1]),
+                sql.SQL("DELETE FROM {} AS t USING {} AS k WHERE {} AND {}").format(
+                    target, staging, match, slice_rows_sql("= %(batch_id)s", alias="t")
                 ),
                 {**self._scope, "batch_id": self._batch_id},
             )
