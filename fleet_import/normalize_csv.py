@@ -246,24 +246,11 @@ def _inner_breaks(columns: list[pa.Array]) -> pa.Array | None:
     return total
 
 
-class Utf8Guard:
-    """A read-only stream that passes valid UTF-8 through and turns invalid bytes into U+FFFD.
-
-    Arrow hands malformed rows to the invalid-row handler as Python str, so a row that is
-    malformed and also holds invalid UTF-8 would abort the whole file. After a replacement
-    (`replaced`), cells holding U+FFFD are rejected as invalid UTF-8. The stream also ends
-    with a line break, which Arrow needs to see a header-only file as a header.
-    """
+class ReadOnlyStream:
+    """What Arrow's `PythonFile` needs of a forward-only reader besides `read`. Closing it
+    leaves the stream it reads from to that stream's owner."""
 
     closed = False
-
-    def __init__(self, raw: BinaryIO | pa.NativeFile) -> None:
-        self._raw = raw
-        self._carry = b""
-        self._pending = bytearray()
-        self._eof = False
-        self._last = b"\n"
-        self.replaced = False
 
     def readable(self) -> bool:
         return True
@@ -273,6 +260,24 @@ class Utf8Guard:
 
     def close(self) -> None:
         self.closed = True
+
+
+class Utf8Guard(ReadOnlyStream):
+    """A read-only stream that passes valid UTF-8 through and turns invalid bytes into U+FFFD.
+
+    Arrow hands malformed rows to the invalid-row handler as Python str, so a row that is
+    malformed and also holds invalid UTF-8 would abort the whole file. After a replacement
+    (`replaced`), cells holding U+FFFD are rejected as invalid UTF-8. The stream also ends
+    with a line break, which Arrow needs to see a header-only file as a header.
+    """
+
+    def __init__(self, raw: BinaryIO | pa.NativeFile) -> None:
+        self._raw = raw
+        self._carry = b""
+        self._pending = bytearray()
+        self._eof = False
+        self._last = b"\n"
+        self.replaced = False
 
     def read(self, size: int | None = -1) -> bytes:
         wanted = sys.maxsize if size is None or size < 0 else size

@@ -18,7 +18,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from fleet_import.contracts import Column, DatasetContract, FileFormat
-from fleet_import.normalize_csv import block_bytes, read_csv
+from fleet_import.normalize_csv import ReadOnlyStream, block_bytes, read_csv
 from fleet_import.normalize_rows import (
     REASON_UTF8,
     FileRejected,
@@ -96,25 +96,14 @@ def _stream(source: Source, source_key: str, *, compressed: bool) -> Iterator[An
         yield source
 
 
-class _Borrowed:
+class _Borrowed(ReadOnlyStream):
     """The caller's file object, read through Arrow but left open: the caller owns it."""
-
-    closed = False
 
     def __init__(self, raw: BinaryIO) -> None:
         self._raw = raw
 
     def read(self, size: int = -1) -> bytes:
         return self._raw.read(size)
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        self.closed = True
 
 
 @contextmanager
