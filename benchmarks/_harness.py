@@ -6,8 +6,8 @@ own and nothing the parent holds (generated data, moto's objects) is counted.
 
 from __future__ import annotations
 
+import importlib
 import json
-import logging
 import os
 import queue
 import subprocess
@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -24,26 +24,21 @@ from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT_PREFIX = "RESULT "
-_FAKE_AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
-# Variables that could point boto3 at real credentials or a real account.
-_UNSET_AWS_ENV = ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE")
 _PREFETCH_POLL_SECONDS = 0.2
 
 T = TypeVar("T")
 
 
-def pgtools() -> ModuleType:
-    """tests.pgtools (find or start a PostgreSQL, create, migrate, drop), importable from a
-    script run as `python benchmarks/x.py`."""
+def _tests_module(name: str) -> ModuleType:
+    """A module of tests/, importable from a script run as `python benchmarks/x.py`."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from tests import pgtools as module
+    return importlib.import_module(f"tests.{name}")
 
-    return module
+
+def pgtools() -> ModuleType:
+    """tests.pgtools: find or start a PostgreSQL, create, migrate, drop."""
+    return _tests_module("pgtools")
 
 
 def progress(message: str) -> None:
@@ -72,23 +67,10 @@ def fresh_database(admin_url: str | None, prefix: str = "fleet_bench") -> Iterat
         tools.drop_database(server, name)
 
 
-@contextmanager
-def moto_s3() -> Iterator[str]:
-    """http://127.0.0.1:<port> of a moto server in this process; fake credentials are set
-    in os.environ so that child processes authenticate against it too."""
-    from moto.server import ThreadedMotoServer
-
-    os.environ.update(_FAKE_AWS_ENV)
-    for name in _UNSET_AWS_ENV:
-        os.environ.pop(name, None)
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one INFO line per request
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+def moto_s3() -> AbstractContextManager[str]:
+    """tests.s3fixtures' moto server: http://127.0.0.1:<port>, in this process, with fake
+    credentials in os.environ (so child processes reach it) while it runs."""
+    return _tests_module("s3fixtures").moto_server()
 
 
 def checkpoint(url: str) -> None:

@@ -12,6 +12,7 @@ import logging
 import uuid
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import boto3
@@ -19,7 +20,7 @@ import pytest
 from botocore.config import Config
 from moto.server import ThreadedMotoServer
 
-__all__ = ["landing_bucket", "moto_endpoint", "put_objects", "s3", "staging_bucket"]
+__all__ = ["landing_bucket", "moto_endpoint", "moto_server", "put_objects", "s3", "staging_bucket"]
 
 REGION = "us-east-1"
 _FAKE_ENV = {
@@ -33,10 +34,11 @@ _PUT_THREADS = 16
 _DELETE_BATCH = 1000
 
 
-@pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    """http://127.0.0.1:<port> of a moto server; fake credentials are in os.environ so that
-    subprocesses started by tests authenticate against it too."""
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """http://127.0.0.1:<port> of a moto server in this process; while it runs, fake
+    credentials are in os.environ so that subprocesses authenticate against it too (the
+    benchmarks use it as well)."""
     with pytest.MonkeyPatch.context() as env:
         for name, value in _FAKE_ENV.items():
             env.setenv(name, value)
@@ -54,6 +56,12 @@ def moto_endpoint() -> Iterator[str]:
         finally:
             server.stop()
             request_log.setLevel(previous_level)
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    with moto_server() as endpoint:
+        yield endpoint
 
 
 @functools.cache
