@@ -17,6 +17,7 @@ from fleet_import.batches import (
     ScopeBusy,
 )
 from fleet_import.scope import Tenant, source_scope
+from tests.processes import results_of
 
 # forkserver: children start from a clean, single-threaded server process (the test process
 # runs server threads), and the preload keeps 32 starts cheap.
@@ -50,13 +51,7 @@ def _run_all(target, args_list: list[tuple], parties: int) -> list[tuple]:
         _FORK.Process(target=target, args=(*args[:1], barrier, *args[1:], out))
         for args in args_list
     ]
-    for process in processes:
-        process.start()
-    results = [out.get(timeout=60) for _ in processes]
-    for process in processes:
-        process.join(timeout=30)
-        assert process.exitcode == 0
-    return results
+    return results_of(processes, out)
 
 
 @pytest.mark.slow
@@ -149,12 +144,7 @@ def test_live_renewed_lease_is_never_taken(database_url: str) -> None:
         )
         for i in range(8)
     ]
-    for process in processes:
-        process.start()
-    reports = [out.get(timeout=60) for _ in processes]
-    for process in processes:
-        process.join(timeout=30)
-        assert process.exitcode == 0
+    reports = results_of(processes, out)
     contended = Counter()
     for kind, value in reports:
         if kind == "contended":

@@ -42,6 +42,7 @@ from fleet_import.publication import (
 )
 from fleet_import.scope import Tenant, source_scope
 from fleet_import.staging import StagingArea
+from tests.processes import results_of
 
 FOLDER = "s3://fleet-landing/acme/fleet/2026-07-22/"
 SCOPE = source_scope(FOLDER)
@@ -596,12 +597,7 @@ def test_processes_racing_never_double_run_a_step(
         )
         for i in range(parties)
     ]
-    for process in processes:
-        process.start()
-    reports = [out.get(timeout=RACE_DEADLINE_SECONDS + 30) for _ in processes]
-    for process in processes:
-        process.join(timeout=30)
-        assert process.exitcode == 0
+    reports = results_of(processes, out, timeout=RACE_DEADLINE_SECONDS + 30)
     assert len(reports) == parties
     _assert_each_step_ran_once(tables, batch_ids)
 

@@ -41,6 +41,7 @@ from fleet_import.warehouse.postgres import (
     create_table_sql,
     index_name,
 )
+from tests.processes import results_of
 
 ACME, GLOBEX = "acme", "globex"
 SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-22/"
@@ -275,12 +276,7 @@ def test_ensure_tables_from_two_processes_at_once(
             _FORK.Process(target=_ensure_in_process, args=(database_url, barrier, out))
             for _ in range(2)
         ]
-        for process in processes:
-            process.start()
-        results = [out.get(timeout=60) for _ in processes]
-        for process in processes:
-            process.join(timeout=30)
-            assert process.exitcode == 0
+        results = results_of(processes, out)
         assert results == ["ok", "ok"]
         tables = db.execute(
             "SELECT count(*) FROM pg_tables WHERE schemaname = 'curated'"
