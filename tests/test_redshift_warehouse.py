@@ -351,20 +351,12 @@ def test_import_folder_end_to_end(
     db: psycopg.Connection[Any],
     tmp_path: Path,
 ) -> None:
-    from fleet_import.pipeline import Committed, ImportContext, import_folder
+    from fleet_import.pipeline import Committed, import_folder
     from fleet_import.sample_data import fleet_delivery, today_folder
     from fleet_import.scope import Tenant, source_scope
-    from fleet_import.staging import StagingArea
     from tests.test_pipeline import upload
 
-    ctx = ImportContext(
-        repo=repo,
-        warehouse=redshift,
-        s3=s3,
-        staging=StagingArea(f"s3://{staging_bucket}/stage/", s3),
-        lease_ttl=30,
-        workdir=tmp_path / "work",
-    )
+    ctx = _redshift_ctx(redshift, repo, s3, staging_bucket, tmp_path)
     folder = today_folder(landing_bucket, "acme")
     files = fleet_delivery(trips=300, fuel=120, vehicles=25)
     header, first_row = files["trips-1.csv"].split(b"\n")[:2]
