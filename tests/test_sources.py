@@ -427,16 +427,21 @@ def test_deleted_object_is_a_pre_commit_error(client: Any, s3: Any, landing_buck
         open_object(client, trips, landing_bucket)
 
 
-def test_connection_lost_mid_stream_is_transient(client: Any) -> None:
-    obj = SourceObject(
+def unseen_trips_csv(size: int) -> SourceObject:
+    """A trips.csv as discovery would describe it, for reads that never reach its bytes."""
+    return SourceObject(
         key="acme/fleet/2026-07-22/trips.csv",
         name="trips.csv",
-        size=10,
+        size=size,
         etag="0" * 32,
         last_modified=datetime.fromisoformat("2026-07-22T00:00:00+00:00"),
         dataset="trips",
         fmt="csv",
     )
+
+
+def test_connection_lost_mid_stream_is_transient(client: Any) -> None:
+    obj = unseen_trips_csv(size=10)
 
     class DroppingStream(io.BytesIO):
         def read(self, size: int | None = -1) -> bytes:
@@ -458,15 +463,7 @@ def test_unreachable_endpoint_is_transient() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     client = s3_client(f"http://127.0.0.1:{port}", max_attempts=2, connect_timeout=0.5)
-    obj = SourceObject(
-        key="acme/fleet/2026-07-22/trips.csv",
-        name="trips.csv",
-        size=1,
-        etag="0" * 32,
-        last_modified=datetime.fromisoformat("2026-07-22T00:00:00+00:00"),
-        dataset="trips",
-        fmt="csv",
-    )
+    obj = unseen_trips_csv(size=1)
 
     with pytest.raises(
         TransientError, match="cannot list s3://fleet-landing/acme/fleet/2026-07-22/"
