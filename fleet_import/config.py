@@ -12,6 +12,7 @@ DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 # Files normalised at once while finished ones load: two keep the COPY busy and a 2M-row
 # delivery under 400 MB (benchmarks/README.md).
 DEFAULT_NORMALIZE_WORKERS = 2
+DEFAULT_LEASE_TTL_SECONDS = 120.0
 
 
 class Settings(BaseSettings):
@@ -29,7 +30,9 @@ class Settings(BaseSettings):
     staging_uri: str | None = Field(
         None, description="s3://bucket/prefix/ for normalised Parquet and rejects"
     )
-    lease_ttl_seconds: float = Field(120.0, gt=0, description="execution lease length")
+    lease_ttl_seconds: float = Field(
+        DEFAULT_LEASE_TTL_SECONDS, gt=0, description="execution lease length"
+    )
     warehouse: Literal["postgres", "redshift"] = Field("postgres", description="warehouse backend")
     redshift_host: str | None = Field(None, description="Redshift endpoint host")
     redshift_port: int = Field(5439, description="Redshift port")

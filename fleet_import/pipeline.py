@@ -1,8 +1,8 @@
 """The import algorithm (DESIGN steps 1-6) as plain functions; flows wrap the steps.
 
-`import_folder` runs a delivery end to end in one process: reserve, lease, discover,
-normalise (cached), commit the slice in one warehouse transaction, record the commit and
-enqueue publication in one operational transaction.
+`import_folder` runs a delivery end to end in one process: claim the scope (claiming.py),
+discover, normalise (cached), commit the slice in one warehouse transaction, record the
+commit and enqueue publication in one operational transaction, publish (settle.py).
 """
 
 from __future__ import annotations
@@ -10,15 +10,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import logging
-import os
 import random
-import socket
-import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 from typing import Any
@@ -27,22 +24,27 @@ import numpy as np
 import pyarrow as pa
 
 from fleet_import import failpoints
-from fleet_import.batches import (
-    BatchNotRunning,
-    BatchRepository,
-    CachedFile,
-    FailureKind,
-    LeaseHeld,
-    Reserved,
-    ScopeBusy,
+from fleet_import.batches import CachedFile
+from fleet_import.claiming import claim, new_owner
+from fleet_import.context import (
+    Claimed,
+    Committed,
+    EventSink,
+    Failed,
+    ImportContext,
+    ImportOutcome,
+    NotClaimed,
+    NothingToDo,
+    Progress,
+    Skipped,
 )
-from fleet_import.config import DEFAULT_NORMALIZE_WORKERS
-from fleet_import.contracts import FLEET_DATASETS, ContractSet, DatasetContract
-from fleet_import.errors import FleetImportError, LeaseLost, PreCommitError
+from fleet_import.contracts import ContractSet, DatasetContract
+from fleet_import.errors import LeaseLost
 from fleet_import.heartbeat import Heartbeat
 from fleet_import.normalize import (
     NormalizedFile,
     Reject,
+    RejectRatioExceeded,
     check_reject_ratio,
     find_duplicates,
     key_hashes,
@@ -50,105 +52,47 @@ from fleet_import.normalize import (
     summarize_rejects,
     write_rejects,
 )
-from fleet_import.publication import (
-    PublicationExpired,
-    PublicationFailed,
-    Published,
-    Publisher,
-)
 from fleet_import.scope import Tenant, folder_of_scope, source_scope, split_folder
+from fleet_import.settle import (
+    publish_step,
+    record_commit,
+    recover_committed,
+    release_lease_quietly,
+    settle_failure,
+)
 from fleet_import.sources import Manifest, SourceObject, discover, download_object, open_object
-from fleet_import.staging import StagingArea, StagingError
-from fleet_import.warehouse import LoadFile, SliceCommit, Warehouse, WarehouseError
+from fleet_import.staging import StagingError
+from fleet_import.warehouse import LoadFile, SliceCommit, WarehouseError, WarehouseSession
+
+__all__ = [  # what flows and tests use from here; each lives in the module named
+    "Claimed",
+    "Committed",
+    "EventSink",
+    "Failed",
+    "ImportContext",
+    "ImportOutcome",
+    "NotClaimed",
+    "NothingToDo",
+    "Progress",
+    "Skipped",
+    "claim",
+    "new_owner",
+    "publish_step",
+    "record_commit",
+    "recover_committed",
+    "release_lease_quietly",
+    "settle_failure",
+]
 
 log = logging.getLogger(__name__)
 
-EventSink = Callable[[str, Mapping[str, Any]], None]
-Progress = Callable[[str, float | None], None]
 # Rejects kept in batch details: enough to act on; the full list is in the rejects file.
 _REJECT_SAMPLE = 20
+# Lines of the first rejects a reject-ratio failure names.
+_RATIO_LINES_NAMED = 5
 # Backoff before each new attempt at a slice whose load failed transiently.
 _LOAD_RETRY_DELAYS_SECONDS = (1.0, 4.0, 15.0)
 _RETRY_JITTER = 0.5
-
-
-def _no_event(name: str, payload: Mapping[str, Any]) -> None:
-    return None
-
-
-def _no_progress(message: str, fraction: float | None) -> None:
-    return None
-
-
-@dataclass
-class ImportContext:
-    """What the algorithm talks to; built from Settings or by tests."""
-
-    repo: BatchRepository
-    warehouse: Warehouse
-    s3: Any
-    staging: StagingArea
-    contracts: ContractSet = field(default_factory=lambda: FLEET_DATASETS)
-    lease_ttl: float = 120.0
-    normalize_workers: int = DEFAULT_NORMALIZE_WORKERS
-    publisher: Publisher | None = None  # None: nothing to publish, succeed after commit
-    events: EventSink = _no_event
-    progress: Progress = _no_progress  # called from the loading and the COPY reader threads
-    workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "fleet-import")
-
-    def publication_steps(self) -> tuple[str, ...]:
-        return tuple(self.publisher.steps) if self.publisher is not None else ()
-
-
-# -- outcomes --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """Another batch holds the scope; nothing was touched."""
-
-    scope: str
-    holder_batch_id: uuid.UUID
-
-
-@dataclass(frozen=True)
-class NotClaimed:
-    """The batch is running under another live executor."""
-
-    batch_id: uuid.UUID
-    holder: str | None
-    expires_at: Any
-
-
-@dataclass(frozen=True)
-class NothingToDo:
-    """The delivery's batch is already failed or succeeded: this delivery does no work."""
-
-    batch_id: uuid.UUID
-    status: str
-
-
-@dataclass(frozen=True)
-class Committed:
-    """The slice is committed; `published` says whether the batch also succeeded (else a
-    drain finishes its publication: a step is waiting out a backoff or claimed elsewhere)."""
-
-    batch_id: uuid.UUID
-    scope: str
-    row_counts: dict[str, int]
-    summary: dict[str, Any]
-    recovered: bool = False  # the slice was already stamped: only the record was redone
-    published: bool = False
-
-
-@dataclass(frozen=True)
-class Failed:
-    batch_id: uuid.UUID
-    kind: FailureKind
-    error: str
-
-
-ImportOutcome = Skipped | NotClaimed | NothingToDo | Committed | Failed
 
 
 @dataclass
@@ -160,42 +104,6 @@ class NormalizedEntry:
 
 
 # -- the algorithm ---------------------------------------------------------------------------
-
-
-def new_owner() -> str:
-    """A lease owner unique to this acquisition, readable in `batches list`."""
-    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-
-
-@dataclass(frozen=True)
-class Claimed:
-    """This worker holds the batch's execution lease: it may work on it."""
-
-    batch_id: uuid.UUID
-    scope: str
-    owner: str
-
-
-def claim(
-    ctx: ImportContext, tenant: Tenant, scope: str, delivery_key: str, owner: str
-) -> Claimed | Skipped | NotClaimed | NothingToDo:
-    """Steps 1-2: reserve the scope (or continue this delivery's batch), then its lease."""
-    reserved = ctx.repo.reserve(tenant, scope, delivery_key)
-    if isinstance(reserved, ScopeBusy):
-        return Skipped(scope, reserved.holder_batch_id)
-    batch = reserved.batch
-    if isinstance(reserved, Reserved):
-        ctx.events(
-            "fleet.batch.reserved", _event(tenant, scope, batch.id, delivery_key=delivery_key)
-        )
-    failpoints.hit("after_reserve")
-    lease = ctx.repo.acquire_lease(batch.id, owner, ctx.lease_ttl)
-    if isinstance(lease, LeaseHeld):
-        return NotClaimed(batch.id, lease.owner, lease.expires_at)
-    if isinstance(lease, BatchNotRunning):
-        return NothingToDo(batch.id, str(lease.status))
-    failpoints.hit("after_lease")
-    return Claimed(batch.id, scope, owner)
 
 
 def import_folder(
@@ -222,14 +130,6 @@ def import_folder(
         release_lease_quietly(ctx.repo, batch_id, owner)
 
 
-def release_lease_quietly(repo: BatchRepository, batch_id: uuid.UUID, owner: str) -> None:
-    """Release at the end of work; if the database is unreachable the lease expires anyway."""
-    try:
-        repo.release_lease(batch_id, owner)
-    except FleetImportError as exc:
-        log.warning("could not release lease on batch %s: %s", batch_id, exc)
-
-
 def run_leased_batch(
     ctx: ImportContext,
     tenant: Tenant,
@@ -251,71 +151,6 @@ def run_leased_batch(
         raise
     except Exception as exc:  # noqa: BLE001 - every pre-commit failure fails the batch
         return settle_failure(ctx, tenant, batch_id, scope, owner, exc)
-
-
-def settle_failure(
-    ctx: ImportContext,
-    tenant: Tenant,
-    batch_id: uuid.UUID,
-    scope: str,
-    owner: str,
-    exc: BaseException,
-) -> ImportOutcome:
-    """A load failed. A lost COMMIT acknowledgement is the one ambiguous case, and the stamp
-    decides it; anything else fails the batch before commit."""
-    recovered = recover_committed(ctx, tenant, batch_id, scope, owner)
-    if recovered is not None:
-        return recovered
-    return _fail_pre_commit(ctx, tenant, batch_id, scope, owner, exc)
-
-
-def recover_committed(
-    ctx: ImportContext, tenant: Tenant, batch_id: uuid.UUID, scope: str, owner: str
-) -> Committed | None:
-    """A batch continued after a death: committed already, or its slice carries its stamp
-    (died between the warehouse and the operational commit: only the record is redone)."""
-    batch = ctx.repo.get(batch_id)
-    assert batch is not None
-    details = batch.parsed_details
-    if details.redshift_committed:
-        summary = batch.details.get("summary", {})
-        return Committed(batch_id, scope, dict(details.row_counts), summary)
-    if not _stamped(ctx, tenant, scope, batch_id):
-        return None
-    return record_commit(
-        ctx,
-        batch_id,
-        scope,
-        owner,
-        recovered=True,
-        row_counts=ctx.warehouse.slice_counts(tenant.tenant_id, scope),
-        summary={**batch.details.get("summary", {}), "recovered_from_stamp": True},
-    )
-
-
-def publish_step(
-    ctx: ImportContext, committed: Committed, owner: str, heartbeat: Heartbeat | None
-) -> ImportOutcome:
-    """Step 7-8: drain the batch's outbox, then succeed it (the Publisher does)."""
-    if ctx.publisher is None:
-        failpoints.hit("before_mark_succeeded")
-        ctx.repo.mark_succeeded(committed.batch_id, owner)
-        return replace(committed, published=True)
-    outcome = ctx.publisher.publish_batch(committed.batch_id, owner, owner, heartbeat=heartbeat)
-    if isinstance(outcome, Published):
-        return replace(committed, published=True)
-    if isinstance(outcome, PublicationFailed):
-        ctx.publisher.mark_failed_publication(committed.batch_id, owner, outcome)
-        batch = ctx.repo.get(committed.batch_id)
-        error = batch.details["failure"]["error"] if batch else outcome.error
-        return Failed(committed.batch_id, FailureKind.FAILED_PUBLICATION, error)
-    if isinstance(outcome, PublicationExpired):
-        return Failed(
-            committed.batch_id,
-            FailureKind.FAILED_PUBLICATION,
-            f"publication expired: batch {outcome.slice_owner} owns the slice now",
-        )
-    return committed  # busy or deferred: a drain finishes it
 
 
 def discover_step(ctx: ImportContext, batch_id: uuid.UUID, scope: str, owner: str) -> Manifest:
@@ -549,6 +384,7 @@ def _load_slice_once(
         batch_id=batch_id,
         contracts=contracts,
         progress=lambda dataset, rows: ctx.progress(f"loaded {rows:,} {dataset} rows", None),
+        on_session=lambda session: _record_session(ctx, batch_id, owner, session),
     ) as writer:
         for dataset, group in groupby(arrivals, key=_dataset_of):
             writer.load_files(
@@ -577,25 +413,27 @@ def reject_step(
     entries: Sequence[NormalizedEntry],
     hashes_of: Callable[[NormalizedFile], np.ndarray],
 ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
-    """Duplicate keys across the delivery, reject ratios (raises above a contract's limit),
-    the batch's rejects file. Returns the repeated keys to drop, per dataset.
-    `hashes_of(file)` is the first pass of the duplicate check (`normalize.key_hashes`)."""
+    """Duplicate keys across the delivery, the batch's rejects (file and details), then the
+    reject ratios (raises above a contract's limit, naming the file, first lines and the
+    rejects file, which are already on the batch). Returns the repeated keys to drop, per
+    dataset. `hashes_of(file)` is the first pass of the duplicate check
+    (`normalize.key_hashes`)."""
     by_dataset: dict[str, list[NormalizedEntry]] = {}
     for entry in entries:
         by_dataset.setdefault(entry.file.dataset, []).append(entry)
     duplicate_keys: dict[str, pa.Table] = {}
     all_rejects: list[Reject] = []
     rows: dict[str, int] = {}
+    ratios: list[tuple[DatasetContract, int, list[Reject]]] = []
     for dataset, dataset_entries in by_dataset.items():
         contract = ctx.contracts[dataset]
         files = [entry.file for entry in dataset_entries]
         duplicates, keys = find_duplicates(files, contract, hashes_of)
+        dataset_rejects = [r for f in files for r in f.rejects] + list(duplicates)
         rejected = sum(f.reject_count for f in files) + len(duplicates)
-        accepted = sum(f.row_count for f in files) - len(duplicates)
-        check_reject_ratio(contract, accepted, rejected)
-        rows[dataset] = accepted
-        all_rejects.extend(r for f in files for r in f.rejects)
-        all_rejects.extend(duplicates)
+        rows[dataset] = sum(f.row_count for f in files) - len(duplicates)
+        ratios.append((contract, rejected, dataset_rejects))
+        all_rejects.extend(dataset_rejects)
         if keys.num_rows:
             duplicate_keys[dataset] = keys
     rejects_uri = None
@@ -624,62 +462,43 @@ def reject_step(
     ctx.repo.update_details(
         batch_id, owner, {"phase": "normalised", "rejects": rejects, "summary": summary}
     )
+    for contract, rejected, dataset_rejects in ratios:
+        try:
+            check_reject_ratio(contract, rows[contract.name], rejected)
+        except RejectRatioExceeded as exc:
+            raise RejectRatioExceeded(
+                f"{exc}; {_where_rejected(dataset_rejects)}; all rejects: {rejects_uri}",
+                dataset=exc.dataset,
+                ratio=exc.ratio,
+                limit=exc.limit,
+            ) from None
     return duplicate_keys, {**summary, "rejects": rejects}
+
+
+def _where_rejected(rejects: Sequence[Reject]) -> str:
+    """The file with the most rejects and its first rejected lines, for a failure message."""
+    by_file: dict[str, list[Reject]] = {}
+    for reject in rejects:
+        by_file.setdefault(reject.file, []).append(reject)
+    file, worst = max(by_file.items(), key=lambda item: len(item[1]))
+    lines = [str(r.line) for r in worst[:_RATIO_LINES_NAMED] if r.line is not None]
+    first = worst[0]
+    return (
+        f"{len(worst):,} in {file}"
+        + (f" (first lines {', '.join(lines)})" if lines else "")
+        + f", e.g. {first.column or 'row'}: {first.reason}"
+    )
+
+
+def _record_session(
+    ctx: ImportContext, batch_id: uuid.UUID, owner: str, session: WarehouseSession
+) -> None:
+    """Before the slice locks anything: a successor that takes the batch over ends it."""
+    ctx.repo.update_details(batch_id, owner, {"warehouse_session": session.to_json()})
 
 
 def _dataset_of(entry: NormalizedEntry) -> str:
     return entry.file.dataset
-
-
-def _stamped(ctx: ImportContext, tenant: Tenant, scope: str, batch_id: uuid.UUID) -> bool:
-    try:
-        return ctx.warehouse.slice_owner(tenant.tenant_id, scope) == batch_id
-    except FleetImportError:
-        return False
-
-
-def record_commit(
-    ctx: ImportContext,
-    batch_id: uuid.UUID,
-    scope: str,
-    owner: str,
-    *,
-    recovered: bool,
-    row_counts: dict[str, int],
-    summary: dict[str, Any],
-) -> Committed:
-    """Step 6: `redshift_committed` and the outbox in one operational transaction. If this
-    fails, the batch stays running and a rerun finds the stamp and redoes only this."""
-    batch = ctx.repo.mark_committed(
-        batch_id,
-        owner,
-        row_counts=row_counts,
-        publication_steps=ctx.publication_steps(),
-        patch={"summary": summary},
-    )
-    failpoints.hit("after_operational_commit")
-    ctx.events(
-        "fleet.batch.committed", _event_for(batch, row_counts=row_counts, recovered=recovered)
-    )
-    return Committed(batch_id, scope, row_counts, summary, recovered)
-
-
-def _fail_pre_commit(
-    ctx: ImportContext,
-    tenant: Tenant,
-    batch_id: uuid.UUID,
-    scope: str,
-    owner: str,
-    exc: BaseException,
-) -> Failed:
-    """Only for a batch whose slice is not stamped (settle_failure checked): terminal."""
-    error = str(exc) if isinstance(exc, PreCommitError) else f"{type(exc).__name__}: {exc}"
-    log.warning("batch %s failed before commit: %s", batch_id, error)
-    ctx.repo.mark_failed(batch_id, owner, FailureKind.FAILED_PRE_COMMIT, error)
-    ctx.events(
-        "fleet.batch.failed", _event(tenant, scope, batch_id, kind="failed_pre_commit", error=error)
-    )
-    return Failed(batch_id, FailureKind.FAILED_PRE_COMMIT, error)
 
 
 def read_rejects(path: Path) -> list[Reject]:
@@ -694,21 +513,3 @@ def read_rejects(path: Path) -> list[Reject]:
             )
             for row in csv.DictReader(handle)
         ]
-
-
-def _event(tenant: Tenant, scope: str, batch_id: uuid.UUID, **extra: Any) -> dict[str, Any]:
-    return {
-        "tenant_id": tenant.tenant_id,
-        "source_scope": scope,
-        "batch_id": str(batch_id),
-        **extra,
-    }
-
-
-def _event_for(batch: Any, **extra: Any) -> dict[str, Any]:
-    return {
-        "tenant_id": batch.tenant_id,
-        "source_scope": batch.source_scope,
-        "batch_id": str(batch.id),
-        **extra,
-    }

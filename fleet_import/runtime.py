@@ -12,9 +12,9 @@ from typing import Any
 from fleet_import.batches import BatchRepository
 from fleet_import.batches.outbox import OutboxRepository
 from fleet_import.config import Settings
+from fleet_import.context import EventSink, ImportContext, Progress, no_event, no_progress
 from fleet_import.contracts import contracts_in_force
 from fleet_import.errors import InvalidInput
-from fleet_import.pipeline import EventSink, ImportContext, Progress, _no_event, _no_progress
 from fleet_import.publication import Publisher
 from fleet_import.sources import s3_client
 from fleet_import.staging import StagingArea
@@ -61,8 +61,8 @@ def build_warehouse(settings: Settings, s3: Any) -> Warehouse:
 def build_runtime(
     settings: Settings | None = None,
     *,
-    events: EventSink = _no_event,
-    progress: Progress = _no_progress,
+    events: EventSink = no_event,
+    progress: Progress = no_progress,
     step_overrides: Mapping[str, Callable[..., Any]] | None = None,
 ) -> Runtime:
     settings = settings or Settings()

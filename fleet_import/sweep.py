@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 from fleet_import.batches.models import FailureKind
 from fleet_import.batches.sweep_repository import FolderBatches, SweepRepository
+from fleet_import.config import DEFAULT_LEASE_TTL_SECONDS
 from fleet_import.contracts import FLEET_DATASETS, ContractSet
 from fleet_import.errors import InvalidInput, TransientError
 from fleet_import.scope import (
@@ -167,15 +168,24 @@ class SweepPlan:
 # -- keys ------------------------------------------------------------------------------------
 
 
-def idempotency_key(scope: str, fingerprint: str, replaces: uuid.UUID | None = None) -> str:
+def idempotency_key(
+    scope: str,
+    fingerprint: str,
+    replaces: uuid.UUID | None = None,
+    *,
+    after: uuid.UUID | None = None,
+) -> str:
     """The one key of a delivery of `fingerprint` into `scope`: stable across processes and
     sweeps, at most MAX_KEY_LENGTH characters.
 
     `replaces` is the batch whose slice is current when the delivery is planned. It only
     matters when a folder returns to content loaded before (A, then B, then A again): that
     is a new delivery, and must not be deduplicated into the first load of A.
+    `after` is an abandoned batch of this content: the import that takes it over is a new
+    run (the one that abandoned it keeps its own key, and Prefect would return that run).
     """
-    payload = json.dumps([scope, fingerprint, str(replaces) if replaces else None])
+    parts = [scope, fingerprint, str(replaces) if replaces else None]
+    payload = json.dumps(parts + [str(after)] if after else parts)
     key = IDEMPOTENCY_KEY_PREFIX + hashlib.sha256(payload.encode("utf-8")).hexdigest()
     assert len(key) <= MAX_KEY_LENGTH
     return key
@@ -387,19 +397,24 @@ def find_ready_folders(
 # -- planning --------------------------------------------------------------------------------
 
 
-def plan_sweep(found: Scan | Iterable[ReadyFolder], repo: SweepRepository) -> SweepPlan:
+def plan_sweep(
+    found: Scan | Iterable[ReadyFolder],
+    repo: SweepRepository,
+    lease_ttl: float = DEFAULT_LEASE_TTL_SECONDS,
+) -> SweepPlan:
     """Start each complete folder unless the store says its content is loaded or in hand.
 
     Skipped: a scope with a running batch (whatever it holds: an event-triggered import does
-    not know its fingerprint until it has listed the folder; the next sweep looks again),
+    not know its fingerprint until it has listed the folder; the next sweep looks again)
+    unless it is abandoned (its executor is gone: the import started takes it over),
     content equal to the scope's current slice, and content whose newest batch failed
     (pre-commit failures are terminal, failed publications are resumed with
     resume_publication; a manual run or new files make a new delivery). A batch that failed
-    before it ran (enqueue_failed) is started again.
+    before it ran (enqueue_failed) or was abandoned is started again.
     """
     scan = found if isinstance(found, Scan) else Scan(ready=list(found))
     keys = {folder: (folder.tenant_id, folder.scope, folder.fingerprint) for folder in scan.ready}
-    known = repo.folder_batches(keys.values())
+    known = repo.folder_batches(keys.values(), lease_ttl)
     plan = SweepPlan(skip=list(scan.skipped))
     for folder, key in keys.items():
         state = known.get(key) or FolderBatches(*key)
@@ -413,24 +428,34 @@ def plan_sweep(found: Scan | Iterable[ReadyFolder], repo: SweepRepository) -> Sw
                 folder=folder.folder,
                 fingerprint=folder.fingerprint,
                 idempotency_key=idempotency_key(
-                    folder.scope, folder.fingerprint, state.latest_succeeded_id
+                    folder.scope, folder.fingerprint, state.latest_succeeded_id,
+                    after=_abandoned_batch(state),
                 ),
             )
         )
     return plan
 
 
-def _skip_reason(state: FolderBatches) -> str | None:
+def _abandoned_batch(state: FolderBatches) -> uuid.UUID | None:
     if state.running_id is not None:
+        return state.running_id if state.running_abandoned else None
+    if state.same_content_failure_kind == FailureKind.ABANDONED:
+        return state.same_content_id
+    return None
+
+
+def _skip_reason(state: FolderBatches) -> str | None:
+    if state.running_id is not None and not state.running_abandoned:
         return f"batch {state.running_id} is running for this scope"
     if (
         state.latest_succeeded_id is not None
         and state.latest_succeeded_fingerprint == state.fingerprint
     ):
         return f"already loaded by batch {state.latest_succeeded_id}"
-    if (
+    if state.running_id is None and (
         state.same_content_status == "failed"
-        and state.same_content_failure_kind != FailureKind.ENQUEUE_FAILED
+        and state.same_content_failure_kind
+        not in (FailureKind.ENQUEUE_FAILED, FailureKind.ABANDONED)
     ):
         kind = state.same_content_failure_kind or "failed"
         hint = (

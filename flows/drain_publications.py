@@ -5,19 +5,24 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 
+from fleet_import.claiming import settle_abandoned_batches
 from flows.common import lease_owner, runtime_for_flow
 
 
 @flow(name="drain-publications", retries=0)
 def drain_publications(limit: int = 50) -> dict[str, int]:
-    """Run the pending outbox steps of committed batches nobody is executing, in order,
-    each step claimed by exactly one drain. Failed publications wait for an explicit resume.
+    """Settle abandoned batches (their executor died or froze before commit: failed as
+    abandoned, or recorded and published when their slice is stamped), then run the pending
+    outbox steps of committed batches nobody is executing, in order, each step claimed by
+    exactly one drain. Failed publications wait for an explicit resume.
 
     Args:
         limit: At most this many batches per run.
     """
     rt = runtime_for_flow()
-    outcomes = rt.publisher.drain(lease_owner(), lease_ttl=rt.ctx.lease_ttl, limit=limit)
+    owner = lease_owner()
+    outcomes: list = settle_abandoned_batches(rt.ctx, owner, limit)
+    outcomes += rt.publisher.drain(owner, lease_ttl=rt.ctx.lease_ttl, limit=limit)
     counts: dict[str, int] = {}
     for outcome in outcomes:
         counts[type(outcome).__name__] = counts.get(type(outcome).__name__, 0) + 1

@@ -65,7 +65,10 @@ def find_ready_folders(
 )
 def plan_sweep(scan: sweep.Scan) -> sweep.SweepPlan:
     """Skip content already loaded or in hand; key the rest by scope and fingerprint."""
-    return sweep.plan_sweep(scan, SweepRepository(load_settings().database_url))
+    settings = load_settings()
+    return sweep.plan_sweep(
+        scan, SweepRepository(settings.database_url), settings.lease_ttl_seconds
+    )
 
 
 # Retrying is safe: the idempotency key makes a repeated request return the same run.

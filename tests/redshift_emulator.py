@@ -397,6 +397,7 @@ class RedshiftEmulator:
 
     def __init__(self, upstream_url: str, s3: Any) -> None:
         parts = urlsplit(upstream_url)
+        self.upstream_url = upstream_url
         self.upstream_host = parts.hostname or "127.0.0.1"
         self.upstream_port = parts.port or 5432
         # The embedded server (pgserver) listens on a Unix socket: `?host=/dir`.
@@ -437,6 +438,7 @@ class RedshiftEmulator:
         }
 
     def __enter__(self) -> RedshiftEmulator:
+        self._create_system_views()
         self._thread.start()
         future = asyncio.run_coroutine_threadsafe(
             asyncio.start_server(self._accept, "127.0.0.1", 0), self._loop
@@ -444,6 +446,22 @@ class RedshiftEmulator:
         self._server = future.result(timeout=10)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
+
+    def _create_system_views(self) -> None:
+        """STV_SESSIONS (AWS: "STV_SESSIONS"): one row per session, `process` its pid and
+        `starttime` (timestamp, UTC) when it started. Every emulated session is one upstream
+        backend, so pg_stat_activity answers it, and PG_TERMINATE_BACKEND ends it."""
+        import psycopg
+
+        from fleet_import.config import libpq_url
+
+        with psycopg.connect(libpq_url(self.upstream_url), autocommit=True) as conn:
+            conn.execute(
+                "CREATE OR REPLACE VIEW public.stv_sessions AS "
+                "SELECT pid AS process, (backend_start AT TIME ZONE 'UTC') AS starttime, "
+                "usename::text AS user_name, datname::text AS db_name "
+                "FROM pg_stat_activity WHERE backend_type = 'client backend'"
+            )
 
     def __exit__(self, *exc_info: object) -> None:
         async def stop() -> None:

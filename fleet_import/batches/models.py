@@ -36,6 +36,7 @@ class FailureKind(StrEnum):
     FAILED_PRE_COMMIT = "failed_pre_commit"
     FAILED_PUBLICATION = "failed_publication"
     ENQUEUE_FAILED = "enqueue_failed"
+    ABANDONED = "abandoned"  # its executor died or froze before commit; taken over
 
 
 Phase = Literal["reserved", "discovered", "normalised", "committed", "publishing", "published"]
@@ -138,6 +139,8 @@ ReserveOutcome = Reserved | ContinueExisting | ScopeBusy
 class LeaseAcquired:
     owner: str
     expires_at: dt.datetime
+    previous_owner: str | None = None
+    """The owner whose lease this acquisition ended (taken over after its expiry)."""
 
 
 @dataclass(frozen=True)

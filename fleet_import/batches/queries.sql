@@ -48,6 +48,34 @@ WHERE id = %(batch_id)s
        OR execution_lease_expires_at <= now())
 RETURNING execution_lease_expires_at
 
+-- lock_lease --
+-- The lease as it stands, locked for the acquisition that follows in this transaction.
+SELECT status, execution_lease_id, execution_lease_expires_at,
+       ingestion_batch_abandoned(b, %(ttl)s) AS abandoned
+FROM ingestion_batches AS b
+WHERE id = %(batch_id)s
+FOR UPDATE
+
+-- end_claims_of_other_owners --
+-- A step claim belongs to the lease it was made under (only the lease holder claims): once
+-- the lease changes hands the old holder's claims end now, and the next claim of the step
+-- counts the interrupted attempt.
+UPDATE publication_outbox
+SET claimed_until = now(), updated_at = now()
+WHERE batch_id = %(batch_id)s AND status = 'claimed'
+  AND claimed_by IS DISTINCT FROM %(owner)s AND claimed_until > now()
+
+-- abandoned_uncommitted --
+-- Running batches nobody executes whose slice was never recorded as committed: the drain
+-- takes them over (committed ones it publishes through batches_with_open_steps).
+SELECT id
+FROM ingestion_batches AS b
+WHERE status = 'running' AND source_scope IS NOT NULL
+  AND (details ->> 'redshift_committed')::boolean IS NOT TRUE
+  AND ingestion_batch_abandoned(b, %(ttl)s)
+ORDER BY updated_at, id
+LIMIT %(limit)s
+
 -- lease_state --
 SELECT status, execution_lease_id, execution_lease_expires_at
 FROM ingestion_batches
@@ -89,9 +117,10 @@ ON CONFLICT (batch_id, step) DO NOTHING
 UPDATE ingestion_batches
 SET status = 'failed',
     details = details || jsonb_build_object(
-        'failure', jsonb_build_object('kind', %(kind)s::text, 'error', %(error)s::text,
-                                      'at', to_char(now() AT TIME ZONE 'UTC',
-                                                    'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))),
+        'failure', %(facts)s::jsonb
+                   || jsonb_build_object('kind', %(kind)s::text, 'error', %(error)s::text,
+                                         'at', to_char(now() AT TIME ZONE 'UTC',
+                                                       'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))),
     updated_at = now()
 WHERE id = %(batch_id)s AND status = 'running'
   AND execution_lease_id IS NOT DISTINCT FROM %(owner)s

@@ -104,19 +104,44 @@ class BatchRepository(SqlStore):
     # -- execution leases -----------------------------------------------------------------
 
     def acquire_lease(self, batch_id: uuid.UUID, owner: str, ttl: float) -> LeaseOutcome:
-        """Take the lease if it is free, ours, or expired by the database clock."""
+        """Take the lease if it is free, ours, or expired by the database clock. Step claims
+        made under a previous owner's lease end with it."""
+        return self._acquire(batch_id, owner, ttl, abandoned_only=False)
+
+    def take_over(self, batch_id: uuid.UUID, owner: str, ttl: float) -> LeaseOutcome:
+        """Take the lease of an abandoned batch (`ingestion_batch_abandoned`: its lease
+        expired, or nobody leased it for `ttl` seconds); LeaseHeld while it is not abandoned,
+        so a batch whose reserver is about to lease it is never taken."""
+        return self._acquire(batch_id, owner, ttl, abandoned_only=True)
+
+    def _acquire(
+        self, batch_id: uuid.UUID, owner: str, ttl: float, *, abandoned_only: bool
+    ) -> LeaseOutcome:
         _check_text("lease owner", owner, _MAX_OWNER_LENGTH)
         params = {"batch_id": batch_id, "owner": owner, "ttl": float(ttl)}
         with self._transaction() as conn:
-            row = conn.execute(QUERIES["acquire_lease"], params).fetchone()
-            if row is not None:
-                return LeaseAcquired(owner, row["execution_lease_expires_at"])
-            state = conn.execute(QUERIES["lease_state"], params).fetchone()
-        if state is None:
-            return BatchNotRunning(None)
-        if state["status"] != BatchStatus.RUNNING:
-            return BatchNotRunning(BatchStatus(state["status"]))
-        return LeaseHeld(state["execution_lease_id"], state["execution_lease_expires_at"])
+            current = conn.execute(QUERIES["lock_lease"], params).fetchone()
+            if current is None:
+                return BatchNotRunning(None)
+            if current["status"] != BatchStatus.RUNNING:
+                return BatchNotRunning(BatchStatus(current["status"]))
+            row = None
+            if current["abandoned"] or not abandoned_only:
+                row = conn.execute(QUERIES["acquire_lease"], params).fetchone()
+            if row is None:
+                expires_at = current["execution_lease_expires_at"]
+                return LeaseHeld(current["execution_lease_id"], expires_at)
+            conn.execute(QUERIES["end_claims_of_other_owners"], params)
+        previous = current["execution_lease_id"]
+        return LeaseAcquired(
+            owner, row["execution_lease_expires_at"], None if previous == owner else previous
+        )
+
+    def abandoned_uncommitted(self, ttl: float, limit: int) -> list[uuid.UUID]:
+        """Running batches with no live executor that never recorded a commit (see
+        `take_over`), oldest first: the drain settles them."""
+        rows = self._all("abandoned_uncommitted", {"ttl": float(ttl), "limit": int(limit)})
+        return [row["id"] for row in rows]
 
     def renew_lease(self, batch_id: uuid.UUID, owner: str, ttl: float) -> LeaseAcquired:
         """Extend our lease; raises LeaseLost if another owner took it or the batch ended."""
@@ -178,9 +203,15 @@ class BatchRepository(SqlStore):
         return Batch.from_row(row)
 
     def mark_failed(
-        self, batch_id: uuid.UUID, owner: str | None, kind: FailureKind, error: str
+        self,
+        batch_id: uuid.UUID,
+        owner: str | None,
+        kind: FailureKind,
+        error: str,
+        facts: Mapping[str, Any] | None = None,
     ) -> Batch:
-        """Fail a running batch and free its scope. owner=None for a batch never leased."""
+        """Fail a running batch and free its scope. owner=None for a batch never leased.
+        `facts` are kept in the failure record beside kind, error and time."""
         row = self._one(
             "mark_failed",
             {
@@ -188,6 +219,7 @@ class BatchRepository(SqlStore):
                 "owner": owner,
                 "kind": str(FailureKind(kind)),
                 "error": _without_nul(error),
+                "facts": _jsonb(dict(facts or {})),
             },
         )
         if row is None:

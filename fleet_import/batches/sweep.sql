@@ -17,6 +17,7 @@ SELECT
     w.fingerprint,
     running.id AS running_id,
     running.delivery_key AS running_delivery_key,
+    coalesce(running.abandoned, false) AS running_abandoned,
     latest.id AS latest_succeeded_id,
     latest.fingerprint AS latest_succeeded_fingerprint,
     same.id AS same_content_id,
@@ -24,7 +25,7 @@ SELECT
     same.failure_kind AS same_content_failure_kind
 FROM wanted AS w
 LEFT JOIN LATERAL (
-    SELECT b.id, b.delivery_key
+    SELECT b.id, b.delivery_key, ingestion_batch_abandoned(b, %(lease_ttl)s) AS abandoned
     FROM ingestion_batches AS b
     WHERE b.tenant_id = w.tenant_id AND b.source_scope = w.source_scope
       AND b.status = 'running'

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fleet_import.batches.store import SqlStore
+from fleet_import.config import DEFAULT_LEASE_TTL_SECONDS
 from fleet_import.sqlfiles import load_queries
 
 QUERIES = load_queries("fleet_import.batches", "sweep.sql")
@@ -28,6 +29,7 @@ class FolderBatches:
     fingerprint: str
     running_id: uuid.UUID | None = None
     running_delivery_key: str | None = None
+    running_abandoned: bool = False  # its executor is gone: an import takes it over
     latest_succeeded_id: uuid.UUID | None = None
     latest_succeeded_fingerprint: str | None = None
     same_content_id: uuid.UUID | None = None
@@ -41,8 +43,11 @@ FolderKey = tuple[str, str, str]  # (tenant_id, source_scope, fingerprint)
 class SweepRepository(SqlStore):
     queries = QUERIES
 
-    def folder_batches(self, folders: Iterable[FolderKey]) -> dict[FolderKey, FolderBatches]:
-        """The running, newest succeeded and same-content batches of each folder's scope."""
+    def folder_batches(
+        self, folders: Iterable[FolderKey], lease_ttl: float = DEFAULT_LEASE_TTL_SECONDS
+    ) -> dict[FolderKey, FolderBatches]:
+        """The running, newest succeeded and same-content batches of each folder's scope;
+        `lease_ttl` is the grace of a running batch nobody ever leased."""
         wanted = list(dict.fromkeys(folders))
         found: dict[FolderKey, FolderBatches] = {}
         for start in range(0, len(wanted), _CHUNK):
@@ -51,6 +56,7 @@ class SweepRepository(SqlStore):
                 "tenant_ids": [tenant for tenant, _, _ in chunk],
                 "source_scopes": [scope for _, scope, _ in chunk],
                 "fingerprints": [fingerprint for _, _, fingerprint in chunk],
+                "lease_ttl": float(lease_ttl),
             }
             for row in self._all("folder_batches", params):
                 found[(row["tenant_id"], row["source_scope"], row["fingerprint"])] = FolderBatches(

@@ -10,6 +10,7 @@ from fleet_import.warehouse.base import (
     SliceWriter,
     Warehouse,
     WarehouseError,
+    WarehouseSession,
 )
 from fleet_import.warehouse.postgres import PostgresWarehouse
 
@@ -24,4 +25,5 @@ __all__ = [
     "SliceWriter",
     "Warehouse",
     "WarehouseError",
+    "WarehouseSession",
 ]

@@ -4,7 +4,7 @@ and say which batch owns a slice now. The pipeline sees only this module."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -21,6 +21,34 @@ SOURCE_LINE_COLUMN = "_source_line"
 
 Progress = Callable[[str, int], None]
 """progress(dataset, rows loaded so far for that dataset)."""
+
+
+@dataclass(frozen=True)
+class WarehouseSession:
+    """The warehouse session a slice is written in. The pipeline records it on the batch
+    before the slice takes any lock, so whoever takes an abandoned batch over can end it:
+    a frozen or partitioned holder must not keep its successor waiting on its locks. The
+    start time makes it unique: a pid alone may be reused by a later session."""
+
+    pid: int
+    started: str  # ISO 8601, as the warehouse reports it
+
+    def to_json(self) -> dict[str, object]:
+        return {"pid": self.pid, "started": self.started}
+
+    @classmethod
+    def from_json(cls, raw: object) -> WarehouseSession | None:
+        if not isinstance(raw, Mapping):
+            return None
+        pid, started = raw.get("pid"), raw.get("started")
+        if not isinstance(pid, int) or not isinstance(started, str):
+            return None
+        return cls(pid, started)
+
+
+SessionSink = Callable[[WarehouseSession], None]
+"""on_session(session): called with each session a slice opens, before it locks anything;
+raising from it ends the slice."""
 
 
 class WarehouseError(FleetImportError):
@@ -114,8 +142,14 @@ class Warehouse(Protocol):
         batch_id: uuid.UUID,
         contracts: Sequence[DatasetContract],
         progress: Progress | None = None,
+        on_session: SessionSink | None = None,
     ) -> SliceWriter:
         """Begin replacing the scope's slice with these datasets (see SliceWriter)."""
+        ...
+
+    def end_session(self, session: WarehouseSession) -> bool:
+        """Terminate that session if it still exists (its transaction rolls back, its locks
+        are released); True if one was ended."""
         ...
 
     def slice_owner(self, tenant_id: str, source_scope: str) -> uuid.UUID | None:
@@ -163,6 +197,7 @@ class SliceCommitter:
         batch_id: uuid.UUID,
         contracts: Sequence[DatasetContract],
         progress: Progress | None,
+        on_session: SessionSink | None,
     ) -> SliceWriter:
         raise NotImplementedError
 
@@ -174,6 +209,7 @@ class SliceCommitter:
         batch_id: uuid.UUID,
         contracts: Sequence[DatasetContract],
         progress: Progress | None = None,
+        on_session: SessionSink | None = None,
     ) -> SliceWriter:
         """Start replacing the scope's slice: the old rows go inside a transaction that
         stays open while files are loaded one by one (as they are normalised), and only
@@ -184,7 +220,9 @@ class SliceCommitter:
         ]
         if missing:
             self.ensure_tables(missing)
-        return self._start_slice(tenant_id, source_scope, batch_id, contracts, progress)
+        return self._start_slice(
+            tenant_id, source_scope, batch_id, contracts, progress, on_session
+        )
 
     def commit_slice(
         self,

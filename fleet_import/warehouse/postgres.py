@@ -27,9 +27,11 @@ from fleet_import.warehouse.base import (
     STAMP_COLUMNS,
     LoadFile,
     Progress,
+    SessionSink,
     SliceCommit,
     SliceCommitter,
     WarehouseError,
+    WarehouseSession,
     check_contract,
 )
 from fleet_import.warehouse.binary_copy import (
@@ -45,6 +47,8 @@ from fleet_import.warehouse.binary_copy import (
 QUERIES = load_queries("fleet_import.warehouse", "queries.sql")
 REGISTRY_SCHEMA = "curated"
 _CONNECT_TIMEOUT_SECONDS = 10
+# How long end_session waits for the terminated backend to exit (and release its locks).
+_TERMINATE_WAIT_MS = 10_000
 # First keys of the two-key advisory locks, so ours never meet another component's.
 _DDL_LOCK_CLASS = 0x46574844  # "FWHD"
 _SCOPE_LOCK_CLASS = 0x46575343  # "FWSC"
@@ -223,8 +227,19 @@ class PostgresWarehouse(SliceCommitter):
         batch_id: uuid.UUID,
         contracts: Sequence[DatasetContract],
         progress: Progress | None,
+        on_session: SessionSink | None,
     ) -> PostgresSliceWriter:
-        return PostgresSliceWriter(self, tenant_id, source_scope, batch_id, contracts, progress)
+        return PostgresSliceWriter(
+            self, tenant_id, source_scope, batch_id, contracts, progress, on_session
+        )
+
+    def end_session(self, session: WarehouseSession) -> bool:
+        """Needs the right to signal that backend: the same role, a superuser, or a member
+        of pg_signal_backend."""
+        params = {"pid": session.pid, "started": session.started, "timeout_ms": _TERMINATE_WAIT_MS}
+        with self._transaction() as conn:
+            row = conn.execute(QUERIES["end_session"], params).fetchone()
+        return bool(row and row[0])
 
     def execute(self, statement: str) -> None:
         """Run operator-configured SQL (refresh_dependants: materialized-view refreshes)."""
@@ -292,6 +307,7 @@ class PostgresSliceWriter:
         batch_id: uuid.UUID,
         contracts: Sequence[DatasetContract],
         progress: Progress | None,
+        on_session: SessionSink | None = None,
     ) -> None:
         self._warehouse = warehouse
         self._scope = {"tenant_id": tenant_id, "source_scope": source_scope}
@@ -308,6 +324,9 @@ class PostgresSliceWriter:
             raise _translate(exc) from None
         with self._guard():
             conn = self._conn
+            if on_session is not None:
+                pid, started = conn.execute(QUERIES["session_identity"]).fetchone()
+                on_session(WarehouseSession(pid, started.isoformat()))
             conn.execute(QUERIES["lock_scope"], {**self._scope, "lock_class": _SCOPE_LOCK_CLASS})
             rows = conn.execute(QUERIES["registered_slices"], self._scope).fetchall()
             self._registered = {dataset: table for dataset, table, _ in rows}

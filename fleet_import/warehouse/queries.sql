@@ -75,3 +75,15 @@ SELECT dataset, target_table, batch_id
 FROM curated.ingestion_slices
 WHERE tenant_id = %(tenant_id)s AND source_scope = %(source_scope)s
 ORDER BY dataset
+
+-- session_identity --
+-- pid and start time name a session uniquely: a pid alone may be reused by a later session.
+SELECT pid, backend_start AS started FROM pg_stat_activity WHERE pid = pg_backend_pid()
+
+-- end_session --
+-- Ends an abandoned holder's slice session: its transaction rolls back and its locks go.
+-- Waits (up to the timeout, in ms) until the backend has exited, so the caller's next
+-- statement no longer meets its locks.
+SELECT pg_terminate_backend(pid, %(timeout_ms)s) AS ended
+FROM pg_stat_activity
+WHERE pid = %(pid)s AND backend_start = %(started)s::timestamptz

@@ -34,9 +34,11 @@ from fleet_import.warehouse.base import (
     SOURCE_LINE_COLUMN,
     LoadFile,
     Progress,
+    SessionSink,
     SliceCommit,
     SliceCommitter,
     WarehouseError,
+    WarehouseSession,
     check_contract,
 )
 
@@ -181,8 +183,20 @@ class RedshiftWarehouse(SliceCommitter):
         batch_id: uuid.UUID,
         contracts: Sequence[DatasetContract],
         progress: Progress | None,
+        on_session: SessionSink | None,
     ) -> RedshiftSliceWriter:
-        return RedshiftSliceWriter(self, tenant_id, source_scope, batch_id, contracts, progress)
+        return RedshiftSliceWriter(
+            self, tenant_id, source_scope, batch_id, contracts, progress, on_session
+        )
+
+    def end_session(self, session: WarehouseSession) -> bool:
+        """Needs the right to terminate that session: the same user, or a superuser."""
+
+        def work(cursor: Cursor) -> bool:
+            statement = q.end_session_sql(session.pid, session.started)
+            return bool(_execute(cursor, statement).fetchall())
+
+        return self._in_transaction(work, ())
 
     def execute(self, statement: str) -> None:
         """Run operator-configured SQL (refresh_dependants: materialized-view refreshes)."""
@@ -216,6 +230,10 @@ class RedshiftWarehouse(SliceCommitter):
         return self._in_transaction(work, ())
 
 
+def _iso(value: Any) -> str:
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
 def _stage_table(files: Iterable[LoadFile], contract: DatasetContract) -> Iterable[pa.Table]:
     """Each file without `_source_line` and its excluded lines: COPY matches Parquet columns
     by position and count, so the staged file holds exactly the contract's columns."""
@@ -247,8 +265,10 @@ class RedshiftSliceWriter:
         batch_id: uuid.UUID,
         contracts: Sequence[DatasetContract],
         progress: Progress | None,
+        on_session: SessionSink | None = None,
     ) -> None:
         self._warehouse = warehouse
+        self._on_session = on_session
         self._tenant_id, self._source_scope = tenant_id, source_scope
         self._batch_id = batch_id
         self._contracts = {c.name: c for c in contracts}
@@ -283,6 +303,9 @@ class RedshiftSliceWriter:
                 if self._conn is None:
                     self._conn = self._warehouse.connect()
                     cursor = self._conn.cursor()
+                    if self._on_session is not None:  # each new session, before any lock
+                        pid, started = _execute(cursor, q.session_identity_sql()).fetchone()
+                        self._on_session(WarehouseSession(int(pid), _iso(started)))
                     for done in self._journal:
                         done(cursor)
                 result = step(self._conn.cursor())

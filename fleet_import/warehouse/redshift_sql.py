@@ -235,3 +235,18 @@ def registry_exists_sql() -> Statement:
         "WHERE table_schema = %s AND table_name = %s",
         [schema, relation],
     )
+
+
+def session_identity_sql() -> str:
+    """This session's process id and start time (STV_SESSIONS), which name it uniquely."""
+    return "SELECT process, starttime FROM stv_sessions WHERE process = pg_backend_pid()"
+
+
+def end_session_sql(pid: int, started: str) -> Statement:
+    """Terminate that session if it is still the one that started then (PG_TERMINATE_BACKEND:
+    its transaction rolls back and its table locks are released)."""
+    return (
+        "SELECT pg_terminate_backend(process) FROM stv_sessions "
+        "WHERE process = %s AND starttime = %s::timestamp",
+        [int(pid), started],
+    )

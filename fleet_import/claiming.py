@@ -1,0 +1,195 @@
+"""Steps 1-2 of the import: reserve the scope and lease the batch, taking over a batch
+whose executor died or froze (DESIGN, "Abandoned batches").
+
+A running batch whose lease expired (or that nobody leased for a lease TTL) is abandoned.
+Whoever meets it next takes it over, fenced like any takeover: the next delivery of its
+scope, or the drain. Before anything else the taker ends the warehouse session the old
+holder recorded, so a frozen holder neither keeps its locks nor commits later. Then:
+committed (recorded, or stamped in the warehouse) -> its publication is finished; not
+committed -> continued by a delivery of the same content, else failed as `abandoned`
+(recorded with the old owner), and the scope is free for the new delivery.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+
+from fleet_import import failpoints
+from fleet_import.batches import (
+    Batch,
+    BatchNotRunning,
+    FailureKind,
+    LeaseAcquired,
+    LeaseHeld,
+    Reserved,
+    ScopeBusy,
+)
+from fleet_import.context import (
+    Claimed,
+    Failed,
+    ImportContext,
+    ImportOutcome,
+    NotClaimed,
+    NothingToDo,
+    Skipped,
+    event_payload,
+)
+from fleet_import.errors import FleetImportError
+from fleet_import.heartbeat import Heartbeat
+from fleet_import.scope import Tenant, folder_of_scope
+from fleet_import.settle import publish_step, recover_committed, release_lease_quietly
+from fleet_import.sources import discover
+from fleet_import.warehouse import WarehouseSession
+
+log = logging.getLogger(__name__)
+
+TAKEN_OVER_EVENT = "fleet.batch.taken_over"
+
+
+def new_owner() -> str:
+    """A lease owner unique to this acquisition, readable in `batches list`."""
+    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def claim(
+    ctx: ImportContext, tenant: Tenant, scope: str, delivery_key: str, owner: str
+) -> Claimed | Skipped | NotClaimed | NothingToDo:
+    """Reserve the scope (or continue this delivery's batch), then its lease. A scope held
+    by an abandoned batch is taken over first."""
+    reserved = ctx.repo.reserve(tenant, scope, delivery_key)
+    if isinstance(reserved, ScopeBusy):
+        continued = _take_over_holder(ctx, reserved.holder_batch_id, owner)
+        if continued is not None:
+            return continued
+        reserved = ctx.repo.reserve(tenant, scope, delivery_key)
+        if isinstance(reserved, ScopeBusy):
+            return Skipped(scope, reserved.holder_batch_id)
+    batch = reserved.batch
+    if isinstance(reserved, Reserved):
+        ctx.events(
+            "fleet.batch.reserved",
+            event_payload(tenant.tenant_id, scope, batch.id, delivery_key=delivery_key),
+        )
+    failpoints.hit("after_reserve")
+    lease = ctx.repo.acquire_lease(batch.id, owner, ctx.lease_ttl)
+    if isinstance(lease, LeaseHeld):
+        return NotClaimed(batch.id, lease.owner, lease.expires_at)
+    if isinstance(lease, BatchNotRunning):
+        return NothingToDo(batch.id, str(lease.status))
+    if lease.previous_owner is not None:  # this delivery's own batch, after its executor died
+        _taken_over(ctx, batch.id, owner, lease.previous_owner)
+    failpoints.hit("after_lease")
+    return Claimed(batch.id, scope, owner)
+
+
+def _take_over_holder(ctx: ImportContext, holder_id: uuid.UUID, owner: str) -> Claimed | None:
+    """Settle the scope's holder if it is abandoned. Claimed: a delivery of the same content
+    continues it (the lease is ours now); None: the holder is alive, or settled and gone."""
+    lease = ctx.repo.take_over(holder_id, owner, ctx.lease_ttl)
+    if not isinstance(lease, LeaseAcquired):
+        return None
+    continuing = False
+    try:
+        outcome = settle_abandoned(ctx, holder_id, owner, lease.previous_owner, may_continue=True)
+        continuing = isinstance(outcome, Claimed)
+        return outcome if isinstance(outcome, Claimed) else None
+    finally:
+        if not continuing:
+            release_lease_quietly(ctx.repo, holder_id, owner)
+
+
+def settle_abandoned(
+    ctx: ImportContext,
+    batch_id: uuid.UUID,
+    owner: str,
+    previous_owner: str | None,
+    *,
+    may_continue: bool,
+) -> ImportOutcome | Claimed:
+    """For a batch whose lease `owner` has just taken over (see the module docstring)."""
+    batch = _taken_over(ctx, batch_id, owner, previous_owner)
+    assert batch.source_scope is not None
+    tenant = Tenant(batch.tenant_id, batch.company_id, batch.tenant_database)
+    scope = batch.source_scope
+    with Heartbeat(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
+        committed = recover_committed(ctx, tenant, batch_id, scope, owner)
+        if committed is not None:
+            return publish_step(ctx, committed, owner, heartbeat)
+        if may_continue and _same_content(ctx, batch):
+            log.warning("batch %s continues under %s: same content", batch_id, owner)
+            return Claimed(batch_id, scope, owner)
+        error = (
+            f"abandoned before commit: its executor {previous_owner or '(none)'} stopped "
+            f"renewing its lease; taken over by {owner}"
+        )
+        ctx.repo.mark_failed(
+            batch_id, owner, FailureKind.ABANDONED, error, {"previous_owner": previous_owner}
+        )
+    ctx.events(
+        "fleet.batch.failed",
+        event_payload(tenant.tenant_id, scope, batch_id, kind=str(FailureKind.ABANDONED),
+                      error=error, previous_owner=previous_owner),
+    )
+    return Failed(batch_id, FailureKind.ABANDONED, error)
+
+
+def settle_abandoned_batches(ctx: ImportContext, owner: str, limit: int) -> list[ImportOutcome]:
+    """The drain's part: take over and settle running batches that never recorded a commit
+    and whose executor is gone, so no scope waits for a delivery that may never come."""
+    outcomes: list[ImportOutcome] = []
+    for batch_id in ctx.repo.abandoned_uncommitted(ctx.lease_ttl, limit):
+        lease = ctx.repo.take_over(batch_id, owner, ctx.lease_ttl)
+        if not isinstance(lease, LeaseAcquired):
+            continue  # renewed, finished or taken by another meanwhile
+        try:
+            outcome = settle_abandoned(
+                ctx, batch_id, owner, lease.previous_owner, may_continue=False
+            )
+            assert not isinstance(outcome, Claimed)
+            outcomes.append(outcome)
+        except FleetImportError as exc:  # the next drain tries again
+            log.warning("could not settle abandoned batch %s: %s", batch_id, exc)
+        finally:
+            release_lease_quietly(ctx.repo, batch_id, owner)
+    return outcomes
+
+
+def _taken_over(
+    ctx: ImportContext, batch_id: uuid.UUID, owner: str, previous_owner: str | None
+) -> Batch:
+    """End the warehouse session the old holder recorded (read after our takeover: it can
+    record no other now), and say so."""
+    batch = ctx.repo.get(batch_id)
+    assert batch is not None
+    session = WarehouseSession.from_json(batch.details.get("warehouse_session"))
+    ended = False
+    if session is not None:
+        try:
+            ended = ctx.warehouse.end_session(session)
+        except FleetImportError as exc:  # no right to signal it: its locks outlive it
+            log.warning("could not end session %s of batch %s: %s", session, batch_id, exc)
+    log.warning(
+        "took over batch %s from %s (its lease had expired)%s",
+        batch_id, previous_owner, f"; ended its warehouse session {session.pid}" if ended else "",
+    )
+    ctx.events(
+        TAKEN_OVER_EVENT,
+        event_payload(batch.tenant_id, batch.source_scope, batch_id, previous_owner=previous_owner,
+                      owner=owner, ended_warehouse_session=ended),
+    )
+    return batch
+
+
+def _same_content(ctx: ImportContext, batch: Batch) -> bool:
+    """Whether the folder still holds what the abandoned batch listed."""
+    manifest = batch.details.get("manifest") or {}
+    if not manifest.get("fingerprint") or batch.source_scope is None:
+        return False
+    try:
+        listing = discover(ctx.s3, folder_of_scope(batch.source_scope), ctx.contracts)
+    except FleetImportError:
+        return False
+    return listing.fingerprint == manifest["fingerprint"]

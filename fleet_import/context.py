@@ -1,0 +1,116 @@
+"""What the import algorithm talks to, and what its steps answer.
+
+Its own module so that each step (claim, normalise, load, settle) can be read, and
+imported, without the others.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet_import.batches import BatchRepository, FailureKind
+from fleet_import.config import DEFAULT_NORMALIZE_WORKERS
+from fleet_import.contracts import FLEET_DATASETS, ContractSet
+from fleet_import.publication import Publisher
+from fleet_import.staging import StagingArea
+from fleet_import.warehouse import Warehouse
+
+EventSink = Callable[[str, Mapping[str, Any]], None]
+Progress = Callable[[str, float | None], None]
+
+
+def no_event(name: str, payload: Mapping[str, Any]) -> None:
+    return None
+
+
+def no_progress(message: str, fraction: float | None) -> None:
+    return None
+
+
+@dataclass
+class ImportContext:
+    """What the algorithm talks to; built from Settings or by tests."""
+
+    repo: BatchRepository
+    warehouse: Warehouse
+    s3: Any
+    staging: StagingArea
+    contracts: ContractSet = field(default_factory=lambda: FLEET_DATASETS)
+    lease_ttl: float = 120.0
+    normalize_workers: int = DEFAULT_NORMALIZE_WORKERS
+    publisher: Publisher | None = None  # None: nothing to publish, succeed after commit
+    events: EventSink = no_event
+    progress: Progress = no_progress  # called from the loading and the COPY reader threads
+    workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "fleet-import")
+
+    def publication_steps(self) -> tuple[str, ...]:
+        return tuple(self.publisher.steps) if self.publisher is not None else ()
+
+
+# -- outcomes --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """This worker holds the batch's execution lease: it may work on it."""
+
+    batch_id: uuid.UUID
+    scope: str
+    owner: str
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Another batch holds the scope; nothing was touched."""
+
+    scope: str
+    holder_batch_id: uuid.UUID
+
+
+@dataclass(frozen=True)
+class NotClaimed:
+    """The batch is running under another live executor."""
+
+    batch_id: uuid.UUID
+    holder: str | None
+    expires_at: Any
+
+
+@dataclass(frozen=True)
+class NothingToDo:
+    """The delivery's batch is already failed or succeeded: this delivery does no work."""
+
+    batch_id: uuid.UUID
+    status: str
+
+
+@dataclass(frozen=True)
+class Committed:
+    """The slice is committed; `published` says whether the batch also succeeded (else a
+    drain finishes its publication: a step is waiting out a backoff or claimed elsewhere)."""
+
+    batch_id: uuid.UUID
+    scope: str
+    row_counts: dict[str, int]
+    summary: dict[str, Any]
+    recovered: bool = False  # the slice was already stamped: only the record was redone
+    published: bool = False
+
+
+@dataclass(frozen=True)
+class Failed:
+    batch_id: uuid.UUID
+    kind: FailureKind
+    error: str
+
+
+ImportOutcome = Skipped | NotClaimed | NothingToDo | Committed | Failed
+
+
+def event_payload(tenant_id: str, scope: str | None, batch_id: uuid.UUID, **extra: Any) -> dict:
+    return {"tenant_id": tenant_id, "source_scope": scope, "batch_id": str(batch_id), **extra}
