@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from fleet_import.batches import BatchRepository, BatchStatus
 from fleet_import.config import Settings
@@ -19,6 +20,9 @@ batches_app = typer.Typer(no_args_is_help=True, help="Inspect ingestion batches.
 app.add_typer(db_app, name="db")
 app.add_typer(batches_app, name="batches")
 
+# Whatever comes from data (keys, header names, rejected values, state and error messages)
+# reaches these consoles as `Text`, which rich never parses for markup or emoji: a file
+# named `trips [bold]x.csv` prints as it is named, and `[/bold]` raises no MarkupError.
 console = Console()
 err_console = Console(stderr=True)
 
@@ -38,8 +42,13 @@ def _database_url(value: str | None) -> str:
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {message}")
+    err_console.print(Text.assemble(("error:", "red"), " ", message))
     return typer.Exit(code)
+
+
+def _cells(*values: object) -> list[Text]:
+    """A table row's values, shown as they are."""
+    return [Text(str(value)) for value in values]
 
 
 @db_app.command("upgrade")
@@ -59,7 +68,7 @@ def db_upgrade(
         raise _fail(
             f"migration failed: {type(exc).__name__}: {getattr(exc, 'orig', exc)}"
         ) from None
-    console.print(f"operational database at revision {migrate.current(url)}")
+    console.print(Text(f"operational database at revision {migrate.current(url)}"))
 
 
 @batches_app.command("list")
@@ -83,14 +92,16 @@ def batches_list(
         status_text = batch.status.value + (f" ({failure['kind']})" if failure.get("kind") else "")
         lease = batch.execution_lease_id or ""
         table.add_row(
-            str(batch.id),
-            batch.tenant_id,
-            batch.source_scope or (str(batch.business_date) if batch.business_date else ""),
-            status_text,
-            str(details.get("phase", "")),
-            f"{rows:,}",
-            lease,
-            batch.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            *_cells(
+                batch.id,
+                batch.tenant_id,
+                batch.source_scope or (str(batch.business_date) if batch.business_date else ""),
+                status_text,
+                details.get("phase", ""),
+                f"{rows:,}",
+                lease,
+                batch.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            )
         )
     console.print(table)
     if not batches:
@@ -101,7 +112,7 @@ def parse_batch_id(value: str) -> uuid.UUID:
     try:
         return uuid.UUID(value)
     except ValueError:
-        raise _fail(f"{value!r} is not a batch id (a UUID)", 2) from None
+        raise _fail(f"{value!r} is not a batch id (a UUID)", 2) from None  # a usage error
 
 
 @batches_app.command("show")
@@ -145,17 +156,15 @@ def batches_show(
         ("updated", batch.updated_at),
     ):
         if value is not None:
-            facts.add_row(f"[bold]{name}[/bold]", str(value))
+            facts.add_row(Text(name, style="bold"), Text(str(value)))
     console.print(facts)
     if steps:
         outbox = Table("seq", "step", "status", "attempts", "last error", title="publication")
         for step in steps:
             outbox.add_row(
-                str(step.seq),
-                step.step,
-                str(step.status),
-                str(step.attempts),
-                (step.last_error or "")[:80],
+                *_cells(
+                    step.seq, step.step, step.status, step.attempts, (step.last_error or "")[:80]
+                )
             )
         console.print(outbox)
     summary = details.get("summary") or {}
@@ -163,11 +172,13 @@ def batches_show(
         files = Table("file", "dataset", "rows", "rejects", "cache hit", title="files")
         for f in summary["files"]:
             files.add_row(
-                f["key"],
-                f["dataset"],
-                f"{f['rows']:,}",
-                str(f["rejects"]),
-                "yes" if f["cache_hit"] else "",
+                *_cells(
+                    f["key"],
+                    f["dataset"],
+                    f"{f['rows']:,}",
+                    f["rejects"],
+                    "yes" if f["cache_hit"] else "",
+                )
             )
         console.print(files)
     rejects = details.get("rejects") or {}
@@ -178,24 +189,18 @@ def batches_show(
             "column",
             "reason",
             "value",
-            title=f"first rejects of {rejects['count']:,} (all: {rejects.get('uri')})",
+            title=Text(
+                f"first rejects of {rejects['count']:,} (all: {rejects.get('uri')})",
+                style="table.title",
+            ),
         )
         for r in rejects.get("sample", []):
             table.add_row(
-                r["file"],
-                str(r["line"]),
-                str(r["column"]),
-                r["reason"],
-                str(r.get("value") or "")[:40],
+                *_cells(
+                    r["file"], r["line"], r["column"], r["reason"], str(r.get("value") or "")[:40]
+                )
             )
         console.print(table)
-
-
-def _exit_code_for(state) -> int:
-    """0 succeeded, 1 failed, 2 skipped (another batch holds the scope, or nothing to do)."""
-    if state.is_failed() or state.is_crashed():
-        return 1
-    return 0 if state.name in ("Completed", "Committed") else 2
 
 
 @app.command("run")
@@ -208,7 +213,12 @@ def run(
 ) -> None:
     """Import a folder now, in this process (the import-s3-folder flow).
 
-    Exit code 0 succeeded, 1 failed, 2 skipped.
+    Prints the final state and its message. Exit codes:
+    0 succeeded;
+    1 failed;
+    2 usage error;
+    3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
+    4 committed, publication pending: still running until a drain or resume publishes it.
     """
     from flows.import_s3_folder import import_s3_folder
 
@@ -220,7 +230,15 @@ def run(
 
 @app.command("resume")
 def resume(batch_id: Annotated[str, typer.Argument(help="the batch to resume")]) -> None:
-    """Finish a failed publication without copying a row (the resume-publication flow)."""
+    """Finish a failed publication without copying a row (the resume-publication flow).
+
+    Prints the final state and its message. Exit codes:
+    0 succeeded;
+    1 failed, or refused (NotResumable);
+    2 usage error (not a batch id);
+    3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
+    4 committed, publication pending: still running until a drain or resume publishes it.
+    """
     from flows.resume_publication import resume_publication
 
     parse_batch_id(batch_id)
@@ -228,10 +246,13 @@ def resume(batch_id: Annotated[str, typer.Argument(help="the batch to resume")])
 
 
 def _report(state) -> None:
-    code = _exit_code_for(state)
-    colour = {0: "green", 1: "red", 2: "yellow"}[code]
-    console.print(f"[{colour}]{state.name}[/{colour}]: {state.message or ''}")
-    raise typer.Exit(code)
+    """Print the final state line (one line, for scripts) and exit with its code."""
+    from flows.reporting import ExitCode, exit_code_for
+
+    code = exit_code_for(state)
+    colour = {ExitCode.SUCCEEDED: "green", ExitCode.FAILED: "red"}.get(code, "yellow")
+    console.print(Text.assemble((state.name, colour), ": ", state.message or ""), soft_wrap=True)
+    raise typer.Exit(int(code))
 
 
 @app.command("demo")
@@ -345,14 +366,14 @@ def relay(
             layout=layout,
             wait_seconds=wait_seconds,
         )
-        err_console.print(f"relaying {queue_url}; dead letters to {dead_letter!r}")
+        err_console.print(Text(f"relaying {queue_url}; dead letters to {dead_letter!r}"))
         try:
             stats = relay_.poll_once() if once else relay_.run_forever(threading.Event())
         except KeyboardInterrupt:
             stats = relay_.totals
         except Exception as exc:  # --once: a receive error is the answer
             raise _fail(f"relay failed: {type(exc).__name__}: {exc}") from None
-    console.print(f"relay: {stats}")
+    console.print(Text(f"relay: {stats}"))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 DEMO_HOME = Path(".fleet-demo")
 LANDING_BUCKET = "fleet-landing-demo"
@@ -53,8 +54,9 @@ def run_demo(home: Path = DEMO_HOME) -> int:
     console = Console()
     started = time.monotonic()
 
-    def say(message: str) -> None:
-        console.print(f"[dim]{time.monotonic() - started:5.1f}s[/dim] {message}")
+    def say(message: str | Text) -> None:
+        # Text: state messages and folders are printed as they are, never as rich markup.
+        console.print(Text.assemble((f"{time.monotonic() - started:5.1f}s", "dim"), " ", message))
 
     home = home.resolve()
     # The demo narrates; Prefect's run logs and the S3 server's request lines would bury it.
@@ -99,7 +101,7 @@ def run_demo(home: Path = DEMO_HOME) -> int:
 
     def show(label: str, state) -> None:
         colour = "green" if state.is_completed() else "red"
-        say(f"{label}: [{colour}]{state.name}[/{colour}] {state.message or ''}")
+        say(Text.assemble(f"{label}: ", (state.name, colour), " ", state.message or ""))
 
     say("starting a local Prefect API (first start takes a few seconds)...")
     for tenant, folder in folders.items():

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import uuid
+from collections.abc import Mapping
+from enum import IntEnum
+from types import MappingProxyType
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.states import Completed, Failed, State
@@ -11,6 +15,39 @@ from fleet_import import pipeline
 from fleet_import.runtime import Runtime
 
 _REJECTS_SHOWN = 20
+_REJECT_VALUE_SHOWN = 60
+
+
+class ExitCode(IntEnum):
+    """How `fleet-import run` and `resume` end: scripts and schedulers branch on it."""
+
+    SUCCEEDED = 0
+    FAILED = 1
+    USAGE_ERROR = 2  # click's own code for a bad command line; no flow state maps to it
+    SKIPPED = 3  # another batch holds the scope, a live worker runs it, or it had finished
+    PUBLICATION_PENDING = 4  # the slice is committed; the batch runs until it is published
+
+
+# The final state's name decides, not its type: "Committed" and "Skipped" are Completed
+# states, yet neither is a success. A name missing here exits FAILED, never SUCCEEDED.
+EXIT_CODES: Mapping[str, ExitCode] = MappingProxyType(
+    {
+        "Completed": ExitCode.SUCCEEDED,
+        "Failed": ExitCode.FAILED,
+        "Crashed": ExitCode.FAILED,
+        "NotResumable": ExitCode.FAILED,  # resume_publication refused the batch
+        "Skipped": ExitCode.SKIPPED,
+        "NotClaimed": ExitCode.SKIPPED,
+        "Committed": ExitCode.PUBLICATION_PENDING,
+    }
+)
+
+
+def exit_code_for(state: State) -> ExitCode:
+    """The exit code of a flow's final state (EXIT_CODES); any failed state is FAILED."""
+    if state.is_failed() or state.is_crashed():
+        return ExitCode.FAILED
+    return EXIT_CODES.get(state.name, ExitCode.FAILED)
 
 
 def state_for(outcome: pipeline.ImportOutcome) -> State:
@@ -20,7 +57,11 @@ def state_for(outcome: pipeline.ImportOutcome) -> State:
             return Completed(message=f"batch {outcome.batch_id} succeeded: {rows}")
         return Completed(
             name="Committed",
-            message=f"batch {outcome.batch_id} committed ({rows}); a drain finishes publication",
+            message=(
+                f"batch {outcome.batch_id} committed its slice ({rows}) but is still running: "
+                "publication is pending; the drain-publications flow or "
+                f"`fleet-import resume {outcome.batch_id}` finishes it"
+            ),
         )
     if isinstance(outcome, pipeline.Failed):
         hint = (
@@ -75,22 +116,46 @@ def publish_artifacts(rt: Runtime, batch_id: uuid.UUID) -> None:
         lines = [
             f"# {rejects['count']:,} rejected rows in batch {batch_id}",
             "",
-            f"All rejects: `{rejects.get('uri')}`",
+            f"All rejects: {escape_markdown(rejects.get('uri'))}",
             "",
             "| file | line | column | reason | value |",
             "| --- | --- | --- | --- | --- |",
         ]
         for r in rejects.get("sample", [])[:_REJECTS_SHOWN]:
-            lines.append(
-                f"| {r['file']} | {r['line']} | {r['column']} | {r['reason']} | "
-                f"{str(r.get('value') or '')[:60]} |"
-            )
+            value = str(r.get("value") or "")[:_REJECT_VALUE_SHOWN]  # cut before escaping
+            cells = (r["file"], r["line"], r["column"], r["reason"], value)
+            lines.append("| " + " | ".join(escape_markdown(cell) for cell in cells) + " |")
         create_markdown_artifact(
             "\n".join(lines), key="batch-rejects", description=f"first rejects of batch {batch_id}"
         )
     failure = details.get("failure")
     if failure:
         create_markdown_artifact(
-            f"# batch {batch_id} failed ({failure['kind']})\n\n{failure['error']}",
+            f"# batch {batch_id} failed ({escape_markdown(failure['kind'])})\n\n"
+            f"{escape_markdown(failure['error'])}",
             key="batch-failure",
         )
+
+
+# Everything markdown could read as structure or markup: table pipes, code spans, links
+# and images, raw HTML, entities, emphasis, headings. CommonMark takes a backslash before
+# any ASCII punctuation as that character itself; the backslash is escaped too, so data
+# ending in one cannot escape our next pipe.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_~\[\]<>|#&])")
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_LINE_BREAK_SHOWN = " \u21b5 "  # ↵: a table row must stay on one line
+# What starts a list when it starts a line (headings and quotes are escaped everywhere).
+_LEADING_LIST_MARKER = re.compile(r"^(\s*)([-+]|\d+(?=[.)]))")
+
+
+def escape_markdown(value: object) -> str:
+    """`value` as literal markdown text on one line, safe in a table cell or a paragraph."""
+    text = _MARKDOWN_SPECIAL.sub(r"\\\1", _LINE_BREAK.sub(_LINE_BREAK_SHOWN, str(value)))
+    return _LEADING_LIST_MARKER.sub(_escape_list_marker, text)
+
+
+def _escape_list_marker(match: re.Match[str]) -> str:
+    indent, marker = match.groups()
+    if marker in "-+":
+        return f"{indent}\\{marker}"
+    return f"{indent}{marker}\\"  # "1." or "1)": the escaped "." or ")" follows

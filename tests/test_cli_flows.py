@@ -46,11 +46,14 @@ def test_run_show_and_exit_codes(flow_env: str, api_env, s3, landing_bucket: str
     for expected in ("succeeded", "retire_superseded", "trips-1.csv", "started_at", "done"):
         assert expected in shown.stdout
 
-    # The same delivery key again: its batch finished, so nothing to do (exit 2).
+    # The same delivery key again: its batch finished, so nothing to do (exit 3, skipped),
+    # which a script can tell from a command line it got wrong (exit 2, click's usage error).
     again = cli(
         "run", "--tenant", "acme", folder, "--delivery-key", batch.delivery_key, env=api_env
     )
-    assert again.returncode == 2, again.stdout + again.stderr
+    assert again.returncode == 3, again.stdout + again.stderr
+    assert again.stdout.startswith("Skipped: ") and "nothing to do" in again.stdout
+    assert cli("run", folder, env=api_env).returncode == 2  # no --tenant
 
     broken = cli("run", "--tenant", "acme", "s3://fleet-landing/acme/../x/", env=api_env)
     assert broken.returncode == 1 and "'..' path segments" in broken.stdout

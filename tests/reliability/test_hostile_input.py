@@ -1,9 +1,13 @@
 """Hostile input: tenant ids, folders, dataset and column names crafted for SQL injection or
-path traversal are refused before anything reaches SQL or S3, and identifiers that are
-merely unusual (SQL reserved words) are quoted by the driver and load fine."""
+path traversal are refused before anything reaches SQL or S3, identifiers that are merely
+unusual (SQL reserved words) are quoted by the driver and load fine, and text that looks like
+terminal markup is printed by the CLI as it is."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -12,7 +16,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from fleet_import.batches import FailureKind, Reserved
+from fleet_import.batches import BatchRepository, FailureKind, Reserved
 from fleet_import.contracts import (
     FLEET_DATASETS,
     ContractError,
@@ -300,3 +304,67 @@ def test_a_failure_message_holding_nul_is_stored(repo) -> None:
     repo.acquire_lease(reserved.batch.id, owner, 30)
     repo.mark_failed(reserved.batch.id, owner, FailureKind.FAILED_PRE_COMMIT, "bad \x00 byte")
     assert repo.get(reserved.batch.id).details["failure"]["error"] == "bad \\x00 byte"
+
+
+# -- rich markup in data: the CLI prints it as it is ----------------------------------------------
+
+MARKUP_FILE = "trips [bold]x.csv"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    from prefect.settings import PREFECT_API_URL
+
+    return subprocess.run(
+        [sys.executable, "-m", "fleet_import.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200", "PREFECT_API_URL": PREFECT_API_URL.value()},
+    )
+
+
+def _with_markup_column(csv: bytes) -> bytes:
+    """The CSV with an extra column named `[/bold]` (a value on every row)."""
+    header, rows = csv.split(b"\n", 1)
+    extended = [row + b",x" for row in rows.split(b"\n") if row]
+    return b"\n".join([header + b',"[/bold]"', *extended]) + b"\n"
+
+
+@pytest.mark.slow
+def test_a_markup_column_name_fails_the_run_with_its_state_line_printed(
+    flow_env: str, s3: Any, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=40)
+    files[MARKUP_FILE] = _with_markup_column(files.pop("trips-1.csv"))
+    upload(s3, folder, files)
+    run = _cli("run", "--tenant", "acme", folder)
+    assert run.returncode == 1, run.stdout + run.stderr
+    last = run.stdout.splitlines()[-1]
+    assert last.startswith("Failed: failed_pre_commit: "), run.stdout + run.stderr
+    assert f"{folder}{MARKUP_FILE}: columns do not match" in last
+    assert last.endswith("unexpected columns: [/bold]"), last
+    (batch,) = BatchRepository(flow_env).list()
+    shown = _cli("batches", "show", str(batch.id))
+    assert shown.returncode == 0 and "unexpected columns: [/bold]" in shown.stdout, shown.stderr
+
+
+@pytest.mark.slow
+def test_a_markup_file_name_and_reject_value_are_listed_as_they_are(
+    flow_env: str, s3: Any, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=40)
+    bad_row = b"TBAD,V1,D1,[/red],2026-07-02T10:00:00Z,12.5,1000,1012.5,completed\n"
+    files[MARKUP_FILE] = files.pop("trips-1.csv") + bad_row
+    upload(s3, folder, files)
+    run = _cli("run", "--tenant", "acme", folder)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.splitlines()[-1].startswith("Completed: batch "), run.stdout
+    (batch,) = BatchRepository(flow_env).list()
+    shown = _cli("batches", "show", str(batch.id))
+    assert shown.returncode == 0, shown.stderr
+    files_table = shown.stdout.split(" files ", 1)[1]
+    assert f"{folder}{MARKUP_FILE}" in files_table, shown.stdout
+    (reject_row,) = [line for line in shown.stdout.splitlines() if "[/red]" in line]
+    assert MARKUP_FILE in reject_row, shown.stdout
