@@ -62,8 +62,8 @@ def build(config: Mapping[str, Any]) -> tuple[ImportContext, Publisher]:
         run_warehouse_sql=warehouse.execute if refresh_sql else None,
         staging=staging,
         backoff=lambda attempts: 0.0,
-        # A claim whose worker died blocks the step this long: short, like the lease.
-        claim_ttl=ttl,
+        # Claims end with the lease they were made under; "claim_ttl" may set it apart.
+        claim_ttl=float(config.get("claim_ttl", ttl)),
     )
     ctx = ImportContext(
         repo=repo,
