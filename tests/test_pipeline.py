@@ -316,3 +316,38 @@ def test_a_file_failing_while_the_copy_fails_fails_the_batch(
     assert isinstance(outcome, Failed), outcome
     assert "trips-2" in outcome.error
     assert slice_rows(database_url, "fleet_trips", "acme", folder) == []
+
+
+def test_a_reject_ratio_failure_names_file_lines_and_rejects_and_keeps_them(
+    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str
+) -> None:
+    """Rejects are recorded before the ratio is judged: the failed batch lists them (details,
+    `batches show`), and its error names the file, its first rejected lines and the file of
+    all rejects."""
+    from typer.testing import CliRunner
+
+    from fleet_import.cli import app
+
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=100)
+    files["trips-1.csv"] = files["trips-1.csv"].replace(b"completed", b"exploded")
+    upload(s3, folder, files)
+    outcome = import_folder(import_ctx, ACME, folder, "d1")
+    assert isinstance(outcome, Failed) and outcome.kind == FailureKind.FAILED_PRE_COMMIT
+    batch = import_ctx.repo.get(outcome.batch_id)
+    rejects = batch.details["rejects"]
+    trips_1 = f"{folder}trips-1.csv"
+    assert rejects["count"] == rejects["by_file"][trips_1] > 0
+    assert rejects["uri"].endswith(f"/{batch.id}/rejects.csv")
+    first_lines = [str(r["line"]) for r in rejects["sample"][:3]]
+    error = batch.details["failure"]["error"]
+    assert error.startswith("dataset 'trips': ") and "rejected" in error
+    assert f"in {trips_1} (first lines {', '.join(first_lines)}" in error, error
+    assert rejects["uri"] in error
+    shown = CliRunner().invoke(
+        app, ["batches", "show", str(batch.id), "--database-url", database_url],
+        env={"COLUMNS": "300"},
+    )
+    assert shown.exit_code == 0, shown.output
+    assert f"first rejects of {rejects['count']}" in shown.output
+    assert "exploded" in shown.output
