@@ -108,6 +108,14 @@ class _Session:
     # -- upstream -> client --------------------------------------------------------------
 
     async def relay(self) -> None:
+        try:
+            await self._relay_messages()
+        except asyncio.IncompleteReadError:
+            # The upstream session ended (PG_TERMINATE_BACKEND, a crash): Redshift closes
+            # the client's connection then, after its FATAL error, and so do we.
+            self.client_writer.close()
+
+    async def _relay_messages(self) -> None:
         while True:
             kind, body = await _read_message(self.up_reader)
             if kind == b"Z":

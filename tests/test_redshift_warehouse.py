@@ -519,3 +519,83 @@ def test_death_after_the_warehouse_commit_is_recovered_from_the_stamp(
     assert outcome.batch_id == batch.id and _copies(emulator) == copies
     assert repo.get(batch.id).status == BatchStatus.SUCCEEDED
     assert redshift.slice_counts("acme", outcome.scope)["trips"] == 40
+
+
+@pytest.mark.slow
+def test_a_frozen_holder_is_ended_with_pg_terminate_backend(
+    redshift: RedshiftWarehouse,
+    emulator: RedshiftEmulator,
+    repo: Any,
+    s3: Any,
+    moto_endpoint: str,
+    landing_bucket: str,
+    staging_bucket: str,
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+) -> None:
+    """A worker SIGSTOPped inside its slice transaction (its rows written, the registry not
+    yet) keeps its session and locks; once its lease expired, the next delivery ends that
+    session (STV_SESSIONS, PG_TERMINATE_BACKEND) and loads without waiting for the freeze."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from fleet_import.batches import BatchStatus
+    from fleet_import.sample_data import fleet_delivery, today_folder
+    from tests.import_child import run_import_child
+    from tests.test_pipeline import upload
+
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=40, fuel=10, vehicles=5))
+    config = {
+        "connect": emulator.connect_kwargs(password=PASSWORD),
+        "staging_uri": f"s3://{staging_bucket}/redshift/",
+        "iam_role": ROLE,
+    }
+    env = {"FLEET_TEST_REDSHIFT": json.dumps(config)}
+    release = tmp_path / "never"
+    arguments = [database_url, moto_endpoint, f"s3://{staging_bucket}/stage/", "acme", folder,
+                 "d1", "1.5", str(tmp_path / "frozen")]
+    frozen = subprocess.Popen(
+        [sys.executable, "-m", "tests.import_child", *arguments],
+        env={**os.environ, **env, "FLEET_FAILPOINTS": f"after_staging_rows=wait:{release}"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert frozen.poll() is None, frozen.communicate()
+            batches = repo.list()
+            session = batches[0].details.get("warehouse_session") if batches else None
+            row = session and db.execute(
+                "SELECT state, query FROM pg_stat_activity WHERE pid = %s", (session["pid"],)
+            ).fetchone()
+            # The last dataset's staging table is dropped last before the failpoint.
+            if row and row[0] == "idle in transaction" and "fleet_stage_vehicles" in row[1]:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the child never reached its failpoint inside the slice")
+        os.kill(frozen.pid, signal.SIGSTOP)
+        time.sleep(2.0)
+        successor = run_import_child(
+            database_url, moto_endpoint, staging_bucket, folder, "d2",
+            workdir=tmp_path / "next", env=env, timeout=120,
+        )
+        assert successor.returncode == 0, successor.stderr[-3000:]
+        assert successor.stdout.startswith("Committed"), successor.stdout
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+        release.touch()
+        frozen.communicate(timeout=120)
+    assert frozen.returncode != 0  # woken, its session is gone and its lease too
+    (batch,) = repo.list()  # the same content: the successor continued the batch
+    assert batch.status == BatchStatus.SUCCEEDED
+    assert redshift.slice_owner("acme", batch.source_scope) == batch.id
+    assert stamps(db, "curated.fleet_trips") == {("acme", batch.source_scope, str(batch.id)): 40}
