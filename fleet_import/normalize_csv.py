@@ -7,6 +7,11 @@ line breaks inside quoted values before it, which _LineCounter adds up. "Line" m
 1-based physical line on which the record starts (the header is line 1), with line ends
 as Arrow reads them ("\\n", "\\r\\n" or "\\r") and "\\n" inside quoted values.
 
+Every non-blank line is accounted for: it starts a record that is loaded or rejected, it
+continues a multi-line record, or an unbalanced quote swallowed it and it is rejected on
+its own (normalize_malformed). A record that does not end within a parse block fails the
+file, naming the line it starts on.
+
 Arrow reads the bytes through Utf8Guard, which keeps invalid UTF-8 from aborting the file
 and works around an Arrow bug that corrupts quoted CRLFs at block boundaries.
 """
@@ -15,7 +20,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import BinaryIO
 
 import pyarrow as pa
@@ -23,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from fleet_import.contracts import DatasetContract
+from fleet_import.normalize_malformed import MalformedRecord, malformed_rejects
 from fleet_import.normalize_rows import (
     REASON_UTF8,
     FileRejected,
@@ -41,19 +46,13 @@ _MAX_BLOCK_BYTES = 1 << 24
 _BLOCK_BYTES_PER_ROW = 16
 _REPLACEMENT = "\ufffd"
 _CR = 0x0D
+# Arrow's error for a record that does not end within one block.
+_STRADDLING = "straddling object straddles two block boundaries"
 
 
 def block_bytes(batch_rows: int) -> int:
     """Bytes per parse block: about batch_rows narrow rows, so memory follows batch_rows."""
     return min(max(batch_rows * _BLOCK_BYTES_PER_ROW, MIN_BLOCK_BYTES), _MAX_BLOCK_BYTES)
-
-
-@dataclass(frozen=True)
-class _InvalidRow:
-    number: int  # Arrow's 1-based row number; the header is row 1
-    expected: int
-    actual: int
-    text: str
 
 
 def read_csv(
@@ -63,20 +62,23 @@ def read_csv(
     contract: DatasetContract,
     batch_rows: int,
 ) -> Iterator[SourceBatch]:
-    invalid: list[_InvalidRow] = []
+    invalid: list[MalformedRecord] = []
 
     def on_invalid(row: pacsv.InvalidRow) -> str:
-        invalid.append(_InvalidRow(row.number, row.expected_columns, row.actual_columns, row.text))
+        invalid.append(
+            MalformedRecord(row.number, row.expected_columns, row.actual_columns, row.text)
+        )
         return "skip"
 
     guard = Utf8Guard(stream)
     width = len(contract.columns)
+    block_size = block_bytes(batch_rows)
     try:
         reader = pacsv.open_csv(
             guard,
             read_options=pacsv.ReadOptions(
                 use_threads=False,
-                block_size=block_bytes(batch_rows),
+                block_size=block_size,
                 # The header is read as data, so that it is parsed like any row and counted.
                 autogenerate_column_names=True,
             ),
@@ -104,6 +106,9 @@ def read_csv(
         except StopIteration:
             break
         except (pa.ArrowException, OSError) as exc:
+            if _STRADDLING in str(exc):
+                line = counter.next_line(invalid)
+                raise _record_too_long(source_key, line, block_size, exc) from exc
             raise _unreadable_csv(source_key, exc) from exc
         first = positions is None
         if positions is None:
@@ -113,13 +118,12 @@ def read_csv(
         if first:
             columns = [column.slice(1) for column in columns]
             lines = lines.slice(1)
-        rejects = [_column_count_reject(source_key, line, row) for line, row in skipped]
+        rejects = _rejects(source_key, skipped)
         yield _tidy(SourceBatch(columns, lines, rejects), guard.replaced, contract, source_key)
     _, skipped = counter.advance(0, [], invalid, final=True)
     if skipped:
         empty = [pa.array([], pa.string()) for _ in range(width)]
-        rejects = [_column_count_reject(source_key, line, row) for line, row in skipped]
-        yield SourceBatch(empty, pa.array([], pa.int64()), rejects)
+        yield SourceBatch(empty, pa.array([], pa.int64()), _rejects(source_key, skipped))
 
 
 def _header(batch: pa.RecordBatch) -> list[str]:
@@ -127,9 +131,20 @@ def _header(batch: pa.RecordBatch) -> list[str]:
     return ["" if value is None else str(value) for value in values]
 
 
-def _column_count_reject(source_key: str, line: int, row: _InvalidRow) -> Reject:
-    reason = f"expected {row.expected} columns, found {row.actual}"
-    return Reject(source_key, line, None, reason, row.text)
+def _rejects(source_key: str, skipped: list[tuple[int, MalformedRecord]]) -> list[Reject]:
+    return [reject for line, row in skipped for reject in malformed_rejects(source_key, line, row)]
+
+
+def _record_too_long(
+    source_key: str, line: int, block_size: int, exc: BaseException
+) -> FileRejected:
+    """Arrow needs a whole record inside one block. Every row before this record has been
+    read, so it starts on the next line; most often a quote opened there never closes."""
+    problem = (
+        f"unreadable CSV: the record on line {line} does not end within {block_size} bytes "
+        f"(is a quote opened on line {line} never closed?)"
+    )
+    return unreadable(source_key, problem, exc)
 
 
 def _unreadable_csv(source_key: str, exc: BaseException) -> FileRejected:
@@ -187,10 +202,10 @@ class _LineCounter:
         self,
         count: int,
         columns: list[pa.Array],
-        pending: list[_InvalidRow],
+        pending: list[MalformedRecord],
         *,
         final: bool = False,
-    ) -> tuple[pa.Array, list[tuple[int, _InvalidRow]]]:
+    ) -> tuple[pa.Array, list[tuple[int, MalformedRecord]]]:
         """Lines of the next `count` parsed rows, and of the malformed rows among them.
 
         Arrow may report malformed rows of the next block before returning this one, so
@@ -209,7 +224,7 @@ class _LineCounter:
 
         # Rare path: malformed rows, or quoted values spanning lines, in this stretch.
         before = [min(max(row.number - start - j, 0), count) for j, row in enumerate(skipped)]
-        skipped_breaks = [row.text.count("\n") for row in skipped]
+        skipped_breaks = [row.line_breaks for row in skipped]
         cumulative = pc.cumulative_sum(inner) if inner is not None else None
         skipped_lines = []
         breaks_of_skipped = 0
@@ -230,6 +245,10 @@ class _LineCounter:
             lines = pc.add(lines, pc.cumulative_sum(pa.array(shift, pa.int64())))
         self._breaks += breaks_of_skipped + (pc.sum(inner).as_py() if inner is not None else 0)
         return lines, list(zip(skipped_lines, skipped, strict=True))
+
+    def next_line(self, pending: list[MalformedRecord]) -> int:
+        """The line of the record after every row seen so far, `pending` ones included."""
+        return self._next_row + self._breaks + sum(1 + row.line_breaks for row in pending)
 
 
 def _inner_breaks(columns: list[pa.Array]) -> pa.Array | None:

@@ -9,12 +9,14 @@ free for the next delivery.
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pyarrow as pa
@@ -25,7 +27,13 @@ import yaml
 from fleet_import.batches import BatchStatus, FailureKind, Reserved
 from fleet_import.contracts import FLEET_DATASETS
 from fleet_import.pipeline import Committed, Failed, ImportContext, import_folder
-from fleet_import.sample_data import fleet_delivery, fuel_table, parquet_bytes
+from fleet_import.sample_data import (
+    csv_bytes,
+    fleet_delivery,
+    fuel_table,
+    parquet_bytes,
+    trips_table,
+)
 from fleet_import.scope import Tenant, source_scope, split_folder
 from tests.s3fixtures import put_objects
 
@@ -69,6 +77,28 @@ def _parquet_wrong_types() -> bytes:
     return _parquet(table.set_column(index, "litres", flags))
 
 
+def _trips_csv(rows: int, *, start: int, quote_line: int | None = None) -> bytes:
+    """Good unquoted trips (ids from T{start}, clear of the companions'); with quote_line, a
+    quote opens the driver_id of that line (the header is line 1) and never closes."""
+    text = csv_bytes(trips_table(rows, start=start, vehicles=40)).replace(b'"', b"")
+    if quote_line is None:
+        return text
+    lines = text.split(b"\n")
+    fields = lines[quote_line - 1].split(b",")
+    fields[2] = b'"' + fields[2]
+    lines[quote_line - 1] = b",".join(fields)
+    return b"\n".join(lines)
+
+
+def _quote_open_near_the_end() -> bytes:
+    """Issue 11.5 as reported: 30,000 rows, a quote opened on line 29,992."""
+    return _trips_csv(30_000, start=100_000, quote_line=29_992)
+
+
+def _trips_6000() -> bytes:
+    return _trips_csv(6_000, start=200_000)
+
+
 def _parquet(table: pa.Table) -> bytes:
     sink = io.BytesIO()
     pq.write_table(table, sink)
@@ -80,6 +110,8 @@ GENERATORS: dict[str, Callable[[], bytes]] = {
     "parquet_truncated": _parquet_truncated,
     "parquet_naive_timestamp": _parquet_naive_timestamp,
     "parquet_wrong_types": _parquet_wrong_types,
+    "quote_open_near_the_end": _quote_open_near_the_end,
+    "trips_6000": _trips_6000,
 }
 
 
@@ -115,7 +147,7 @@ class Case:
             folder=raw.get("folder", DEFAULT_FOLDER),
             generated=dict(raw.get("generated", {})),
             message=tuple(raw.get("message", ())),
-            rejects=tuple(ExpectedReject(*item) for item in raw.get("rejects", ())),
+            rejects=tuple(reject for item in raw.get("rejects", ()) for reject in _expand(item)),
             rows=dict(raw.get("rows", {})),
         )
 
@@ -134,6 +166,15 @@ class Case:
         for name, generator in self.generated.items():
             files[name] = GENERATORS[generator]()
         return files
+
+
+def _expand(item: list[Any]) -> list[ExpectedReject]:
+    """A reject as declared; a line "first..last" declares one reject per line."""
+    file, line, column, reason = item
+    if not isinstance(line, str):
+        return [ExpectedReject(file, line, column, reason)]
+    first, _, last = line.partition("..")
+    return [ExpectedReject(file, n, column, reason) for n in range(int(first), int(last) + 1)]
 
 
 def load_cases() -> list[Case]:
@@ -174,6 +215,17 @@ def _slice(database_url: str, tenant: str, scope: str) -> dict[str, dict[Any, in
             ).fetchall()
             found[contract.name] = dict(rows)
     return found
+
+
+def _all_rejects(s3: Any, uri: str) -> list[dict[str, str]]:
+    """The batch's rejects file: every reject, where the batch details keep a sample."""
+    parts = urlsplit(uri)
+    body = s3.get_object(Bucket=parts.netloc, Key=parts.path.lstrip("/"))["Body"].read()
+    return list(csv.DictReader(io.StringIO(body.decode("utf-8"))))
+
+
+def _line(text: str) -> int | None:
+    return int(text) if text else None
 
 
 def _replace_folder(s3: Any, folder: str, files: dict[str, bytes]) -> None:
@@ -223,18 +275,21 @@ def test_bad_input_case(
         assert isinstance(outcome, Committed), outcome
         assert batch.status == BatchStatus.SUCCEEDED
         rejects = batch.details["rejects"]
+        every = _all_rejects(s3, rejects["uri"]) if rejects["count"] else []
         found = [
-            (r["file"].rsplit("/", 1)[-1], r["line"], r["column"], r["reason"])
-            for r in rejects["sample"]
+            (r["file"].rsplit("/", 1)[-1], _line(r["line"]), r["column"] or None, r["reason"])
+            for r in every
         ]
         expected = sorted(case.rejects, key=lambda r: (r.file, r.line or 0))
-        assert rejects["count"] == len(expected), found
+        assert rejects["count"] == len(expected) == len(found), found[:30]
         for want, got in zip(expected, sorted(found, key=lambda r: (r[0], r[1] or 0)), strict=True):
             assert (want.file, want.line, want.column) == got[:3], (want, got)
             assert want.reason in got[3], (want, got)
+        listed = {(r["file"], _line(r["line"]), r["reason"]) for r in every}
+        assert all((r["file"], r["line"], r["reason"]) in listed for r in rejects["sample"])
         if rejects["count"]:
             bucket, prefix = split_folder(folder)
-            assert all(r["file"].startswith(f"s3://{bucket}/{prefix}") for r in rejects["sample"])
+            assert all(r["file"].startswith(f"s3://{bucket}/{prefix}") for r in every)
         for dataset, count in case.rows.items():
             assert outcome.row_counts[dataset] == count
         # Exactly the new slice: every row carries the new stamp, in the counts committed.
