@@ -117,7 +117,11 @@ def ours(conn: psycopg.Connection, database_url: str) -> Attempt:
         if row is None:
             return None
         release = {
-            "batch_id": row[0], "owner": None, "kind": "enqueue_failed", "error": "released"
+            "batch_id": row[0],
+            "owner": None,
+            "kind": "enqueue_failed",
+            "error": "released",
+            "facts": Jsonb({}),
         }
         return lambda: conn.execute(QUERIES["mark_failed"], release)
 
