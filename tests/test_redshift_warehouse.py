@@ -466,6 +466,18 @@ def test_publication_failure_resumes_without_a_copy(
     assert redshift.slice_counts("acme", resumed.scope)["trips"] == 50
 
 
+def _child_redshift_env(emulator: RedshiftEmulator, staging_bucket: str) -> dict[str, str]:
+    """What tests.import_child needs to load through the emulator (FLEET_TEST_REDSHIFT)."""
+    import json
+
+    config = {
+        "connect": emulator.connect_kwargs(password=PASSWORD),
+        "staging_uri": f"s3://{staging_bucket}/redshift/",
+        "iam_role": ROLE,
+    }
+    return {"FLEET_TEST_REDSHIFT": json.dumps(config)}
+
+
 @pytest.mark.slow
 def test_death_after_the_warehouse_commit_is_recovered_from_the_stamp(
     redshift: RedshiftWarehouse,
@@ -478,7 +490,6 @@ def test_death_after_the_warehouse_commit_is_recovered_from_the_stamp(
     database_url: str,
     tmp_path: Path,
 ) -> None:
-    import json
     import time
 
     from fleet_import.batches import BatchStatus
@@ -490,11 +501,6 @@ def test_death_after_the_warehouse_commit_is_recovered_from_the_stamp(
 
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, fleet_delivery(trips=40, fuel=10, vehicles=5))
-    config = {
-        "connect": emulator.connect_kwargs(password=PASSWORD),
-        "staging_uri": f"s3://{staging_bucket}/redshift/",
-        "iam_role": ROLE,
-    }
     child = run_import_child(
         database_url,
         moto_endpoint,
@@ -504,7 +510,7 @@ def test_death_after_the_warehouse_commit_is_recovered_from_the_stamp(
         workdir=tmp_path / "child",
         env={
             "FLEET_FAILPOINTS": "after_warehouse_commit",
-            "FLEET_TEST_REDSHIFT": json.dumps(config),
+            **_child_redshift_env(emulator, staging_bucket),
         },
     )
     assert child.returncode == KILLED, child.stderr[-3000:]
@@ -537,7 +543,6 @@ def test_a_frozen_holder_is_ended_with_pg_terminate_backend(
     """A worker SIGSTOPped inside its slice transaction (its rows written, the registry not
     yet) keeps its session and locks; once its lease expired, the next delivery ends that
     session (STV_SESSIONS, PG_TERMINATE_BACKEND) and loads without waiting for the freeze."""
-    import json
     import os
     import signal
     import subprocess
@@ -551,12 +556,7 @@ def test_a_frozen_holder_is_ended_with_pg_terminate_backend(
 
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, fleet_delivery(trips=40, fuel=10, vehicles=5))
-    config = {
-        "connect": emulator.connect_kwargs(password=PASSWORD),
-        "staging_uri": f"s3://{staging_bucket}/redshift/",
-        "iam_role": ROLE,
-    }
-    env = {"FLEET_TEST_REDSHIFT": json.dumps(config)}
+    env = _child_redshift_env(emulator, staging_bucket)
     release = tmp_path / "never"
     arguments = [database_url, moto_endpoint, f"s3://{staging_bucket}/stage/", "acme", folder,
                  "d1", "1.5", str(tmp_path / "frozen")]

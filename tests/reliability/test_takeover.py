@@ -82,6 +82,20 @@ def _batch(repo: BatchRepository, key: str):
     return batch
 
 
+def _die_at(config: dict[str, Any], folder: str, key: str, failpoint: str):
+    """Delivery `key` of `folder` in a child process that dies at `failpoint`; its batch."""
+    dead = run_once({**config, "folder": folder, "key": key, "worker": "a"}, failpoint)
+    assert dead.returncode == KILLED, dead.stderr
+    return _batch(BatchRepository(config["database_url"]), key)
+
+
+def _deliver(config: dict[str, Any], folder: str, key: str) -> dict[str, Any]:
+    """Delivery `key` of `folder` in a child process that must publish; its outcome."""
+    result = outcome_of(run_once({**config, "folder": folder, "key": key, "worker": "b"}))
+    assert result["outcome"] == "Committed" and result["published"], result
+    return result
+
+
 def _assert_abandoned(repo: BatchRepository, batch_id: uuid.UUID) -> None:
     dead = repo.get(batch_id)
     assert dead.status == BatchStatus.FAILED, dead.details
@@ -102,10 +116,7 @@ def test_a_dead_holder_blocks_its_scope_one_lease_ttl_at_most(
     ctx, _ = soak_worker.build({**config, "worker": "parent"})
     old, new = _sources(landing_bucket)
     upload_sources(s3, [old])
-    dead = run_once({**config, "folder": old.folder, "key": "d1", "worker": "a"},
-                    "after_normalized_file")
-    assert dead.returncode == KILLED, dead.stderr
-    d1 = _batch(repo, "d1")
+    d1 = _die_at(config, old.folder, "d1", "after_normalized_file")
     assert d1.status == BatchStatus.RUNNING
 
     time.sleep(_TTL + _EXPIRY_MARGIN)
@@ -114,13 +125,11 @@ def test_a_dead_holder_blocks_its_scope_one_lease_ttl_at_most(
         assert isinstance(outcome, Failed) and outcome.kind == FailureKind.ABANDONED
         _assert_abandoned(repo, d1.id)
         source = old
-        result = outcome_of(run_once({**config, "folder": old.folder, "key": "d2", "worker": "b"}))
-        assert result["outcome"] == "Committed" and result["published"], result
+        result = _deliver(config, old.folder, "d2")
     else:
         source = new if successor == "other_key_new_content" else old
         upload_sources(s3, [source])
-        result = outcome_of(run_once({**config, "folder": old.folder, "key": "d2", "worker": "b"}))
-        assert result["outcome"] == "Committed" and result["published"], result
+        result = _deliver(config, old.folder, "d2")
         if source is new:  # other content: the dead batch fails, a new one loads
             _assert_abandoned(repo, d1.id)
             assert result["batch_id"] != str(d1.id)
@@ -140,10 +149,7 @@ def test_a_batch_stamped_before_its_holder_died_is_recorded_and_published_by_the
     ctx, publisher = soak_worker.build({**config, "worker": "parent"})
     old, _ = _sources(landing_bucket)
     upload_sources(s3, [old])
-    dead = run_once({**config, "folder": old.folder, "key": "d1", "worker": "a"},
-                    "after_warehouse_commit")
-    assert dead.returncode == KILLED, dead.stderr
-    d1 = _batch(repo, "d1")
+    d1 = _die_at(config, old.folder, "d1", "after_warehouse_commit")
     time.sleep(_TTL + _EXPIRY_MARGIN)
     (outcome,) = settle_abandoned_batches(ctx, "drain-1", limit=10)
     assert isinstance(outcome, Committed) and outcome.published and outcome.recovered
@@ -166,10 +172,7 @@ def test_a_step_claim_ends_with_its_lease(successor: str, config, s3, landing_bu
     _, publisher = soak_worker.build({**config, "worker": "parent"})
     old, new = _sources(landing_bucket)
     upload_sources(s3, [old])
-    dead = run_once({**config, "folder": old.folder, "key": "d1", "worker": "a"},
-                    "in_step_refresh_dependants")
-    assert dead.returncode == KILLED, dead.stderr
-    d1 = _batch(repo, "d1")
+    d1 = _die_at(config, old.folder, "d1", "in_step_refresh_dependants")
     (head, *_) = outbox.steps(d1.id)
     assert head.status == StepStatus.CLAIMED and head.claimed_until > d1.updated_at
 
@@ -181,8 +184,7 @@ def test_a_step_claim_ends_with_its_lease(successor: str, config, s3, landing_bu
         key = "d1" if successor == "same_key" else "d2"
         if successor == "other_key":
             upload_sources(s3, [new])
-        result = outcome_of(run_once({**config, "folder": old.folder, "key": key, "worker": "b"}))
-        assert result["outcome"] == "Committed" and result["published"], result
+        _deliver(config, old.folder, key)
     assert repo.get(d1.id).status == BatchStatus.SUCCEEDED
     (head, *_) = outbox.steps(d1.id)
     assert head.status == StepStatus.DONE and head.attempts == 1  # the interrupted attempt
@@ -247,8 +249,7 @@ def test_a_frozen_holder_does_not_block_its_successor(
             key = "d2"
         else:
             key = "d1" if successor == "same_key" else "d2"
-        result = outcome_of(run_once({**config, "folder": new.folder, "key": key, "worker": "b"}))
-        assert result["outcome"] == "Committed" and result["published"], result
+        result = _deliver(config, new.folder, key)
         if successor == "other_key":  # the same content: continued, not failed
             assert result["batch_id"] == str(d1.id)
         owner = uuid.UUID(result["batch_id"])
@@ -288,10 +289,7 @@ def test_the_sweep_restarts_a_folder_whose_import_died(
         return plan_sweep(scan, SweepRepository(database_url), lease_ttl=_TTL)
 
     [first] = plan().start
-    dead = run_once({**config, "folder": old.folder, "key": first.delivery_key, "worker": "a"},
-                    "after_normalized_file")
-    assert dead.returncode == KILLED, dead.stderr
-    d1 = _batch(repo, first.delivery_key)
+    d1 = _die_at(config, old.folder, first.delivery_key, "after_normalized_file")
     [(_, reason)] = plan().skip
     assert f"batch {d1.id} is running" in reason
 
@@ -301,10 +299,7 @@ def test_the_sweep_restarts_a_folder_whose_import_died(
         assert isinstance(outcome, Failed) and outcome.kind == FailureKind.ABANDONED
     [again] = plan().start
     assert again.delivery_key not in (first.delivery_key, "")
-    result = outcome_of(
-        run_once({**config, "folder": old.folder, "key": again.delivery_key, "worker": "b"})
-    )
-    assert result["outcome"] == "Committed" and result["published"], result
+    result = _deliver(config, old.folder, again.delivery_key)
     if settled_by == "import":
         assert result["batch_id"] == str(d1.id)  # the same content: continued
     else:
