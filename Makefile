@@ -18,7 +18,8 @@ demo: $(STAMP)
 	$(BIN)/fleet-import demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check fleet_import flows blocks migrations tests benchmarks
+	$(BIN)/ruff check fleet_import fleet_cli flows blocks migrations tests benchmarks
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -13,15 +13,15 @@ import pytest
 from prefect.states import Completed, Failed, State
 from typer.testing import CliRunner
 
+from fleet_cli.cli import app
 from fleet_import.batches import BatchRepository, FailureKind, Reserved
-from fleet_import.cli import app
 from fleet_import.scope import Tenant, source_scope
 
 
 def run_cli(*args: str, database_url: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "FLEET_DATABASE_URL": database_url, "COLUMNS": "200"}
     return subprocess.run(
-        [sys.executable, "-m", "fleet_import.cli", *args],
+        [sys.executable, "-m", "fleet_cli", *args],
         capture_output=True,
         text=True,
         env=env,

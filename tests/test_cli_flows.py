@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 def cli(*args: str, env: dict[str, str] | None = None, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "fleet_import.cli", *args],
+        [sys.executable, "-m", "fleet_cli", *args],
         capture_output=True,
         text=True,
         timeout=600,
@@ -76,7 +76,7 @@ def test_resume_from_the_cli(flow_env: str, api_env, s3, landing_bucket: str) ->
 def test_demo_runs_end_to_end(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEET_", "PREFECT_"))}
     result = subprocess.run(
-        [sys.executable, "-m", "fleet_import.cli", "demo"],
+        [sys.executable, "-m", "fleet_cli", "demo"],
         capture_output=True,
         text=True,
         timeout=600,

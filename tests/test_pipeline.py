@@ -326,7 +326,7 @@ def test_a_reject_ratio_failure_names_file_lines_and_rejects_and_keeps_them(
     all rejects."""
     from typer.testing import CliRunner
 
-    from fleet_import.cli import app
+    from fleet_cli.cli import app
 
     folder = today_folder(landing_bucket, "acme")
     files = fleet_delivery(trips=100)

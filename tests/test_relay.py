@@ -543,7 +543,7 @@ def test_the_relay_command_relays_a_folder_to_prefect(
 ) -> None:
     from typer.testing import CliRunner
 
-    from fleet_import.cli import app
+    from fleet_cli.cli import app
 
     put_objects(s3, notifying_bucket, {"acme/fleet/2026-07-22/_SUCCESS": b""})
     sqs_poison = _boto_session().client("sqs", endpoint_url=moto_endpoint, region_name=REGION)

@@ -315,7 +315,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     from prefect.settings import PREFECT_API_URL
 
     return subprocess.run(
-        [sys.executable, "-m", "fleet_import.cli", *args],
+        [sys.executable, "-m", "fleet_cli", *args],
         capture_output=True,
         text=True,
         timeout=300,

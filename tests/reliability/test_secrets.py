@@ -236,7 +236,7 @@ def test_cli_and_prefect_records_leak_no_secret(
 
     def cli(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
-            [sys.executable, "-m", "fleet_import.cli", *args],
+            [sys.executable, "-m", "fleet_cli", *args],
             capture_output=True,
             text=True,
             timeout=300,

@@ -38,7 +38,7 @@ def api_env(flow_env: str) -> dict[str, str]:
 
 def _run(env: dict[str, str], *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "fleet_import.cli", "run", "--tenant", "acme", *args],
+        [sys.executable, "-m", "fleet_cli", "run", "--tenant", "acme", *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -375,6 +375,3 @@ def relay(
             raise _fail(f"relay failed: {type(exc).__name__}: {exc}") from None
     console.print(Text(f"relay: {stats}"))
 
-
-if __name__ == "__main__":
-    app()
