@@ -20,27 +20,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, TypeAlias
+from typing import Any, BinaryIO
 
-import boto3
-import botocore.loaders
-import botocore.session
-from botocore.config import Config
 from botocore.exceptions import ClientError, HTTPClientError, IncompleteReadError
 from botocore.exceptions import ConnectionError as BotocoreConnectionError
 
 from fleet_import.contracts import FORMAT_SUFFIXES, ContractError, ContractSet, file_format
 from fleet_import.errors import DetailsInvalid, PreCommitError, TransientError
+from fleet_import.s3client import S3Client, list_children
+from fleet_import.s3client import s3_client as s3_client  # re-exported: callers build it here
 from fleet_import.scope import canonical_folder, split_folder
 
-# mypy_boto3_s3.S3Client where the stubs are installed; they are not a dependency.
-S3Client: TypeAlias = Any
-
-# botocore retries throttling, 5xx and dropped connections itself (adaptive mode also slows
-# the client down under throttling); what is still failing after that reaches the caller.
-_MAX_ATTEMPTS = 8
-_CONNECT_TIMEOUT_SECONDS = 10.0
-_READ_TIMEOUT_SECONDS = 60.0
 _COPY_CHUNK_BYTES = 1024 * 1024
 # Error messages list what a folder holds; a delivery of thousands of files must not make
 # an unreadable message (or an oversized Prefect state message).
@@ -77,29 +67,6 @@ _REASONS = {
 # Connection-level failures botocore already retried: EndpointConnectionError,
 # ConnectTimeoutError, ReadTimeoutError, ConnectionClosedError, ResponseStreamingError, ...
 _TRANSIENT_BOTOCORE_ERRORS = (BotocoreConnectionError, HTTPClientError, IncompleteReadError)
-_SERVICE_MODELS = botocore.loaders.create_loader()
-
-
-def s3_client(
-    endpoint_url: str | None = None,
-    *,
-    max_attempts: int = _MAX_ATTEMPTS,
-    connect_timeout: float = _CONNECT_TIMEOUT_SECONDS,
-    read_timeout: float = _READ_TIMEOUT_SECONDS,
-) -> S3Client:
-    """An S3 client whose retries absorb throttling, so callers only see what persists."""
-    config = Config(
-        retries={"mode": "adaptive", "max_attempts": max_attempts},
-        connect_timeout=connect_timeout,
-        read_timeout=read_timeout,
-    )
-    # A session per client (boto3's default session is not safe to share between threads, and
-    # a shared one would pin the credentials it first resolved), but one loader of botocore's
-    # service models: parsing them again costs more than everything else a client needs.
-    botocore_session = botocore.session.get_session()
-    botocore_session.register_component("data_loader", _SERVICE_MODELS)
-    session = boto3.session.Session(botocore_session=botocore_session)
-    return session.client("s3", endpoint_url=endpoint_url, config=config)
 
 
 @dataclass(frozen=True)
@@ -241,25 +208,12 @@ def _names(names: Sequence[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def _list_folder(
-    s3: S3Client, bucket: str, prefix: str, folder: str
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """Direct children of the folder: objects, and the prefixes of its sub-folders."""
-    contents: list[dict[str, Any]] = []
-    sub_folders: list[str] = []
-    paginator = s3.get_paginator("list_objects_v2")
-    with _s3_errors(f"list {folder}", DiscoveryError):
-        for page in paginator.paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
-            contents.extend(page.get("Contents", ()))
-            sub_folders.extend(p["Prefix"] for p in page.get("CommonPrefixes", ()))
-    return contents, sub_folders
-
-
 def discover(s3: S3Client, folder: str, contracts: ContractSet) -> Manifest:
     """List a folder and match its files to datasets; refuse a delivery that cannot load."""
     canonical = canonical_folder(folder)
     bucket, prefix = split_folder(canonical)
-    contents, sub_folders = _list_folder(s3, bucket, prefix, canonical)
+    with _s3_errors(f"list {canonical}", DiscoveryError):
+        contents, sub_folders = list_children(s3, bucket, prefix)
 
     objects: list[SourceObject] = []
     ignored: list[str] = list(sub_folders)
@@ -269,8 +223,8 @@ def discover(s3: S3Client, folder: str, contracts: ContractSet) -> Manifest:
     for item in contents:
         key: str = item["Key"]
         # S3 only returns keys under the prefix; a store that did otherwise must not make us
-        # read a sibling folder. The folder's own placeholder object ("prefix/") is no file.
-        if not key.startswith(prefix) or key == prefix:
+        # read a sibling folder.
+        if not key.startswith(prefix):
             continue
         name = key[len(prefix) :]
         if "/" in name:  # a store that ignores Delimiter: still never read sub-folders
