@@ -10,7 +10,7 @@ import pytest
 
 from fleet_import.batches import BatchRepository, BatchStatus
 from fleet_import.sample_data import fleet_delivery, today_folder
-from tests.test_pipeline import upload
+from tests.helpers import upload
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from fleet_import.sample_data import fleet_delivery, today_folder
 from flows.drain_publications import drain_publications
 from flows.import_s3_folder import import_s3_folder
 from flows.resume_publication import resume_publication
-from tests.test_pipeline import slice_rows, upload
+from tests.helpers import slice_rows, upload
 
 pytestmark = pytest.mark.slow
 

@@ -35,10 +35,9 @@ from fleet_import.normalize import (
     summarize_rejects,
     write_rejects,
 )
+from tests.normalize_helpers import HEADER, TRIP_COLUMNS, csv_line, output, run, trip, trips_csv
 
 UTC = dt.UTC
-TRIP_COLUMNS = TRIPS.column_names
-HEADER = ",".join(TRIP_COLUMNS)
 
 # Every column type and constraint, for the cases the Fleet datasets do not exercise.
 ALL_TYPES = DatasetContract(
@@ -60,31 +59,6 @@ ALL_TYPES = DatasetContract(
 # --- test data -----------------------------------------------------------------------------
 
 
-def trip(index: int, **changes: str) -> dict[str, str]:
-    """A valid trip as CSV text values; `changes` makes it wrong in one place."""
-    values = {
-        "trip_id": f"T{index}",
-        "vehicle_id": f"V{index % 7}",
-        "driver_id": f"D{index % 3}",
-        "started_at": "2026-07-22T08:15:00Z",
-        "ended_at": "2026-07-22 10:45:30.25+02:00",
-        "distance_km": "12.5",
-        "start_odometer_km": "1000",
-        "end_odometer_km": "1012.5",
-        "status": "completed",
-    }
-    values.update(changes)
-    return values
-
-
-def csv_line(values: dict[str, str]) -> str:
-    return ",".join(values.values()) + "\n"
-
-
-def trips_csv(rows: int, *, start: int = 1) -> str:
-    return HEADER + "\n" + "".join(csv_line(trip(i)) for i in range(start, start + rows))
-
-
 def generated_trips(rows: int) -> Iterator[str]:
     """A large valid CSV, generated quickly, in pieces."""
     yield HEADER + "\n"
@@ -93,36 +67,6 @@ def generated_trips(rows: int) -> Iterator[str]:
             f"T{i:08d},V{i % 500},D{i % 90},2026-07-{1 + i % 28:02d}T{i % 24:02d}:15:00Z,,"
             f"{i % 300}.5,{i},{i + 300},completed\n"
         )
-
-
-def write(tmp_path: Path, name: str, content: str | bytes) -> Path:
-    path = tmp_path / name
-    path.write_bytes(content.encode() if isinstance(content, str) else content)
-    return path
-
-
-def run(
-    tmp_path: Path,
-    content: str | bytes,
-    *,
-    name: str = "trips.csv",
-    fmt: str = "csv",
-    contract: DatasetContract = TRIPS,
-    **options: int,
-) -> NormalizedFile:
-    source = write(tmp_path, name, content)
-    return normalize_file(
-        source,
-        source_key=name,
-        fmt=fmt,  # type: ignore[arg-type]
-        contract=contract,
-        out_path=tmp_path / f"{name}.out.parquet",
-        **options,
-    )
-
-
-def output(result: NormalizedFile) -> pa.Table:
-    return pq.read_table(result.parquet_path)
 
 
 def only_reject(result: NormalizedFile) -> Reject:

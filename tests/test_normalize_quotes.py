@@ -27,7 +27,7 @@ from fleet_import.normalize import (
     Reject,
 )
 from fleet_import.normalize_malformed import unbalanced_quote_line
-from tests.test_normalize import HEADER, csv_line, output, run, trip, trips_csv
+from tests.normalize_helpers import HEADER, csv_line, output, run, trip, trips_csv
 
 WIDTH = len(TRIPS.columns)
 _UNBALANCED = re.compile(r"unbalanced quote opened on line (\d+)")

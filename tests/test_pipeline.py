@@ -18,30 +18,11 @@ from fleet_import.pipeline import (
 )
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.scope import Tenant, source_scope, split_folder
+from tests.helpers import curated, slice_rows, upload
 from tests.s3fixtures import put_objects
 
 ACME = Tenant.named("acme")
 GLOBEX = Tenant.named("globex")
-
-
-def upload(s3, folder: str, files: dict[str, bytes]) -> None:
-    bucket, prefix = split_folder(folder)
-    put_objects(s3, bucket, {prefix + name: data for name, data in files.items()})
-
-
-def curated(database_url: str, sql: str, *params) -> list[tuple]:
-    with psycopg.connect(database_url) as conn:
-        return conn.execute(sql, params).fetchall()
-
-
-def slice_rows(database_url: str, table: str, tenant: str, folder: str) -> list[tuple]:
-    return curated(
-        database_url,
-        f"SELECT ingestion_batch_id, count(*) FROM curated.{table} "
-        "WHERE tenant_id = %s AND source_scope = %s GROUP BY 1",
-        tenant,
-        source_scope(folder),
-    )
 
 
 def test_folder_with_three_datasets_loads(

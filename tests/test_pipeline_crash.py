@@ -11,11 +11,10 @@ from fleet_import.pipeline import Committed, ImportContext, NotClaimed, import_f
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant, source_scope
 from fleet_import.warehouse import PostgresWarehouse
+from tests.helpers import CHILD_TTL, slice_rows, upload
 from tests.import_child import KILLED, run_import_child
-from tests.test_pipeline import slice_rows, upload
 
 ACME = Tenant.named("acme")
-_CHILD_TTL = 1.5
 
 
 @pytest.mark.slow
@@ -41,7 +40,7 @@ def test_rerun_after_a_kill_finishes_the_same_batch(
         folder,
         "d1",
         workdir=tmp_path / "child",
-        ttl=_CHILD_TTL,
+        ttl=CHILD_TTL,
         env={"FLEET_FAILPOINTS": failpoint},
     )
     assert child.returncode == KILLED, child.stderr
@@ -50,7 +49,7 @@ def test_rerun_after_a_kill_finishes_the_same_batch(
 
     # The dead worker's lease is still live: a duplicate delivery must not claim it.
     assert isinstance(import_folder(import_ctx, ACME, folder, "d1"), NotClaimed)
-    time.sleep(_CHILD_TTL + 0.2)
+    time.sleep(CHILD_TTL + 0.2)
 
     warehouse = PostgresWarehouse(database_url)
     import_ctx.warehouse = warehouse

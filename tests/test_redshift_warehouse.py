@@ -25,7 +25,7 @@ from fleet_import.warehouse import (
 )
 from fleet_import.warehouse.redshift import RedshiftWarehouse
 from tests.redshift_emulator import RedshiftEmulator
-from tests.test_warehouse_postgres import (
+from tests.warehouse_helpers import (
     COUNTS,
     commit,
     fleet_loads,
@@ -354,7 +354,7 @@ def test_import_folder_end_to_end(
     from fleet_import.pipeline import Committed, import_folder
     from fleet_import.sample_data import fleet_delivery, today_folder
     from fleet_import.scope import Tenant, source_scope
-    from tests.test_pipeline import upload
+    from tests.helpers import upload
 
     ctx = _redshift_ctx(redshift, repo, s3, staging_bucket, tmp_path)
     folder = today_folder(landing_bucket, "acme")
@@ -439,7 +439,7 @@ def test_publication_failure_resumes_without_a_copy(
     from fleet_import.resume import resume_batch
     from fleet_import.sample_data import fleet_delivery, today_folder
     from fleet_import.scope import Tenant
-    from tests.test_pipeline import upload
+    from tests.helpers import upload
 
     publisher = Publisher(repo, outbox, redshift, events=lambda n, p: None, backoff=lambda a: 0.0)
     calls: list[int] = []
@@ -496,8 +496,8 @@ def test_death_after_the_warehouse_commit_is_recovered_from_the_stamp(
     from fleet_import.pipeline import Committed, import_folder
     from fleet_import.sample_data import fleet_delivery, today_folder
     from fleet_import.scope import Tenant
+    from tests.helpers import upload
     from tests.import_child import KILLED, run_import_child
-    from tests.test_pipeline import upload
 
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, fleet_delivery(trips=40, fuel=10, vehicles=5))
@@ -551,8 +551,8 @@ def test_a_frozen_holder_is_ended_with_pg_terminate_backend(
 
     from fleet_import.batches import BatchStatus
     from fleet_import.sample_data import fleet_delivery, today_folder
+    from tests.helpers import upload
     from tests.import_child import run_import_child
-    from tests.test_pipeline import upload
 
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, fleet_delivery(trips=40, fuel=10, vehicles=5))

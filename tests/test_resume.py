@@ -12,7 +12,7 @@ from fleet_import.resume import resume_batch
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant, source_scope
 from fleet_import.warehouse import PostgresWarehouse
-from tests.test_pipeline import slice_rows, upload
+from tests.helpers import slice_rows, upload
 
 ACME = Tenant.named("acme")
 
@@ -115,8 +115,8 @@ def test_resume_finishes_a_batch_that_died_after_the_warehouse_commit(
     staging_bucket: str,
     tmp_path,
 ) -> None:
+    from tests.helpers import CHILD_TTL
     from tests.import_child import KILLED, run_import_child
-    from tests.test_pipeline_crash import _CHILD_TTL
 
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, fleet_delivery(trips=25))
@@ -127,12 +127,12 @@ def test_resume_finishes_a_batch_that_died_after_the_warehouse_commit(
         folder,
         "d1",
         workdir=tmp_path / "child",
-        ttl=_CHILD_TTL,
+        ttl=CHILD_TTL,
         env={"FLEET_FAILPOINTS": "after_warehouse_commit"},
     )
     assert child.returncode == KILLED, child.stderr
     (batch,) = publishing_ctx.repo.list()
-    time.sleep(_CHILD_TTL + 0.2)
+    time.sleep(CHILD_TTL + 0.2)
     warehouse = counting_warehouse(publishing_ctx, database_url)
     outcome = resume_batch(publishing_ctx, OutboxRepository(database_url), batch.id)
     assert isinstance(outcome, Committed) and outcome.recovered and outcome.published

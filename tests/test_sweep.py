@@ -43,8 +43,8 @@ from fleet_import.sweep import (
     resource_matches,
 )
 from fleet_import.warehouse import PostgresWarehouse
+from tests.helpers import upload
 from tests.s3fixtures import put_objects
-from tests.test_pipeline import upload
 
 ACME = Tenant.named("acme")
 PREFECT_YAML = Path(__file__).resolve().parent.parent / "prefect.yaml"

@@ -11,10 +11,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psycopg
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -42,74 +40,23 @@ from fleet_import.warehouse.postgres import (
     index_name,
 )
 from tests.processes import results_of
+from tests.warehouse_helpers import (
+    ACME,
+    COUNTS,
+    SCOPE,
+    commit,
+    fleet_loads,
+    registry,
+    stamps,
+    write_normalised,
+)
 
-ACME, GLOBEX = "acme", "globex"
-SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-22/"
+GLOBEX = "globex"
 OTHER_SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-23/"
-_BASE_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
-_BASE_DAY = 20_454  # 2026-01-01
 
 # forkserver: children start clean, not as copies of this threaded test process. No preload
 # of our own: the setting is global and test_batches_concurrency sets it for its 32 starts.
 _FORK = multiprocessing.get_context("forkserver")
-
-
-# -- data --------------------------------------------------------------------------------
-
-
-def column_values(column: Column, rows: int, first: int, tag: str) -> pa.Array:
-    """Deterministic values of the column's type; nullable columns get a NULL every 7th row."""
-    numbers = np.arange(first, first + rows, dtype=np.int64)
-    match column.type:
-        case "string":
-            values: pa.Array = pc.binary_join_element_wise(
-                f"{tag}{column.name}-", pa.array(numbers).cast(pa.string()), ""
-            )
-        case "int64":
-            values = pa.array(numbers)
-        case "float64":
-            values = pa.array(numbers * 0.5)
-        case "bool":
-            values = pa.array(numbers % 2 == 0)
-        case "timestamptz":
-            values = pa.array(_BASE_US + numbers * 1_000_001, pa.timestamp("us", tz="UTC"))
-        case "date":
-            values = pa.array((_BASE_DAY + numbers % 1_000).astype(np.int32), pa.date32())
-    if column.nullable:
-        values = pc.if_else(pa.array(numbers % 7 == 3), pa.nulls(rows, values.type), values)
-    return values
-
-
-def write_normalised(
-    path: Path, contract: DatasetContract, rows: int, *, first: int = 0, tag: str = ""
-) -> LoadFile:
-    """A file as normalize.py writes it: the contract's columns, then `_source_line` (the
-    row's line in its own source file: 2 for the first row after the header)."""
-    arrays = [column_values(c, rows, first, tag) for c in contract.columns]
-    lines = pa.array(np.arange(2, rows + 2, dtype=np.int64))
-    schema = contract.arrow_schema.append(pa.field("_source_line", pa.int64(), nullable=False))
-    pq.write_table(pa.Table.from_arrays([*arrays, lines], schema=schema), path)
-    return LoadFile(path)
-
-
-def fleet_loads(folder: Path, counts: dict[str, int], tag: str = "") -> list[DatasetLoad]:
-    """One load per dataset in `counts`, split over two files each."""
-    folder.mkdir(parents=True, exist_ok=True)
-    loads = []
-    for name, total in counts.items():
-        contract = FLEET_DATASETS[name]
-        half = total // 2
-        files = (
-            write_normalised(folder / f"{name}_1.parquet", contract, half, tag=tag),
-            write_normalised(
-                folder / f"{name}_2.parquet", contract, total - half, first=half, tag=tag
-            ),
-        )
-        loads.append(DatasetLoad(contract, files))
-    return loads
-
-
-COUNTS = {"vehicles": 40, "trips": 1_000, "fuel_transactions": 300}
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -120,31 +67,6 @@ def warehouse(database_url: str) -> PostgresWarehouse:
     wh = PostgresWarehouse(database_url)
     wh.ensure_tables(FLEET_DATASETS.values())
     return wh
-
-
-def stamps(db: psycopg.Connection[Any], table: str) -> dict[tuple[Any, ...], int]:
-    rows = db.execute(
-        f"SELECT tenant_id, source_scope, ingestion_batch_id, count(*) FROM {table}"
-        " GROUP BY 1, 2, 3"
-    ).fetchall()
-    return {(t, s, b): n for t, s, b, n in rows}
-
-
-def registry(db: psycopg.Connection[Any], tenant: str, scope: str) -> dict[str, tuple[Any, int]]:
-    rows = db.execute(
-        "SELECT dataset, batch_id, row_count FROM curated.ingestion_slices"
-        " WHERE tenant_id = %s AND source_scope = %s",
-        (tenant, scope),
-    ).fetchall()
-    return {dataset: (batch, count) for dataset, batch, count in rows}
-
-
-def commit(
-    wh: Warehouse, loads: list[DatasetLoad], *, tenant: str = ACME, scope: str = SCOPE
-) -> SliceCommit:
-    return wh.commit_slice(
-        tenant_id=tenant, source_scope=scope, batch_id=uuid.uuid4(), datasets=loads
-    )
 
 
 # -- tables ------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from fleet_import.pipeline import Committed, ImportContext, import_folder
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import InvalidFolder, InvalidTenant, ScopeTooLong, Tenant
 from fleet_import.warehouse import WarehouseError
-from tests.test_pipeline import upload
+from tests.helpers import upload
 
 ACME = Tenant.named("acme")
 

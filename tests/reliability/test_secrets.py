@@ -29,7 +29,7 @@ from fleet_import.runtime import build_runtime
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant, split_folder
 from fleet_import.sources import s3_client
-from tests.test_pipeline import upload
+from tests.helpers import upload
 
 ACME = Tenant.named("acme")
 DB_PASSWORD = "S3cr3t-Pa55-db-sentinel"

@@ -14,8 +14,8 @@ import pytest
 
 from fleet_import.batches import BatchRepository, BatchStatus, FailureKind
 from fleet_import.sample_data import fleet_delivery, today_folder
+from tests.helpers import upload
 from tests.reliability.conftest import REPO, connect, invariant_violations
-from tests.test_pipeline import upload
 
 pytestmark = pytest.mark.slow
 

@@ -1,0 +1,36 @@
+"""Helpers several test modules share: a delivery uploaded to moto's S3, the slices it loads
+into, and the lease of an import child killed at a failpoint.
+
+They live here, not in a test module, so that no test module imports another: importing
+one runs its module-level setup too, and an edit to its tests could break another file's."""
+
+from __future__ import annotations
+
+import psycopg
+
+from fleet_import.scope import source_scope, split_folder
+from tests.s3fixtures import put_objects
+
+# The lease of an import child a test kills: short, so that the test waits little for it to
+# expire before the rerun takes the batch over.
+CHILD_TTL = 1.5
+
+
+def upload(s3, folder: str, files: dict[str, bytes]) -> None:
+    bucket, prefix = split_folder(folder)
+    put_objects(s3, bucket, {prefix + name: data for name, data in files.items()})
+
+
+def curated(database_url: str, sql: str, *params) -> list[tuple]:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def slice_rows(database_url: str, table: str, tenant: str, folder: str) -> list[tuple]:
+    return curated(
+        database_url,
+        f"SELECT ingestion_batch_id, count(*) FROM curated.{table} "
+        "WHERE tenant_id = %s AND source_scope = %s GROUP BY 1",
+        tenant,
+        source_scope(folder),
+    )
