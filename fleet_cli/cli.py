@@ -13,6 +13,7 @@ from rich.text import Text
 from fleet_import.batches import BatchRepository, BatchStatus
 from fleet_import.config import Settings
 from fleet_import.errors import FleetImportError
+from fleet_import.landing import DEFAULT_PATTERN
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 db_app = typer.Typer(no_args_is_help=True, help="The operational database.")
@@ -314,7 +315,7 @@ def relay(
     ] = "",
     folder_pattern: Annotated[
         str, typer.Option(help="tenant folder layout after the prefix")
-    ] = "{tenant}/fleet/{yyyy-mm-dd}/",
+    ] = DEFAULT_PATTERN,
     wait_seconds: Annotated[int, typer.Option(min=0, max=20, help="SQS long-poll wait")] = 20,
     once: Annotated[bool, typer.Option("--once", help="one receive, then exit")] = False,
 ) -> None:
@@ -330,13 +331,8 @@ def relay(
 
     import boto3
 
-    from fleet_import.relay import (
-        FileDeadLetter,
-        LandingLayout,
-        Relay,
-        SqsDeadLetter,
-        queue_region,
-    )
+    from fleet_import.landing import LandingLayout
+    from fleet_import.relay import FileDeadLetter, Relay, SqsDeadLetter, queue_region
     from flows.events import PrefectEventEmitter
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")

@@ -17,8 +17,8 @@ import re
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from datetime import UTC, date, datetime
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus
@@ -26,13 +26,11 @@ from urllib.parse import unquote_plus
 from botocore.exceptions import BotoCoreError, ClientError
 
 from fleet_import.errors import FleetImportError, InvalidInput
-from fleet_import.scope import canonical_folder, validate_tenant_id
+from fleet_import.landing import DEFAULT_LAYOUT, LandingLayout
 
 __all__ = [
-    "DEFAULT_LAYOUT",
     "EVENT_NAME",
     "FileDeadLetter",
-    "LandingLayout",
     "MalformedMessage",
     "Relay",
     "RelayStats",
@@ -47,7 +45,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 EVENT_NAME = "aws.s3.object.created"
-DEFAULT_FOLDER_PATTERN = "{tenant}/fleet/{yyyy-mm-dd}/"
 DEFAULT_WAIT_SECONDS = 20  # the SQS maximum: fewest empty receives
 DEFAULT_MAX_MESSAGES = 10  # the SQS maximum per receive
 _BACKOFF_INITIAL_SECONDS = 1.0
@@ -101,78 +98,6 @@ def event_id(bucket: str, key: str, etag: str) -> uuid.UUID:
     """The same object version always gets the same event id, however often S3 or SQS
     repeat its notification; new content (a new ETag) is a new event."""
     return uuid.uuid5(_EVENT_ID_NAMESPACE, "\n".join((bucket, key, etag.strip('"'))))
-
-
-_DATE_PATTERN = r"(?P<date>\d{4}-\d{2}-\d{2})"
-_PLACEHOLDERS = {
-    "{prefix}": None,  # replaced by the layout's prefix
-    "{tenant}": r"(?P<tenant>[^/]+)",
-    "{yyyy-mm-dd}": _DATE_PATTERN,
-    "{date}": _DATE_PATTERN,  # the sweep's spelling of the same placeholder
-    "*": r"[^/]+",
-}
-_PLACEHOLDER_SPLIT = re.compile(r"(\{prefix\}|\{tenant\}|\{yyyy-mm-dd\}|\{date\}|\*)")
-
-
-@dataclass(frozen=True)
-class LandingLayout:
-    """Where tenants' delivery folders are: `{prefix}{pattern}`.
-
-    `pattern` is made of path segments with the placeholders `{tenant}` (one segment, a valid
-    tenant id), `{yyyy-mm-dd}` or `{date}` (a real date) and `*` (any one segment); it may
-    place `{prefix}` itself (the sweep's spelling, `{prefix}{tenant}/fleet/{date}/`), else the
-    prefix goes first. An object belongs to a delivery when the folder holding it (its key up
-    to the last `/`) matches exactly.
-    """
-
-    prefix: str = ""
-    pattern: str = DEFAULT_FOLDER_PATTERN
-    _regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        # Same normalisation as the sweep: no leading '/', one trailing '/'.
-        prefix = self.prefix.lstrip("/")
-        if prefix and not prefix.endswith("/"):
-            prefix += "/"
-        object.__setattr__(self, "prefix", prefix)
-        if not self.pattern.endswith("/") or self.pattern.count("{tenant}") != 1:
-            raise InvalidInput(
-                f"landing pattern {self.pattern!r} must contain {{tenant}} once and end with '/'"
-            )
-        pattern = self.pattern if "{prefix}" in self.pattern else "{prefix}" + self.pattern
-        body = "".join(
-            re.escape(prefix) if part == "{prefix}" else _PLACEHOLDERS.get(part) or re.escape(part)
-            for part in _PLACEHOLDER_SPLIT.split(pattern)
-        )
-        try:
-            regex = re.compile(body)
-        except re.error:  # a date placeholder twice: a duplicate group name
-            raise InvalidInput(f"landing pattern {self.pattern!r} names the date twice") from None
-        object.__setattr__(self, "_regex", regex)
-
-    def locate(self, bucket: str, key: str) -> tuple[str, str] | None:
-        """(tenant id, canonical folder) of the delivery holding `key`, or None."""
-        folder_prefix, slash, leaf = key.rpartition("/")
-        if not slash or not leaf:  # bucket root, or a "folder" placeholder object
-            return None
-        match = self._regex.fullmatch(folder_prefix + "/")
-        if match is None:
-            return None
-        try:
-            tenant_id = validate_tenant_id(match.group("tenant"))
-            if match.groupdict().get("date") is not None:
-                date.fromisoformat(match.group("date"))
-            folder = f"s3://{bucket}/{folder_prefix}/"
-            # A folder that canonicalises to something else (`//`, `%xx`, `..`) would make the
-            # import list a different prefix than the one the object is in.
-            if canonical_folder(folder) != folder:
-                return None
-        except ValueError:  # InvalidInput is a ValueError, and so is a bad date
-            return None
-        return tenant_id, folder
-
-
-DEFAULT_LAYOUT = LandingLayout()
 
 
 def _unwrap(document: Any) -> Any:

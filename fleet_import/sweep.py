@@ -20,9 +20,8 @@ import datetime as dt
 import fnmatch
 import hashlib
 import json
-import re
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -31,27 +30,17 @@ from fleet_import.batches.sweep_repository import FolderBatches, SweepRepository
 from fleet_import.config import DEFAULT_LEASE_TTL_SECONDS
 from fleet_import.contracts import FLEET_DATASETS, ContractSet
 from fleet_import.errors import InvalidInput, TransientError
-from fleet_import.scope import (
-    InvalidFolder,
-    canonical_folder,
-    source_scope,
-    validate_tenant_id,
-)
-from fleet_import.sources import DiscoveryError, S3Client, _s3_errors, discover
+from fleet_import.landing import DEFAULT_PATTERN, LandingLayout, Unimportable
+from fleet_import.s3client import Children, S3Client, list_children
+from fleet_import.scope import source_scope
+from fleet_import.sources import DiscoveryError, _s3_errors, discover
 
-DEFAULT_LAYOUT = "{prefix}{tenant}/fleet/{date}/"
 DEFAULT_MARKER = "_SUCCESS"
 DEFAULT_QUIET_SECONDS = 300
 IDEMPOTENCY_KEY_PREFIX = "sweep:"
 # Prefect stores idempotency keys of any length, but the batch's delivery_key column holds
 # 200 characters; the key is a fixed-length hash, far below both.
 MAX_KEY_LENGTH = 200
-
-_PLACEHOLDER = re.compile(r"\{([a-z_-]+)\}")
-# `{date}` and `{yyyy-mm-dd}` (the relay's spelling) are the same placeholder; `*` is any one
-# segment, as in the relay's layout.
-_DATE_NAMES = frozenset({"date", "yyyy-mm-dd"})
-_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 # -- completion rules ------------------------------------------------------------------------
@@ -218,111 +207,10 @@ def resource_matches(resource: Mapping[str, str], match: Mapping[str, Any]) -> b
 # -- finding complete folders ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Segment:
-    literal: str | None  # a plain path segment, listed never
-    regex: re.Pattern[str] | None  # a segment with placeholders, matched against listings
-
-
-def _layout_segments(layout: str, prefix: str) -> list[_Segment]:
-    if not layout.endswith("/"):
-        raise InvalidInput(f"layout {layout!r} must end with '/' (it names folders)")
-    text = layout.replace("{prefix}", "\0")
-    names = _PLACEHOLDER.findall(text)
-    unknown = set(names) - {"tenant"} - _DATE_NAMES
-    if unknown:
-        raise InvalidInput(f"layout {layout!r} has unknown placeholders {sorted(unknown)}")
-    if names.count("tenant") != 1:
-        raise InvalidInput(f"layout {layout!r} must contain {{tenant}} exactly once")
-    if sum(name in _DATE_NAMES for name in names) > 1:
-        raise InvalidInput(f"layout {layout!r} names the date more than once")
-    text = text.replace("\0", prefix)
-    segments = []
-    for part in text.rstrip("/").split("/"):
-        if not part:
-            raise InvalidInput(f"layout {layout!r} with prefix {prefix!r} has an empty segment")
-        if not _PLACEHOLDER.search(part) and "*" not in part:
-            segments.append(_Segment(part, None))
-            continue
-        pieces = re.split(r"(\{[a-z_-]+\}|\*)", part)
-        body = "".join(_segment_regex(piece) for piece in pieces)
-        segments.append(_Segment(None, re.compile(body)))
-    return segments
-
-
-def _segment_regex(piece: str) -> str:
-    if piece == "{tenant}":
-        return r"(?P<tenant>[^/]+)"
-    if piece[1:-1] in _DATE_NAMES and piece.startswith("{"):
-        return r"(?P<date>[^/]+)"
-    if piece == "*":
-        return r"[^/]+"
-    return re.escape(piece)
-
-
-def _normalised_prefix(prefix: str) -> str:
-    prefix = prefix.lstrip("/")
-    return prefix if not prefix or prefix.endswith("/") else prefix + "/"
-
-
-def _list_children(
-    s3: S3Client, bucket: str, key_prefix: str
-) -> tuple[list[str], list[dict[str, Any]]]:
-    """Sub-folder names and direct objects under key_prefix, every page of them."""
-    folders: list[str] = []
-    objects: list[dict[str, Any]] = []
-    paginator = s3.get_paginator("list_objects_v2")
+def _list(s3: S3Client, bucket: str, key_prefix: str) -> Children:
+    """What key_prefix holds directly, its listing errors sorted as discovery's are."""
     with _s3_errors(f"list s3://{bucket}/{key_prefix}", DiscoveryError):
-        for page in paginator.paginate(Bucket=bucket, Prefix=key_prefix, Delimiter="/"):
-            folders.extend(
-                p["Prefix"][len(key_prefix) :].rstrip("/") for p in page.get("CommonPrefixes", ())
-            )
-            objects.extend(o for o in page.get("Contents", ()) if o["Key"] != key_prefix)
-    return folders, objects
-
-
-def _candidate_folders(
-    s3: S3Client, bucket: str, segments: list[_Segment], skipped: list[Skip]
-) -> Iterator[tuple[str, str]]:
-    """(tenant id, key prefix) of every folder the layout names, validated."""
-    level: list[tuple[str, dict[str, str]]] = [("", {})]
-    for segment in segments:
-        following: list[tuple[str, dict[str, str]]] = []
-        for key_prefix, values in level:
-            if segment.literal is not None:
-                following.append((f"{key_prefix}{segment.literal}/", values))
-                continue
-            assert segment.regex is not None
-            children, _ = _list_children(s3, bucket, key_prefix)
-            for child in children:
-                match = segment.regex.fullmatch(child)
-                if match is None:
-                    continue  # not part of the layout (another dataset, a README folder)
-                reason = _invalid_values(match.groupdict())
-                if reason is not None:
-                    skipped.append(Skip(f"s3://{bucket}/{key_prefix}{child}/", reason))
-                    continue
-                following.append((f"{key_prefix}{child}/", {**values, **match.groupdict()}))
-        level = following
-    for key_prefix, values in level:
-        yield values["tenant"], key_prefix
-
-
-def _invalid_values(values: Mapping[str, str]) -> str | None:
-    if "tenant" in values:
-        try:
-            validate_tenant_id(values["tenant"])
-        except InvalidInput as exc:
-            return str(exc)
-    if "date" in values:
-        date = values["date"]
-        try:
-            if not _ISO_DATE.fullmatch(date):
-                raise ValueError(date)
-            dt.date.fromisoformat(date)
-        except ValueError:
-            return f"{date!r} is not a yyyy-mm-dd date"
-    return None
+        return list_children(s3, bucket, key_prefix)
 
 
 def _completion(
@@ -355,7 +243,7 @@ def find_ready_folders(
     bucket: str,
     prefix: str = "",
     *,
-    layout: str = DEFAULT_LAYOUT,
+    layout: str = DEFAULT_PATTERN,
     completion: CompletionRule | None = None,
     contracts: ContractSet = FLEET_DATASETS,
     now: dt.datetime | None = None,
@@ -370,15 +258,16 @@ def find_ready_folders(
     """
     rule = completion if completion is not None else Marker()
     now = now if now is not None else dt.datetime.now(dt.UTC)
-    segments = _layout_segments(layout, _normalised_prefix(prefix))
+    landing = LandingLayout(prefix, layout)
     scan = Scan()
-    for tenant_id, key_prefix in _candidate_folders(s3, bucket, segments, scan.skipped):
-        folder = f"s3://{bucket}/{key_prefix}"
+    for found in landing.folders(bucket, lambda key_prefix: _list(s3, bucket, key_prefix).folders):
+        if isinstance(found, Unimportable):
+            scan.skipped.append(Skip(found.folder, found.reason))
+            continue
+        tenant_id, folder, key_prefix = found
         try:
-            if canonical_folder(folder) != folder:
-                raise InvalidFolder(f"{folder!r} is not canonical ({canonical_folder(folder)!r})")
             source_scope(folder)
-            _, objects = _list_children(s3, bucket, key_prefix)
+            objects = _list(s3, bucket, key_prefix).objects
             completed_at, waiting = _completion(objects, key_prefix, rule, now)
             if waiting is not None:
                 scan.skipped.append(Skip(folder, f"not complete: {waiting}"))

@@ -17,6 +17,7 @@ from prefect.deployments import run_deployment
 from fleet_import import sweep
 from fleet_import.batches.sweep_repository import SweepRepository
 from fleet_import.contracts import contracts_in_force
+from fleet_import.landing import DEFAULT_PATTERN
 from fleet_import.sources import s3_client
 from flows.common import (
     TASK_RETRIES,
@@ -106,7 +107,7 @@ def sweep_landing_zone(
     marker: str = sweep.DEFAULT_MARKER,
     quiet_seconds: int = sweep.DEFAULT_QUIET_SECONDS,
     marker_grace_seconds: int = 0,
-    layout: str = sweep.DEFAULT_LAYOUT,
+    layout: str = DEFAULT_PATTERN,
     deployment: str = DEFAULT_IMPORT_DEPLOYMENT,
 ) -> dict[str, int]:
     """Start an import for every complete landing folder whose current content has not
@@ -122,7 +123,8 @@ def sweep_landing_zone(
         marker_grace_seconds: For the "marker" rule: leave a marker younger than this to
             the S3 event trigger (set it above the trigger's schedule_after), so the sweep
             only catches deliveries whose event was lost.
-        layout: Where delivery folders are, with {prefix}, {tenant} and {date} placeholders.
+        layout: Where delivery folders are below the prefix, with {tenant}, {yyyy-mm-dd}
+            and * placeholders (fleet_import.landing describes them).
         deployment: The import deployment to start, as flow-name/deployment-name.
     """
     logger = get_run_logger()

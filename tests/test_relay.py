@@ -14,11 +14,10 @@ from urllib.parse import quote_plus
 
 import pytest
 
+from fleet_import.landing import DEFAULT_LAYOUT, LandingLayout
 from fleet_import.relay import (
-    DEFAULT_LAYOUT,
     EVENT_NAME,
     FileDeadLetter,
-    LandingLayout,
     MalformedMessage,
     Relay,
     RelayStats,

@@ -235,7 +235,8 @@ def _relay_event(bucket: str, key: str, etag: str, at: dt.datetime):
     """The event the relay emits for one S3 record (its own builder), as the server holds it."""
     from prefect.server.events.schemas.events import Event as ServerEvent
 
-    from fleet_import.relay import DEFAULT_LAYOUT, S3ObjectCreated
+    from fleet_import.landing import DEFAULT_LAYOUT
+    from fleet_import.relay import S3ObjectCreated
     from flows.events import build_s3_object_created
 
     location = DEFAULT_LAYOUT.locate(bucket, key)
