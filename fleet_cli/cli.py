@@ -331,8 +331,9 @@ def relay(
 
     import boto3
 
+    from fleet_import.dead_letters import FileDeadLetter, SqsDeadLetter
     from fleet_import.landing import LandingLayout
-    from fleet_import.relay import FileDeadLetter, Relay, SqsDeadLetter, queue_region
+    from fleet_import.relay import Relay, queue_region
     from flows.events import PrefectEventEmitter
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")

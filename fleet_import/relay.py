@@ -19,23 +19,21 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from fleet_import.dead_letters import DeadLetter
 from fleet_import.errors import FleetImportError, InvalidInput
 from fleet_import.landing import DEFAULT_LAYOUT, LandingLayout
 
 __all__ = [
     "EVENT_NAME",
-    "FileDeadLetter",
     "MalformedMessage",
     "Relay",
     "RelayStats",
     "S3ObjectCreated",
-    "SqsDeadLetter",
     "TestEvent",
     "event_id",
     "parse_s3_notification",
@@ -49,7 +47,6 @@ DEFAULT_WAIT_SECONDS = 20  # the SQS maximum: fewest empty receives
 DEFAULT_MAX_MESSAGES = 10  # the SQS maximum per receive
 _BACKOFF_INITIAL_SECONDS = 1.0
 _BACKOFF_MAX_SECONDS = 60.0
-_DEAD_LETTER_BODY_LIMIT = 200_000  # SQS messages are at most 256 KiB; keep room for the envelope
 # Fixed forever: changing it changes every event id and defeats de-duplication.
 _EVENT_ID_NAMESPACE = uuid.UUID("5b0b3c52-8f5e-4c0e-9f55-2f1d8e7c6a01")
 
@@ -202,48 +199,6 @@ def queue_region(queue_url: str) -> str | None:
     return match.group(1) if match else None
 
 
-class SqsDeadLetter:
-    """Sets malformed messages aside in an SQS queue (give it a long retention period)."""
-
-    def __init__(self, sqs: Any, queue_url: str) -> None:
-        self._sqs = sqs
-        self.queue_url = queue_url
-
-    def __call__(self, body: str, reason: str) -> None:
-        self._sqs.send_message(
-            QueueUrl=self.queue_url,
-            MessageBody=body[:_DEAD_LETTER_BODY_LIMIT] or "(empty body)",
-            MessageAttributes={
-                "reason": {"DataType": "String", "StringValue": reason[:1024] or "malformed"}
-            },
-        )
-
-    def __repr__(self) -> str:
-        return f"SqsDeadLetter({self.queue_url!r})"
-
-
-class FileDeadLetter:
-    """Appends malformed messages to a local JSON Lines file, one `{at, reason, body}` a line."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._lock = threading.Lock()
-
-    def __call__(self, body: str, reason: str) -> None:
-        line = json.dumps(
-            {"at": datetime.now(UTC).isoformat(), "reason": reason, "body": body},
-            ensure_ascii=False,
-        )
-        with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as out:
-                out.write(line + "\n")
-                out.flush()
-
-    def __repr__(self) -> str:
-        return f"FileDeadLetter({str(self.path)!r})"
-
-
 @dataclass
 class RelayStats:
     """What one receive did; `add` sums them over a relay's life."""
@@ -263,7 +218,6 @@ class RelayStats:
 
 
 Emit = Callable[[S3ObjectCreated], None]
-DeadLetter = Callable[[str, str], None]
 KeyFilter = Callable[[S3ObjectCreated], bool]
 
 

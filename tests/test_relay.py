@@ -14,15 +14,14 @@ from urllib.parse import quote_plus
 
 import pytest
 
+from fleet_import.dead_letters import FileDeadLetter, SqsDeadLetter
 from fleet_import.landing import DEFAULT_LAYOUT, LandingLayout
 from fleet_import.relay import (
     EVENT_NAME,
-    FileDeadLetter,
     MalformedMessage,
     Relay,
     RelayStats,
     S3ObjectCreated,
-    SqsDeadLetter,
     TestEvent,
     event_id,
     parse_s3_notification,
