@@ -11,14 +11,26 @@ import hashlib
 import importlib
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import pyarrow as pa
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from fleet_import.errors import InvalidInput
+from fleet_import.model_errors import describe, label
 
 ColumnType = Literal["string", "int64", "float64", "bool", "timestamptz", "date"]
 FileFormat = Literal["csv", "csv.gz", "parquet", "jsonl"]
@@ -46,7 +58,7 @@ class ContractError(InvalidInput):
     """A dataset contract is invalid."""
 
 
-def _identifier(what: str, value: str) -> str:
+def _identifier(what: str, value: object) -> str:
     if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
         raise ContractError(
             f"invalid {what} {value!r}: expected a lower-case identifier of at most 63 characters"
@@ -54,76 +66,120 @@ def _identifier(what: str, value: str) -> str:
     return value
 
 
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: ColumnType
-    nullable: bool = True
-    min_value: float | None = None
-    allowed: tuple[str, ...] | None = None
-    max_length: int | None = None
+def _one_of(what: str, choices: Sequence[str], value: object) -> object:
+    if value not in choices:
+        raise ContractError(f"unknown {what} {value!r} (one of {', '.join(sorted(choices))})")
+    return value
 
-    def __post_init__(self) -> None:
-        _identifier("column name", self.name)
-        if self.type not in ARROW_TYPES:
-            raise ContractError(
-                f"column {self.name!r}: unknown type {self.type!r} (one of {sorted(ARROW_TYPES)})"
-            )
-        if self.allowed is not None:
-            object.__setattr__(self, "allowed", tuple(self.allowed))
+
+def _as_written(kinds: tuple[type, ...], expected: str, value: object) -> object:
+    # No coercion (0 stays 0, not 0.0; 2 stays 2, not "2"): these values feed
+    # contract_version, the cache key, which must not change for a contract that did not.
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ContractError(f"invalid value {value!r} (expected {expected})")
+    return value
+
+
+def _target_table(value: object) -> str:
+    schema, _, table = value.partition(".") if isinstance(value, str) else (value, "", "")
+    _identifier("target schema", schema)
+    _identifier("target table", table)
+    return str(value)
+
+
+def _rule(check: Callable[..., object], *args: Any) -> BeforeValidator:
+    return BeforeValidator(partial(check, *args))
+
+
+_FORMATS: tuple[FileFormat, ...] = get_args(FileFormat)
+_Number = Annotated[int | float, _rule(_as_written, (int, float), "a number")]
+_Version = Annotated[str | int | float, _rule(_as_written, (str, int, float), "text or a number")]
+_Format = Annotated[FileFormat, _rule(_one_of, "format", _FORMATS)]
+
+
+class _BuiltInPython(type(BaseModel)):  # type: ignore[misc]
+    """Builds a contract as the dataclasses did: positional arguments in field order
+    (`Column("id", "string")`), and a bad value raises ContractError. Definitions read from
+    YAML do not pass here (model_validate), so their errors keep the whole field path."""
+
+    def __call__(cls, *args: Any, **data: Any) -> Any:
+        names = list(cls.model_fields)
+        if len(args) > len(names) or data.keys() & set(names[: len(args)]):
+            raise TypeError(f"{cls.__name__}: too many or repeated arguments")
+        data.update(zip(names, args, strict=False))
+        try:
+            return super().__call__(**data)
+        except ValidationError as exc:
+            raise ContractError(describe(exc, cls, label(cls._what, data))) from None
+
+
+class _Contract(BaseModel, metaclass=_BuiltInPython):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    _what: ClassVar[str]
+
+
+class Column(_Contract):
+    _what = "column"
+
+    name: Annotated[str, _rule(_identifier, "column name")]
+    type: Annotated[ColumnType, _rule(_one_of, "type", get_args(ColumnType))]
+    nullable: StrictBool = True
+    min_value: _Number | None = None
+    allowed: tuple[StrictStr, ...] | None = None
+    max_length: StrictInt | None = None
 
     @property
     def arrow_type(self) -> pa.DataType:
         return ARROW_TYPES[self.type]
 
 
-@dataclass(frozen=True)
-class DatasetContract:
-    name: str
-    file_glob: str
-    columns: tuple[Column, ...]
-    natural_key: tuple[str, ...]
-    target_table: str
-    formats: tuple[FileFormat, ...] = ("csv", "csv.gz", "parquet", "jsonl")
-    max_reject_ratio: float = DEFAULT_MAX_REJECT_RATIO
-    required: bool = True
-    version: str = "1"
-    description: str = ""
-    _fingerprint: str = field(default="", init=False, repr=False, compare=False)
+class DatasetContract(_Contract):
+    _what = "dataset"
 
-    def __post_init__(self) -> None:
-        _identifier("dataset name", self.name)
-        object.__setattr__(self, "columns", tuple(self.columns))
-        object.__setattr__(self, "natural_key", tuple(self.natural_key))
-        object.__setattr__(self, "formats", tuple(self.formats))
-        schema, _, table = self.target_table.partition(".")
-        _identifier("target schema", schema)
-        _identifier("target table", table)
-        names = [column.name for column in self.columns]
-        if len(set(names)) != len(names):
-            raise ContractError(f"dataset {self.name!r}: duplicate column names")
-        if not self.columns:
-            raise ContractError(f"dataset {self.name!r}: no columns")
-        for key in self.natural_key:
-            if key not in names:
-                raise ContractError(f"dataset {self.name!r}: natural key {key!r} is not a column")
-        for fmt in self.formats:
-            if fmt not in dict(FORMAT_SUFFIXES).values():
-                raise ContractError(f"dataset {self.name!r}: unknown format {fmt!r}")
-        if not 0 <= self.max_reject_ratio <= 1:
-            raise ContractError(f"dataset {self.name!r}: max_reject_ratio must be within 0..1")
-        payload = json.dumps(
-            {k: v for k, v in asdict(self).items() if k not in ("description", "_fingerprint")},
-            sort_keys=True,
-            default=str,
-        )
-        digest = hashlib.sha256(payload.encode()).hexdigest()[:12]
-        object.__setattr__(self, "_fingerprint", digest)
+    name: Annotated[str, _rule(_identifier, "dataset name")]
+    file_glob: StrictStr
+    columns: tuple[Column, ...]
+    natural_key: tuple[StrictStr, ...]
+    target_table: Annotated[str, _rule(_target_table)]
+    formats: tuple[_Format, ...] = _FORMATS
+    max_reject_ratio: _Number = DEFAULT_MAX_REJECT_RATIO
+    required: StrictBool = True
+    version: _Version = "1"
+    description: StrictStr = ""
+
+    @field_validator("columns")
+    @classmethod
+    def _distinct_columns(cls, columns: tuple[Column, ...]) -> tuple[Column, ...]:
+        if not columns:
+            raise ContractError("no columns")
+        names = [column.name for column in columns]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ContractError(f"duplicate column names: {', '.join(twice)}")
+        return columns
+
+    @field_validator("natural_key")
+    @classmethod
+    def _key_of_columns(cls, key: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        names = [column.name for column in info.data.get("columns", ())]
+        for part in key:
+            if names and part not in names:  # no names: the columns were refused already
+                raise ContractError(f"natural key {part!r} is not a column")
+        return key
+
+    @field_validator("max_reject_ratio")
+    @classmethod
+    def _ratio(cls, ratio: float) -> float:
+        if not 0 <= ratio <= 1:
+            raise ContractError(f"must be within 0..1, not {ratio!r}")
+        return ratio
 
     @property
     def contract_version(self) -> str:
         """Changes whenever anything that shapes the normalised output changes."""
-        return f"{self.version}-{self._fingerprint}"
+        # Computed on each call, so a model_copy(update=...) never carries a stale version.
+        payload = json.dumps(self.model_dump(exclude={"description"}), sort_keys=True, default=str)
+        return f"{self.version}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
 
     @property
     def column_names(self) -> list[str]:
@@ -181,40 +237,66 @@ class ContractSet(Mapping[str, DatasetContract]):
         return ContractSet([*self._by_name.values(), *extra])
 
 
-def contract_from_dict(raw: Mapping[str, Any]) -> DatasetContract:
+def contract_from_dict(raw: Mapping[str, Any], where: str = "dataset") -> DatasetContract:
+    """A dataset from its plain definition; `where` says where it was found, for the message."""
     try:
-        columns = tuple(
-            Column(**{**column, "allowed": column.get("allowed")}) for column in raw["columns"]
-        )
-        return DatasetContract(**{**raw, "columns": columns})
-    except (KeyError, TypeError) as exc:
-        raise ContractError(
-            f"dataset definition {raw.get('name', '?')!r} is invalid: {exc}"
-        ) from None
+        return DatasetContract.model_validate(raw)
+    except ValidationError as exc:
+        raise ContractError(describe(exc, DatasetContract, label(where, raw))) from None
+
+
+def _contracts_from(items: Iterable[Any], source: str, listed_as: str) -> list[DatasetContract]:
+    """Every definition is checked, so one run reports all of a file's mistakes."""
+    contracts, problems = [], []
+    for index, item in enumerate(items):
+        try:
+            contracts.append(
+                item
+                if isinstance(item, DatasetContract)
+                else contract_from_dict(item, f"{listed_as}[{index}]")
+            )
+        except ContractError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ContractError(f"{source}: " + "; ".join(problems))
+    return contracts
+
+
+def _read_yaml(spec: str) -> Any:
+    import yaml
+
+    path = Path(spec)
+    if not path.is_file():
+        raise ContractError(f"contract file {spec!r} does not exist")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ContractError(f"{spec}: not valid YAML: {exc}") from None
+    if isinstance(raw, dict):
+        unknown = sorted(map(str, raw.keys() - {"datasets"}))
+        if unknown:
+            raise ContractError(f"{spec}: {', '.join(unknown)}: unknown field (one of datasets)")
+        raw = raw.get("datasets", [])
+    if not isinstance(raw, list):
+        raise ContractError(f"contract file {spec!r}: expected a list of datasets")
+    return raw
 
 
 def load_contracts(spec: str) -> list[DatasetContract]:
     """Datasets from a YAML file (`path.yaml`, a list or `{datasets: [...]}`) or a module
     (`package.module`, exposing `DATASETS`)."""
     if spec.endswith((".yaml", ".yml")):
-        import yaml
-
-        path = Path(spec)
-        if not path.is_file():
-            raise ContractError(f"contract file {spec!r} does not exist")
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        items = raw.get("datasets", []) if isinstance(raw, dict) else raw
-        if not isinstance(items, list):
-            raise ContractError(f"contract file {spec!r}: expected a list of datasets")
-        return [contract_from_dict(item) for item in items]
+        return _contracts_from(_read_yaml(spec), spec, "datasets")
     try:
         module = importlib.import_module(spec)
     except ImportError as exc:
         raise ContractError(f"cannot import contract module {spec!r}: {exc}") from None
+    except ContractError as exc:  # a DatasetContract(...) the module builds as it loads
+        raise ContractError(f"{spec}: {exc}") from None
     datasets = getattr(module, "DATASETS", None)
     if datasets is None:
         raise ContractError(f"contract module {spec!r} has no DATASETS")
-    return [d if isinstance(d, DatasetContract) else contract_from_dict(d) for d in datasets]
+    return _contracts_from(datasets, spec, "DATASETS")
 
 
 def contracts_in_force(extra_specs: str | None = None) -> ContractSet:

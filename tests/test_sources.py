@@ -186,8 +186,8 @@ def test_load_order_groups_datasets_and_keeps_key_order_within_each(
     together (one COPY each), in key order, so duplicate reports still name the first file."""
     dated = ContractSet(
         [
-            replace(FLEET_DATASETS["trips"], file_glob="*_trips.csv"),
-            replace(FLEET_DATASETS["vehicles"], file_glob="*_vehicles.csv"),
+            FLEET_DATASETS["trips"].model_copy(update={"file_glob": "*_trips.csv"}),
+            FLEET_DATASETS["vehicles"].model_copy(update={"file_glob": "*_vehicles.csv"}),
         ]
     )
     names = ["07-02_trips.csv", "07-01_vehicles.csv", "07-01_trips.csv", "07-02_vehicles.csv"]
