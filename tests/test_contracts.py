@@ -29,21 +29,22 @@ SHIPPED_VERSIONS = {
 }
 
 
+# As a user writes it, in YAML.
+TYRES = """
+name: tyres
+file_glob: "tyres*"
+target_table: curated.fleet_tyres
+natural_key: [change_id]
+columns:
+  - {name: change_id, type: string, nullable: false}
+  - {name: vehicle_id, type: string}
+  - {name: changed_at, type: timestamptz}
+  - {name: tread_mm, type: float64, min_value: 0}
+"""
+
+
 def _tyres(**changes: Any) -> dict[str, Any]:
-    raw: dict[str, Any] = {
-        "name": "tyres",
-        "file_glob": "tyres*",
-        "target_table": "curated.fleet_tyres",
-        "natural_key": ["change_id"],
-        "columns": [
-            {"name": "change_id", "type": "string", "nullable": False},
-            {"name": "vehicle_id", "type": "string"},
-            {"name": "changed_at", "type": "timestamptz"},
-            {"name": "tread_mm", "type": "float64", "min_value": 0},
-        ],
-    }
-    raw.update(changes)
-    return raw
+    return {**yaml.safe_load(TYRES), **changes}
 
 
 def _with_column(**column: Any) -> dict[str, Any]:
