@@ -38,9 +38,9 @@ from fleet_import.context import (
     event_payload,
 )
 from fleet_import.errors import FleetImportError
-from fleet_import.heartbeat import Heartbeat
+from fleet_import.heartbeat import Heartbeat, leased
 from fleet_import.scope import Tenant, folder_of_scope
-from fleet_import.settle import publish_step, recover_committed, release_lease_quietly
+from fleet_import.settle import publish_step, recover_committed, stamped
 from fleet_import.sources import discover
 from fleet_import.warehouse import WarehouseSession
 
@@ -87,53 +87,45 @@ def claim(
 
 def _take_over_holder(ctx: ImportContext, holder_id: uuid.UUID, owner: str) -> Claimed | None:
     """Settle the scope's holder if it is abandoned. Claimed: a delivery of the same content
-    continues it (the lease is ours now); None: the holder is alive, or settled and gone."""
+    continues it (the lease is ours now, the caller runs it); None: the holder is alive, or
+    it was settled and the scope is free again."""
     lease = ctx.repo.take_over(holder_id, owner, ctx.lease_ttl)
     if not isinstance(lease, LeaseAcquired):
         return None
-    continuing = False
-    try:
-        outcome = settle_abandoned(ctx, holder_id, owner, lease.previous_owner, may_continue=True)
-        continuing = isinstance(outcome, Claimed)
-        return outcome if isinstance(outcome, Claimed) else None
-    finally:
-        if not continuing:
-            release_lease_quietly(ctx.repo, holder_id, owner)
+    batch = _taken_over(ctx, holder_id, owner, lease.previous_owner)
+    if not _committed(ctx, batch) and _same_content(ctx, batch):
+        log.warning("batch %s continues under %s: same content", holder_id, owner)
+        assert batch.source_scope is not None
+        return Claimed(holder_id, batch.source_scope, owner)
+    with leased(ctx.repo, holder_id, owner, ctx.lease_ttl) as heartbeat:
+        _settle_abandoned(ctx, batch, owner, lease.previous_owner, heartbeat)
+    return None
 
 
-def settle_abandoned(
-    ctx: ImportContext,
-    batch_id: uuid.UUID,
-    owner: str,
-    previous_owner: str | None,
-    *,
-    may_continue: bool,
-) -> ImportOutcome | Claimed:
-    """For a batch whose lease `owner` has just taken over (see the module docstring)."""
-    batch = _taken_over(ctx, batch_id, owner, previous_owner)
+def _settle_abandoned(
+    ctx: ImportContext, batch: Batch, owner: str, previous_owner: str | None, heartbeat: Heartbeat
+) -> ImportOutcome:
+    """A taken-over batch that is not continued: its publication finished if it committed,
+    else failed as abandoned, with the old owner on record."""
     assert batch.source_scope is not None
     tenant = Tenant(batch.tenant_id, batch.company_id, batch.tenant_database)
     scope = batch.source_scope
-    with Heartbeat(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
-        committed = recover_committed(ctx, tenant, batch_id, scope, owner)
-        if committed is not None:
-            return publish_step(ctx, committed, owner, heartbeat)
-        if may_continue and _same_content(ctx, batch):
-            log.warning("batch %s continues under %s: same content", batch_id, owner)
-            return Claimed(batch_id, scope, owner)
-        error = (
-            f"abandoned before commit: its executor {previous_owner or '(none)'} stopped "
-            f"renewing its lease; taken over by {owner}"
-        )
-        ctx.repo.mark_failed(
-            batch_id, owner, FailureKind.ABANDONED, error, {"previous_owner": previous_owner}
-        )
+    committed = recover_committed(ctx, tenant, batch.id, scope, owner)
+    if committed is not None:
+        return publish_step(ctx, committed, owner, heartbeat)
+    error = (
+        f"abandoned before commit: its executor {previous_owner or '(none)'} stopped "
+        f"renewing its lease; taken over by {owner}"
+    )
+    ctx.repo.mark_failed(
+        batch.id, owner, FailureKind.ABANDONED, error, {"previous_owner": previous_owner}
+    )
     ctx.events(
         "fleet.batch.failed",
-        event_payload(tenant.tenant_id, scope, batch_id, kind=str(FailureKind.ABANDONED),
+        event_payload(tenant.tenant_id, scope, batch.id, kind=str(FailureKind.ABANDONED),
                       error=error, previous_owner=previous_owner),
     )
-    return Failed(batch_id, FailureKind.ABANDONED, error)
+    return Failed(batch.id, FailureKind.ABANDONED, error)
 
 
 def settle_abandoned_batches(ctx: ImportContext, owner: str, limit: int) -> list[ImportOutcome]:
@@ -145,15 +137,13 @@ def settle_abandoned_batches(ctx: ImportContext, owner: str, limit: int) -> list
         if not isinstance(lease, LeaseAcquired):
             continue  # renewed, finished or taken by another meanwhile
         try:
-            outcome = settle_abandoned(
-                ctx, batch_id, owner, lease.previous_owner, may_continue=False
-            )
-            assert not isinstance(outcome, Claimed)
-            outcomes.append(outcome)
+            batch = _taken_over(ctx, batch_id, owner, lease.previous_owner)
+            with leased(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
+                outcomes.append(
+                    _settle_abandoned(ctx, batch, owner, lease.previous_owner, heartbeat)
+                )
         except FleetImportError as exc:  # the next drain tries again
             log.warning("could not settle abandoned batch %s: %s", batch_id, exc)
-        finally:
-            release_lease_quietly(ctx.repo, batch_id, owner)
     return outcomes
 
 
@@ -181,6 +171,15 @@ def _taken_over(
                       owner=owner, ended_warehouse_session=ended),
     )
     return batch
+
+
+def _committed(ctx: ImportContext, batch: Batch) -> bool:
+    """Recorded as committed, or its slice already carries its stamp (died in between)."""
+    if batch.parsed_details.redshift_committed:
+        return True
+    return batch.source_scope is not None and stamped(
+        ctx, batch.tenant_id, batch.source_scope, batch.id
+    )
 
 
 def _same_content(ctx: ImportContext, batch: Batch) -> bool:

@@ -1,14 +1,19 @@
-"""Keep an execution lease alive while work runs, and notice when it is lost."""
+"""An execution lease's life once acquired: kept alive while work runs (noticing when it is
+lost), released when the work ends. `leased` is the one place that does both; every holder
+(the import, resume, the drain, a takeover) uses it."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 
+from fleet_import import failpoints
 from fleet_import.batches import BatchRepository
-from fleet_import.errors import LeaseLost, OperationalStoreError
+from fleet_import.errors import FleetImportError, LeaseLost, OperationalStoreError
 
 log = logging.getLogger(__name__)
 
@@ -62,3 +67,26 @@ class Heartbeat:
         """Renew synchronously: the last check before an irreversible step."""
         self.check()
         self._repo.renew_lease(self._batch_id, self._owner, self._ttl)
+
+
+@contextmanager
+def leased(
+    repo: BatchRepository, batch_id: uuid.UUID, owner: str, ttl: float
+) -> Iterator[Heartbeat]:
+    """Hold the lease `owner` has just acquired on `batch_id`: renewed while inside, released
+    on the way out however the work ends. (Acquiring stays with the caller: what a refused
+    acquisition means differs between an import, a resume and a drain.)"""
+    try:
+        with Heartbeat(repo, batch_id, owner, ttl) as heartbeat:
+            yield heartbeat
+    finally:
+        failpoints.hit("before_lease_release")
+        release_lease_quietly(repo, batch_id, owner)
+
+
+def release_lease_quietly(repo: BatchRepository, batch_id: uuid.UUID, owner: str) -> None:
+    """Release at the end of work; if the database is unreachable the lease expires anyway."""
+    try:
+        repo.release_lease(batch_id, owner)
+    except FleetImportError as exc:
+        log.warning("could not release lease on batch %s: %s", batch_id, exc)

@@ -1,30 +1,25 @@
-"""The import algorithm (DESIGN steps 1-6) as plain functions; flows wrap the steps.
+"""The import algorithm, once: `import_batch` runs DESIGN's steps 3-8 for a claimed batch,
+through a step runner. The core runs each step as a plain call (`CoreSteps`); the
+import-s3-folder flow runs the same steps as Prefect tasks (flows/import_s3_folder.py), so
+the flow only maps steps to tasks and outcomes to states.
 
-`import_folder` runs a delivery end to end in one process: claim the scope (claiming.py),
-discover, normalise (cached), commit the slice in one warehouse transaction, record the
-commit and enqueue publication in one operational transaction, publish (settle.py).
+`import_folder` is the whole delivery in one process: claim (claiming.py), then the driver.
+Each step lives with its concern: normalising.py (normalise + cache), loading.py (the slice
+load), settle.py (record, publish, fail).
 """
 
 from __future__ import annotations
 
-import csv
-import hashlib
 import logging
 import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import groupby
-from pathlib import Path
-from typing import Any
-
-import numpy as np
-import pyarrow as pa
+from typing import Any, Protocol, TypeVar
 
 from fleet_import import failpoints
-from fleet_import.batches import CachedFile
 from fleet_import.claiming import claim, new_owner
 from fleet_import.context import (
     Claimed,
@@ -38,72 +33,108 @@ from fleet_import.context import (
     Progress,
     Skipped,
 )
-from fleet_import.contracts import ContractSet, DatasetContract
 from fleet_import.errors import LeaseLost
-from fleet_import.heartbeat import Heartbeat
-from fleet_import.normalize import (
-    NormalizedFile,
-    Reject,
-    RejectRatioExceeded,
-    check_reject_ratio,
-    find_duplicates,
-    key_hashes,
-    normalize_file,
-    summarize_rejects,
-    write_rejects,
-)
-from fleet_import.scope import Tenant, folder_of_scope, source_scope, split_folder
-from fleet_import.settle import (
-    publish_step,
-    record_commit,
-    recover_committed,
-    release_lease_quietly,
-    settle_failure,
-)
-from fleet_import.sources import Manifest, SourceObject, discover, download_object, open_object
-from fleet_import.staging import StagingError
-from fleet_import.warehouse import LoadFile, SliceCommit, WarehouseError, WarehouseSession
+from fleet_import.heartbeat import Heartbeat, leased, release_lease_quietly
+from fleet_import.loading import load_step, reject_step
+from fleet_import.normalising import NormalizedEntry, bucket_of, normalize_object, normalize_one
+from fleet_import.scope import Tenant, folder_of_scope, source_scope
+from fleet_import.settle import publish_step, record_commit, recover_committed, settle_failure
+from fleet_import.sources import Manifest, discover
 
-__all__ = [  # what flows and tests use from here; each lives in the module named
+__all__ = [  # what flows and tests use from here; each lives in the module named above
     "Claimed",
     "Committed",
+    "CoreSteps",
     "EventSink",
     "Failed",
     "ImportContext",
     "ImportOutcome",
+    "NormalizedEntry",
     "NotClaimed",
     "NothingToDo",
     "Progress",
+    "STEPS",
     "Skipped",
+    "StepRunner",
     "claim",
+    "discover_step",
+    "import_batch",
+    "import_folder",
+    "load_step",
     "new_owner",
+    "normalize_object",
+    "normalize_one",
     "publish_step",
     "record_commit",
     "recover_committed",
+    "reject_step",
     "release_lease_quietly",
     "settle_failure",
 ]
 
 log = logging.getLogger(__name__)
-
-# Rejects kept in batch details: enough to act on; the full list is in the rejects file.
-_REJECT_SAMPLE = 20
-# Lines of the first rejects a reject-ratio failure names.
-_RATIO_LINES_NAMED = 5
-# Backoff before each new attempt at a slice whose load failed transiently.
-_LOAD_RETRY_DELAYS_SECONDS = (1.0, 4.0, 15.0)
-_RETRY_JITTER = 0.5
+T = TypeVar("T")
 
 
-@dataclass
-class NormalizedEntry:
-    obj: SourceObject
-    file: NormalizedFile
-    cache_hit: bool
-    seconds: float
+@dataclass(frozen=True)
+class Step:
+    """How a step may be retried. The runner is the one retry layer for a step: transient
+    errors (S3 throttling, dropped connections) of the retried steps are tried again with
+    backoff. The slice load is never retried whole (it consumes the normalisation stream;
+    it retries its own transaction, replaying the files), nor is publication (its outbox
+    steps carry their own attempts and backoff)."""
+
+    name: str
+    retried: bool
 
 
-# -- the algorithm ---------------------------------------------------------------------------
+STEPS = {
+    step.name: step
+    for step in (
+        Step("discover", retried=True),
+        Step("normalise", retried=True),
+        Step("commit-slice", retried=False),
+        Step("publish", retried=False),
+    )
+}
+STEP_RETRY_DELAYS_SECONDS = (2.0, 8.0, 30.0)
+STEP_RETRY_JITTER = 0.5
+
+
+class StepRunner(Protocol):
+    """Runs the driver's steps: `run` one step, `map` one step over items, yielding each
+    result in item order as soon as it is ready."""
+
+    def run(self, step: Step, fn: Callable[..., T], *args: Any) -> T: ...
+
+    def map(self, step: Step, fn: Callable[..., T], args: Sequence[tuple]) -> Iterator[T]: ...
+
+
+class CoreSteps:
+    """Plain calls, retried on transient errors; `map` on a small thread pool."""
+
+    def __init__(
+        self, workers: int, delays: Sequence[float] = STEP_RETRY_DELAYS_SECONDS
+    ) -> None:
+        self._workers, self._delays = max(1, workers), tuple(delays)
+
+    def run(self, step: Step, fn: Callable[..., T], *args: Any) -> T:
+        delays = self._delays if step.retried else ()
+        for attempt, delay in enumerate((*delays, None), start=1):
+            try:
+                return fn(*args)
+            except Exception as exc:
+                if delay is None or not getattr(exc, "transient", False):
+                    raise
+                pause = delay * (1 + random.random() * STEP_RETRY_JITTER)
+                log.warning("%s failed (attempt %d: %s); again in %.1fs", step.name, attempt,
+                            exc, pause)
+                time.sleep(pause)
+        raise AssertionError("unreachable")
+
+    def map(self, step: Step, fn: Callable[..., T], args: Sequence[tuple]) -> Iterator[T]:
+        with ThreadPoolExecutor(max_workers=self._workers) as pool:
+            yield from pool.map(lambda item: self.run(step, fn, *item), args)
 
 
 def import_folder(
@@ -113,44 +144,40 @@ def import_folder(
     delivery_key: str,
     *,
     owner: str | None = None,
+    steps: StepRunner | None = None,
 ) -> ImportOutcome:
     scope = source_scope(folder)  # invalid input is rejected before any row is written
     claimed = claim(ctx, tenant, scope, delivery_key, owner or new_owner())
     if not isinstance(claimed, Claimed):
         return claimed
-    batch_id, owner = claimed.batch_id, claimed.owner
-    try:
-        with Heartbeat(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
-            outcome = run_leased_batch(ctx, tenant, batch_id, scope, owner, heartbeat)
-            if isinstance(outcome, Committed):
-                return publish_step(ctx, outcome, owner, heartbeat)
-            return outcome
-    finally:
-        failpoints.hit("before_lease_release")
-        release_lease_quietly(ctx.repo, batch_id, owner)
+    return import_batch(ctx, tenant, claimed, steps or CoreSteps(ctx.normalize_workers))
 
 
-def run_leased_batch(
-    ctx: ImportContext,
-    tenant: Tenant,
-    batch_id: uuid.UUID,
-    scope: str,
-    owner: str,
-    heartbeat: Heartbeat,
+def import_batch(
+    ctx: ImportContext, tenant: Tenant, claimed: Claimed, steps: StepRunner
 ) -> ImportOutcome:
-    """Steps 3-6 for a batch whose lease we hold."""
-    recovered = recover_committed(ctx, tenant, batch_id, scope, owner)
-    if recovered is not None:
-        return recovered
-    try:
-        manifest = discover_step(ctx, batch_id, scope, owner)
-        heartbeat.check()
-        entries = normalized_entries(ctx, batch_id, manifest, heartbeat)
-        return load_step(ctx, tenant, batch_id, scope, owner, manifest, entries, heartbeat)
-    except LeaseLost:
-        raise
-    except Exception as exc:  # noqa: BLE001 - every pre-commit failure fails the batch
-        return settle_failure(ctx, tenant, batch_id, scope, owner, exc)
+    """Steps 3-8 for a batch whose lease `claimed.owner` holds: discover, normalise (mapped,
+    in load order), load the slice as files arrive, record the commit, publish. A batch
+    found committed (or stamped) is only published; a failure before commit fails it."""
+    batch_id, scope, owner = claimed.batch_id, claimed.scope, claimed.owner
+    with leased(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
+        outcome: ImportOutcome | None = recover_committed(ctx, tenant, batch_id, scope, owner)
+        if outcome is None:
+            try:
+                manifest = steps.run(STEPS["discover"], discover_step, ctx, batch_id, scope, owner)
+                heartbeat.check()
+                entries = _normalised(ctx, batch_id, manifest, heartbeat, steps)
+                outcome = steps.run(
+                    STEPS["commit-slice"], load_step, ctx, tenant, batch_id, scope, owner,
+                    manifest, entries, heartbeat,
+                )
+            except LeaseLost:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every pre-commit failure fails the batch
+                outcome = settle_failure(ctx, tenant, batch_id, scope, owner, exc)
+        if isinstance(outcome, Committed):
+            outcome = steps.run(STEPS["publish"], publish_step, ctx, outcome, owner, heartbeat)
+        return outcome
 
 
 def discover_step(ctx: ImportContext, batch_id: uuid.UUID, scope: str, owner: str) -> Manifest:
@@ -164,352 +191,24 @@ def discover_step(ctx: ImportContext, batch_id: uuid.UUID, scope: str, owner: st
     return manifest
 
 
-def normalized_entries(
-    ctx: ImportContext, batch_id: uuid.UUID, manifest: Manifest, heartbeat: Heartbeat
-) -> Iterator[NormalizedEntry]:
-    """Normalise the delivery's files on a small pool, yielding each (in the manifest's load
-    order) as soon as it is ready, so the warehouse load of one file overlaps the parsing of
-    the next."""
-    objects = list(manifest.load_order())
-    bucket, _ = split_folder(manifest.folder)
-    workdir = ctx.workdir / str(batch_id)
-    workdir.mkdir(parents=True, exist_ok=True)
-
-    def one(obj: SourceObject) -> NormalizedEntry:
-        heartbeat.check()
-        return normalize_object(ctx, batch_id, bucket, obj, ctx.contracts[obj.dataset], workdir)
-
-    with ThreadPoolExecutor(max_workers=max(1, ctx.normalize_workers)) as pool:
-        for done, entry in enumerate(pool.map(one, objects), start=1):
-            failpoints.hit("after_normalized_file")
-            ctx.progress(
-                f"normalised {entry.obj.name}: {entry.file.row_count:,} rows, "
-                f"{entry.file.reject_count:,} rejects{' (cached)' if entry.cache_hit else ''}",
-                done / len(objects),
-            )
-            yield entry
-
-
-def normalize_object(
+def _normalised(
     ctx: ImportContext,
     batch_id: uuid.UUID,
-    bucket: str,
-    obj: SourceObject,
-    contract: DatasetContract,
-    workdir: Path,
-) -> NormalizedEntry:
-    """Normalise one source file, or reuse its cached output when key, etag and contract
-    version are unchanged."""
-    started = time.monotonic()
-    source_key = f"s3://{bucket}/{obj.key}"
-    digest = hashlib.sha256(
-        f"{source_key}\0{obj.etag}\0{contract.contract_version}".encode()
-    ).hexdigest()[:32]
-    name = f"normalized/{contract.name}/{digest}.parquet"
-    rejects_name = f"normalized/{contract.name}/{digest}.rejects.csv"
-    local = workdir / f"{digest}.parquet"
-    cached = ctx.repo.cached_file(source_key, obj.etag, contract.contract_version)
-    if cached is not None:
-        try:
-            ctx.staging.get_file(name, local)
-            rejects = []
-            if cached.reject_count:
-                rejects = read_rejects(
-                    ctx.staging.get_file(rejects_name, local.with_suffix(".csv"))
-                )
-            file = NormalizedFile(
-                source_key, contract.name, local, cached.row_count, cached.reject_count, rejects
-            )
-            return NormalizedEntry(obj, file, True, time.monotonic() - started)
-        except StagingError:
-            ctx.repo.forget_cached_file(source_key, obj.etag, contract.contract_version)
-    if obj.fmt == "parquet":
-        source = download_object(ctx.s3, obj, bucket, workdir / f"{digest}.source")
-        try:
-            file = normalize_file(
-                source, source_key=source_key, fmt=obj.fmt, contract=contract, out_path=local
-            )
-        finally:
-            source.unlink(missing_ok=True)
-    else:
-        with open_object(ctx.s3, obj, bucket) as stream:
-            file = normalize_file(
-                stream, source_key=source_key, fmt=obj.fmt, contract=contract, out_path=local
-            )
-    output_uri = ctx.staging.put_file(local, name)
-    if file.rejects:
-        rejects_local = local.with_suffix(".csv")
-        write_rejects(file.rejects, rejects_local)
-        ctx.staging.put_file(rejects_local, rejects_name)
-    ctx.repo.store_cached_file(
-        CachedFile(
-            source_key,
-            obj.etag,
-            contract.contract_version,
-            contract.name,
-            output_uri,
-            file.row_count,
-            file.reject_count,
-            {"rejects_uri": ctx.staging.uri(rejects_name)} if file.rejects else {},
-        ),
-        batch_id,
-    )
-    return NormalizedEntry(obj, file, False, time.monotonic() - started)
-
-
-def load_step(
-    ctx: ImportContext,
-    tenant: Tenant,
-    batch_id: uuid.UUID,
-    scope: str,
-    owner: str,
     manifest: Manifest,
-    entries: Iterable[NormalizedEntry],
     heartbeat: Heartbeat,
-) -> Committed:
-    """Steps 4-6: load each normalised file as it arrives into one open warehouse
-    transaction, drop duplicate keys and check reject ratios once all are in, commit, then
-    record the commit. Raises on any failure (nothing of the slice is then visible).
-
-    A transient warehouse failure (dropped connection, serialization conflict) rolls the
-    slice back and starts it again, reloading the files already normalised, with backoff."""
-    started = time.monotonic()
-    with _KeyHashes(ctx.contracts) as hashes:
-        arrivals = _Arrivals([], iter(entries), hashes, heartbeat)
-        for delay in (*_LOAD_RETRY_DELAYS_SECONDS, None):
-            try:
-                commit, summary = _load_slice_once(
-                    ctx, tenant, batch_id, scope, owner, manifest, arrivals
-                )
-                break
-            except WarehouseError as exc:
-                if arrivals.failure is not None:  # a file failed too: that decides the batch
-                    raise arrivals.failure from None
-                if not exc.transient or delay is None:
-                    raise
-                recovered = recover_committed(ctx, tenant, batch_id, scope, owner)
-                if recovered is not None:  # the COMMIT went through; its answer was lost
-                    return recovered
-                pause = delay * (1 + random.random() * _RETRY_JITTER)
-                log.warning("slice load of %s failed (%s); again in %.1fs", scope, exc, pause)
-                time.sleep(pause)
-    failpoints.hit("after_warehouse_commit")
-    summary["seconds"] = {"load": round(time.monotonic() - started, 3)}
-    return record_commit(
-        ctx, batch_id, scope, owner, recovered=False, row_counts=commit.row_counts, summary=summary
-    )
-
-
-class _KeyHashes:
-    """The duplicate check's first pass (a hash per key) for each file, computed on a
-    thread of its own while the slice loads, so little of the check is left after the last
-    COPY. Kept across load attempts: a file's hashes do not depend on the warehouse."""
-
-    def __init__(self, contracts: ContractSet) -> None:
-        self._contracts = contracts
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="key-hashes")
-        self._by_path: dict[Path, Future[np.ndarray]] = {}
-
-    def __enter__(self) -> _KeyHashes:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
-    def add(self, file: NormalizedFile) -> None:
-        contract = self._contracts[file.dataset]
-        if contract.natural_key and file.parquet_path not in self._by_path:
-            self._by_path[file.parquet_path] = self._pool.submit(key_hashes, file, contract)
-
-    def take(self, file: NormalizedFile) -> np.ndarray:
-        """The file's hashes, handed over: kept here no longer (a later attempt that needs
-        them again computes them again), so they are freed as soon as their user is done."""
-        self.add(file)
-        return self._by_path.pop(file.parquet_path).result()
-
-
-@dataclass
-class _Arrivals:
-    """The slice's files. Each iteration (one per load attempt) replays those earlier
-    attempts took, then takes each new one as it is normalised, recording it in `loaded`
-    and handing it to the key hasher first.
-
-    Files are taken on the COPY's reader thread. If taking one fails while the COPY is
-    failing too, the reader's error is dropped for the COPY's: `failure` keeps it, and no
-    later attempt may go on as if the delivery had ended there."""
-
-    loaded: list[NormalizedEntry]
-    arriving: Iterator[NormalizedEntry]
-    hashes: _KeyHashes
-    heartbeat: Heartbeat
-    failure: BaseException | None = None
-
-    def __iter__(self) -> Iterator[NormalizedEntry]:
-        for entry in list(self.loaded):
-            self.heartbeat.check()
-            yield entry
-        while True:
-            if self.failure is not None:
-                raise self.failure
-            try:
-                entry = next(self.arriving)
-            except StopIteration:
-                return
-            except BaseException as exc:
-                self.failure = exc
-                raise
-            self.loaded.append(entry)
-            self.hashes.add(entry.file)
-            self.heartbeat.check()
-            yield entry
-
-
-def _load_slice_once(
-    ctx: ImportContext,
-    tenant: Tenant,
-    batch_id: uuid.UUID,
-    scope: str,
-    owner: str,
-    manifest: Manifest,
-    arrivals: _Arrivals,
-) -> tuple[SliceCommit, dict[str, Any]]:
-    """One slice transaction. Each dataset's files go into one COPY that pulls them as they
-    arrive (normalisation runs in load order), so the warehouse never waits for a COPY to
-    start between files."""
-    contracts = [ctx.contracts[name] for name in sorted(manifest.by_dataset())]
-    ctx.progress(f"loading the slice of {scope}", None)
-    with ctx.warehouse.open_slice(
-        tenant_id=tenant.tenant_id,
-        source_scope=scope,
-        batch_id=batch_id,
-        contracts=contracts,
-        progress=lambda dataset, rows: ctx.progress(f"loaded {rows:,} {dataset} rows", None),
-        on_session=lambda session: _record_session(ctx, batch_id, owner, session),
-    ) as writer:
-        for dataset, group in groupby(arrivals, key=_dataset_of):
-            writer.load_files(
-                ctx.contracts[dataset], (LoadFile(entry.file.parquet_path) for entry in group)
-            )
-        failpoints.hit("after_staging_rows")
-        # Arrow's allocator keeps freed pages for reuse; what follows allocates
-        # differently, so hand them back and keep the peak bounded by batch size.
-        pa.default_memory_pool().release_unused()
-        duplicates, summary = reject_step(
-            ctx, tenant, batch_id, owner, arrivals.loaded, arrivals.hashes.take
+    steps: StepRunner,
+) -> Iterable[NormalizedEntry]:
+    """The delivery's files normalised in the manifest's load order, each as soon as it is
+    ready, so the warehouse load of one file overlaps the parsing of the next."""
+    objects = list(manifest.load_order())
+    bucket = bucket_of(manifest)
+    args = [(ctx, batch_id, bucket, obj) for obj in objects]
+    for done, entry in enumerate(steps.map(STEPS["normalise"], normalize_one, args), start=1):
+        heartbeat.check()
+        failpoints.hit("after_normalized_file")
+        ctx.progress(
+            f"normalised {entry.obj.name}: {entry.file.row_count:,} rows, "
+            f"{entry.file.reject_count:,} rejects{' (cached)' if entry.cache_hit else ''}",
+            done / len(objects),
         )
-        for dataset, keys in duplicates.items():
-            writer.discard_keys(ctx.contracts[dataset], keys)
-        pa.default_memory_pool().release_unused()
-        arrivals.heartbeat.renew_now()
-        failpoints.hit("before_warehouse_commit")
-        return writer.commit(), summary
-
-
-def reject_step(
-    ctx: ImportContext,
-    tenant: Tenant,
-    batch_id: uuid.UUID,
-    owner: str,
-    entries: Sequence[NormalizedEntry],
-    hashes_of: Callable[[NormalizedFile], np.ndarray],
-) -> tuple[dict[str, pa.Table], dict[str, Any]]:
-    """Duplicate keys across the delivery, the batch's rejects (file and details), then the
-    reject ratios (raises above a contract's limit, naming the file, first lines and the
-    rejects file, which are already on the batch). Returns the repeated keys to drop, per
-    dataset. `hashes_of(file)` is the first pass of the duplicate check
-    (`normalize.key_hashes`)."""
-    by_dataset: dict[str, list[NormalizedEntry]] = {}
-    for entry in entries:
-        by_dataset.setdefault(entry.file.dataset, []).append(entry)
-    duplicate_keys: dict[str, pa.Table] = {}
-    all_rejects: list[Reject] = []
-    rows: dict[str, int] = {}
-    ratios: list[tuple[DatasetContract, int, list[Reject]]] = []
-    for dataset, dataset_entries in by_dataset.items():
-        contract = ctx.contracts[dataset]
-        files = [entry.file for entry in dataset_entries]
-        duplicates, keys = find_duplicates(files, contract, hashes_of)
-        dataset_rejects = [r for f in files for r in f.rejects] + list(duplicates)
-        rejected = sum(f.reject_count for f in files) + len(duplicates)
-        rows[dataset] = sum(f.row_count for f in files) - len(duplicates)
-        ratios.append((contract, rejected, dataset_rejects))
-        all_rejects.extend(dataset_rejects)
-        if keys.num_rows:
-            duplicate_keys[dataset] = keys
-    rejects_uri = None
-    if all_rejects:
-        local = ctx.workdir / str(batch_id) / "rejects.csv"
-        write_rejects(all_rejects, local)
-        rejects_uri = ctx.staging.put_file(
-            local, f"rejects/{tenant.tenant_id}/{batch_id}/rejects.csv"
-        )
-    summary = {
-        "files": [
-            {
-                "key": entry.obj.key,
-                "dataset": entry.file.dataset,
-                "rows": entry.file.row_count,
-                "rejects": entry.file.reject_count,
-                "cache_hit": entry.cache_hit,
-                "seconds": round(entry.seconds, 3),
-            }
-            for entry in entries
-        ],
-        "cache_hits": sum(entry.cache_hit for entry in entries),
-        "rows_to_load": rows,
-    }
-    rejects = {**summarize_rejects(all_rejects, sample=_REJECT_SAMPLE), "uri": rejects_uri}
-    ctx.repo.update_details(
-        batch_id, owner, {"phase": "normalised", "rejects": rejects, "summary": summary}
-    )
-    for contract, rejected, dataset_rejects in ratios:
-        try:
-            check_reject_ratio(contract, rows[contract.name], rejected)
-        except RejectRatioExceeded as exc:
-            raise RejectRatioExceeded(
-                f"{exc}; {_where_rejected(dataset_rejects)}; all rejects: {rejects_uri}",
-                dataset=exc.dataset,
-                ratio=exc.ratio,
-                limit=exc.limit,
-            ) from None
-    return duplicate_keys, {**summary, "rejects": rejects}
-
-
-def _where_rejected(rejects: Sequence[Reject]) -> str:
-    """The file with the most rejects and its first rejected lines, for a failure message."""
-    by_file: dict[str, list[Reject]] = {}
-    for reject in rejects:
-        by_file.setdefault(reject.file, []).append(reject)
-    file, worst = max(by_file.items(), key=lambda item: len(item[1]))
-    lines = [str(r.line) for r in worst[:_RATIO_LINES_NAMED] if r.line is not None]
-    first = worst[0]
-    return (
-        f"{len(worst):,} in {file}"
-        + (f" (first lines {', '.join(lines)})" if lines else "")
-        + f", e.g. {first.column or 'row'}: {first.reason}"
-    )
-
-
-def _record_session(
-    ctx: ImportContext, batch_id: uuid.UUID, owner: str, session: WarehouseSession
-) -> None:
-    """Before the slice locks anything: a successor that takes the batch over ends it."""
-    ctx.repo.update_details(batch_id, owner, {"warehouse_session": session.to_json()})
-
-
-def _dataset_of(entry: NormalizedEntry) -> str:
-    return entry.file.dataset
-
-
-def read_rejects(path: Path) -> list[Reject]:
-    with path.open(newline="", encoding="utf-8") as handle:
-        return [
-            Reject(
-                row["file"],
-                int(row["line"]) if row["line"] else None,
-                row["column"] or None,
-                row["reason"],
-                row["value"] or None,
-            )
-            for row in csv.DictReader(handle)
-        ]
+        yield entry

@@ -31,7 +31,7 @@ from fleet_import.batches import (
 )
 from fleet_import.batches.outbox import OutboxRepository, OutboxStep, StepStatus
 from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
-from fleet_import.heartbeat import Heartbeat
+from fleet_import.heartbeat import Heartbeat, leased
 from fleet_import.scope import split_folder
 
 log = logging.getLogger(__name__)
@@ -309,18 +309,13 @@ class Publisher:
             if not isinstance(self._repo.acquire_lease(batch_id, worker, lease_ttl), LeaseAcquired):
                 continue  # another executor holds it, or it finished meanwhile
             try:
-                with Heartbeat(self._repo, batch_id, worker, lease_ttl) as heartbeat:
+                with leased(self._repo, batch_id, worker, lease_ttl) as heartbeat:
                     outcome = self.publish_batch(batch_id, worker, worker, heartbeat=heartbeat)
                     if isinstance(outcome, PublicationFailed) and outcome.dead:
                         self.mark_failed_publication(batch_id, worker, outcome)
                 outcomes.append(outcome)
             except LeaseLost as exc:
                 log.warning("drain %s lost batch %s: %s", worker, batch_id, exc)
-            finally:
-                try:
-                    self._repo.release_lease(batch_id, worker)
-                except FleetImportError as exc:  # the lease expires on its own
-                    log.warning("could not release lease on batch %s: %s", batch_id, exc)
         return outcomes
 
     def mark_failed_publication(

@@ -15,7 +15,7 @@ from fleet_import.batches import (
     SourceType,
 )
 from fleet_import.batches.outbox import OutboxRepository
-from fleet_import.heartbeat import Heartbeat
+from fleet_import.heartbeat import Heartbeat, leased
 from fleet_import.pipeline import (
     Failed,
     ImportContext,
@@ -26,7 +26,6 @@ from fleet_import.pipeline import (
     new_owner,
     publish_step,
     recover_committed,
-    release_lease_quietly,
 )
 from fleet_import.scope import Tenant
 
@@ -50,11 +49,8 @@ def resume_batch(
         return NotClaimed(batch_id, lease.owner, lease.expires_at)
     if isinstance(lease, BatchNotRunning):
         return NothingToDo(batch_id, str(lease.status))
-    try:
-        with Heartbeat(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
-            return _finish(ctx, outbox, batch_id, scope, owner, heartbeat)
-    finally:
-        release_lease_quietly(ctx.repo, batch_id, owner)
+    with leased(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
+        return _finish(ctx, outbox, batch_id, scope, owner, heartbeat)
 
 
 def _finish(

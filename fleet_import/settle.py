@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from fleet_import import failpoints
-from fleet_import.batches import BatchRepository, FailureKind
+from fleet_import.batches import FailureKind
 from fleet_import.context import Committed, Failed, ImportContext, ImportOutcome, event_payload
 from fleet_import.errors import FleetImportError, PreCommitError
 from fleet_import.heartbeat import Heartbeat
@@ -18,14 +18,6 @@ from fleet_import.publication import PublicationExpired, PublicationFailed, Publ
 from fleet_import.scope import Tenant
 
 log = logging.getLogger(__name__)
-
-
-def release_lease_quietly(repo: BatchRepository, batch_id: uuid.UUID, owner: str) -> None:
-    """Release at the end of work; if the database is unreachable the lease expires anyway."""
-    try:
-        repo.release_lease(batch_id, owner)
-    except FleetImportError as exc:
-        log.warning("could not release lease on batch %s: %s", batch_id, exc)
 
 
 def settle_failure(

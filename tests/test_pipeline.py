@@ -211,10 +211,10 @@ def test_a_dropped_warehouse_connection_is_retried_without_losing_a_file(
 ) -> None:
     """The server really kills the slice's backend after its first file: the load starts
     again, replays the file already normalised, and the slice comes out whole."""
-    from fleet_import import pipeline
+    from fleet_import import loading
     from fleet_import.warehouse import PostgresWarehouse
 
-    monkeypatch.setattr(pipeline, "_LOAD_RETRY_DELAYS_SECONDS", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(loading, "_LOAD_RETRY_DELAYS_SECONDS", (0.0, 0.0, 0.0))
     opened: list[int] = []
 
     class DroppingWarehouse(PostgresWarehouse):
@@ -254,14 +254,14 @@ def test_a_file_failing_while_the_copy_fails_fails_the_batch(
     import threading
     import time
 
-    from fleet_import import pipeline
+    from fleet_import import loading, normalising
     from fleet_import.errors import PreCommitError
     from fleet_import.warehouse import postgres
 
-    monkeypatch.setattr(pipeline, "_LOAD_RETRY_DELAYS_SECONDS", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(loading, "_LOAD_RETRY_DELAYS_SECONDS", (0.0, 0.0, 0.0))
     monkeypatch.setattr(import_ctx, "normalize_workers", 1)
     trips_2_started = threading.Event()
-    normalize_object = pipeline.normalize_object
+    normalize_object = normalising.normalize_object
 
     def failing_trips_2(ctx, batch_id, bucket, obj, contract, workdir):
         if obj.name.startswith("trips-2"):
@@ -270,7 +270,7 @@ def test_a_file_failing_while_the_copy_fails_fails_the_batch(
             raise PreCommitError(f"{obj.name}: cannot be normalised")
         return normalize_object(ctx, batch_id, bucket, obj, contract, workdir)
 
-    monkeypatch.setattr(pipeline, "normalize_object", failing_trips_2)
+    monkeypatch.setattr(normalising, "normalize_object", failing_trips_2)
     stream_parquet = postgres.stream_parquet
     killed: list[int] = []
 
