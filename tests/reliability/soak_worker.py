@@ -17,7 +17,7 @@ import random
 import sys
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -79,21 +79,77 @@ def build(config: Mapping[str, Any]) -> tuple[ImportContext, Publisher]:
 
 
 def describe(outcome: object) -> dict[str, Any]:
+    if isinstance(outcome, dict):
+        return outcome
     fields = asdict(outcome) if is_dataclass(outcome) else {}  # type: ignore[arg-type]
     keep = {k: v for k, v in fields.items() if k in {"batch_id", "published", "recovered"}}
     return {"outcome": type(outcome).__name__, **json.loads(json.dumps(keep, default=str))}
 
 
+Importer = Callable[[ImportContext, Tenant, str, str], object]
+
+
+def importer(config: Mapping[str, Any], publisher: Publisher) -> Importer:
+    """The core's import_folder, or (config "path": "flow") the import-s3-folder flow."""
+    if config.get("path") != "flow":
+        return import_folder
+    if config.get("prefect_api_url"):  # before Prefect is imported: it reads settings then
+        os.environ["PREFECT_API_URL"] = config["prefect_api_url"]
+    outbox = OutboxRepository(config["database_url"])
+    return lambda ctx, tenant, folder, key: import_through_flow(
+        ctx, outbox, publisher, tenant, folder, key
+    )
+
+
 def run_once(config: Mapping[str, Any]) -> int:
-    ctx, _ = build(config)
-    outcome = import_folder(ctx, Tenant.named(config["tenant"]), config["folder"], config["key"])
+    ctx, publisher = build(config)
+    tenant, folder, key = Tenant.named(config["tenant"]), config["folder"], config["key"]
+    outcome = importer(config, publisher)(ctx, tenant, folder, key)
     print(json.dumps(describe(outcome)), flush=True)
     return 0
+
+
+def import_through_flow(
+    ctx: ImportContext,
+    outbox: OutboxRepository,
+    publisher: Publisher,
+    tenant: Tenant,
+    folder: str,
+    key: str,
+) -> object:
+    """The delivery through the import-s3-folder flow (PREFECT_API_URL must name a server),
+    on this worker's ImportContext so its events reach the same file; the outcome the flow
+    turned into its final state."""
+    from fleet_import.config import Settings
+    from fleet_import.runtime import Runtime
+    from flows import import_s3_folder as module
+
+    runtime = Runtime(Settings(), ctx, outbox, publisher)
+    outcomes: list[object] = []
+    state_for = module.state_for
+
+    def recording_state_for(outcome: object):
+        outcomes.append(outcome)
+        return state_for(outcome)
+
+    module.runtime_for_flow = lambda **_: runtime
+    module.state_for = recording_state_for
+    state = module.import_s3_folder(
+        tenant_id=tenant.tenant_id, folder=folder, delivery_key=key, return_state=True
+    )
+    if outcomes:
+        return outcomes[-1]
+    # No outcome: the flow lost its lease (an expected end after a stall), or it crashed.
+    message = state.message or ""
+    if message.startswith("lost the lease"):
+        return {"outcome": "Error", "error": f"LeaseLost: {message}"}
+    return {"outcome": "Crash", "error": f"{state.name}: {message}"}
 
 
 def run_loop(config: Mapping[str, Any]) -> int:
     """Pick random deliveries from the plan until the deadline; log every outcome."""
     ctx, publisher = build(config)
+    run_import = importer(config, publisher)
     rng = random.Random(config["seed"])
     plan = config["plan"]
     log = Path(config["log"])
@@ -111,7 +167,7 @@ def run_loop(config: Mapping[str, Any]) -> int:
             tenant, folder, key = rng.choice(plan)
             job = {"tenant": tenant, "folder": folder, "key": key}
             try:
-                result = describe(import_folder(ctx, Tenant.named(tenant), folder, key))
+                result = describe(run_import(ctx, Tenant.named(tenant), folder, key))
             except FleetImportError as exc:  # LeaseLost after a stall: expected, logged
                 result = {"outcome": "Error", "error": f"{type(exc).__name__}: {exc}"}
             except Exception as exc:  # noqa: BLE001 - anything else is a finding

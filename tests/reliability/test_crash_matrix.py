@@ -1,4 +1,5 @@
-"""Every failpoint, a real process death there, then the delivery again.
+"""Every failpoint, a real process death there, then the delivery again; the worker
+processes run the core's import_folder or the import-s3-folder flow (the same driver).
 
 Each case first loads an older delivery of the folder (batch d0), replaces the files, and
 starts delivery d1 in a child worker (a Publisher with the default steps) that dies at the
@@ -101,9 +102,12 @@ def test_every_failpoint_in_the_code_is_in_the_matrix() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("path", ["core", "flow"])
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.failpoint)
 def test_death_at_failpoint_then_rerun_loses_and_repeats_nothing(
     case: Case,
+    path: str,
+    request: pytest.FixtureRequest,
     database_url: str,
     warehouse,
     s3,
@@ -123,7 +127,15 @@ def test_death_at_failpoint_then_rerun_loses_and_repeats_nothing(
         "events": str(events),
         "refresh_sql": REFRESH_SQL,
         "tenant": "acme",
+        # The worker processes run the import-s3-folder flow, or the core's import_folder:
+        # one driver, so every failpoint is on both paths.
+        "path": path,
     }
+    if path == "flow":
+        from prefect.settings import PREFECT_API_URL
+
+        request.getfixturevalue("prefect_api")
+        config["prefect_api_url"] = PREFECT_API_URL.value()
     repo = BatchRepository(database_url)
     outbox = OutboxRepository(database_url)
     ctx, _ = soak_worker.build({**config, "worker": "parent"})

@@ -1,4 +1,5 @@
-"""Concurrency soak: 8 worker processes import 50 folders of 5 tenants for a fixed time,
+"""Concurrency soak: 8 worker processes (half through the import-s3-folder flow, half
+through the core's import_folder: one driver) import 50 folders of 5 tenants for a fixed time,
 while the test kills workers (SIGKILL mid-import) and stalls them past their lease (SIGSTOP,
 then SIGCONT: a zombie that must notice it lost the lease). Deliveries repeat at random,
 with the same key (a duplicate) and with another key (a replacement).
@@ -19,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from prefect.settings import PREFECT_API_URL
 
 from fleet_import.batches import BatchRepository, BatchStatus
 from fleet_import.pipeline import Committed, Skipped, import_folder
@@ -82,6 +84,7 @@ def read_log(path: Path) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.soak
 def test_soak_workers_killed_and_stalled_never_break_the_invariants(
+    prefect_api: None,
     database_url: str,
     warehouse,
     s3,
@@ -114,6 +117,7 @@ def test_soak_workers_killed_and_stalled_never_break_the_invariants(
         "plan": plan,
         "log": str(log),
         "deadline": time.time() + _SECONDS,
+        "prefect_api_url": PREFECT_API_URL.value(),
     }
     spawned = 0
 
@@ -123,7 +127,15 @@ def test_soak_workers_killed_and_stalled_never_break_the_invariants(
         # The child keeps its own copy of the descriptor; ours closes at once.
         with (tmp_path / f"w{slot}.{spawned}.stderr").open("w") as stderr:
             return subprocess.Popen(
-                worker_command({**config, "worker": f"w{slot}.{spawned}", "seed": rng.random()}),
+                worker_command(
+                    {
+                        **config,
+                        "worker": f"w{slot}.{spawned}",
+                        "seed": rng.random(),
+                        # Odd slots run the import-s3-folder flow, even ones the core.
+                        "path": "flow" if slot % 2 else "core",
+                    }
+                ),
                 env=worker_env(),
                 cwd=REPO,
                 stdout=subprocess.DEVNULL,
