@@ -107,6 +107,10 @@ class Failed:
     batch_id: uuid.UUID
     kind: FailureKind
     error: str
+    resumable: bool = False
+    """A failed publication `resume_publication` can finish (the slice is still this batch's)."""
+    expired: bool = False
+    """A newer batch owns the slice: nothing of this batch's publication may run any more."""
 
 
 ImportOutcome = Skipped | NotClaimed | NothingToDo | Committed | Failed

@@ -72,7 +72,7 @@ def _finish(
             )
         error = f"publication expired: batch {stamp} owns the slice of {scope} now"
         outbox.mark_publication_expired(batch_id, owner, error)
-        return Failed(batch_id, FailureKind.FAILED_PUBLICATION, error)
+        return Failed(batch_id, FailureKind.FAILED_PUBLICATION, error, expired=True)
     if details.redshift_committed:
         outbox.reopen_dead_steps(batch_id)  # an explicit resume gives dead steps new attempts
     tenant = Tenant(batch.tenant_id, batch.company_id, batch.tenant_database)

@@ -112,12 +112,13 @@ def publish_step(
         ctx.publisher.mark_failed_publication(committed.batch_id, owner, outcome)
         batch = ctx.repo.get(committed.batch_id)
         error = batch.details["failure"]["error"] if batch else outcome.error
-        return Failed(committed.batch_id, FailureKind.FAILED_PUBLICATION, error)
+        return Failed(committed.batch_id, FailureKind.FAILED_PUBLICATION, error, resumable=True)
     if isinstance(outcome, PublicationExpired):
         return Failed(
             committed.batch_id,
             FailureKind.FAILED_PUBLICATION,
             f"publication expired: batch {outcome.slice_owner} owns the slice now",
+            expired=True,
         )
     return committed  # busy or deferred: a drain finishes it
 

@@ -66,7 +66,7 @@ def state_for(outcome: pipeline.ImportOutcome) -> State:
     if isinstance(outcome, pipeline.Failed):
         hint = (
             f" (resumable: fleet-import resume {outcome.batch_id})"
-            if outcome.kind == "failed_publication" and "expired" not in outcome.error
+            if outcome.resumable
             else ""
         )
         return Failed(message=f"{outcome.kind}{hint}: {outcome.error}")

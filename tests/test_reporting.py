@@ -150,3 +150,14 @@ def test_artifacts_show_hostile_rejects_and_failure_verbatim(monkeypatch) -> Non
     heading, body = markdown["batch-failure"].split("\n\n")
     assert heading == f"# batch {BATCH} failed (failed\\_pre\\_commit)"
     assert _paragraph(body) == f"trips [bold]x.csv: [/red]{_NEWLINE}# h"
+
+
+def test_the_resume_hint_follows_the_outcome_not_its_text() -> None:
+    """An S3 `ExpiredToken` in a failed step's error leaves the batch resumable; an expired
+    publication is not, whatever its message says."""
+    resumable = pipeline.Failed(
+        BATCH, FailureKind.FAILED_PUBLICATION, "notify: ExpiredToken", resumable=True
+    )
+    assert f"resumable: fleet-import resume {BATCH}" in state_for(resumable).message
+    expired = pipeline.Failed(BATCH, FailureKind.FAILED_PUBLICATION, "a newer batch", expired=True)
+    assert "resumable" not in state_for(expired).message
