@@ -16,11 +16,10 @@ from typing import Any
 from fleet_import.batches import BatchRepository, FailureKind
 from fleet_import.config import DEFAULT_NORMALIZE_WORKERS
 from fleet_import.contracts import FLEET_DATASETS, ContractSet
-from fleet_import.publication import Publisher
+from fleet_import.publication import EventSink, Publisher
 from fleet_import.staging import StagingArea
 from fleet_import.warehouse import Warehouse
 
-EventSink = Callable[[str, Mapping[str, Any]], None]
 Progress = Callable[[str, float | None], None]
 
 
