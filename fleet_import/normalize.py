@@ -3,7 +3,7 @@
 Streaming: memory follows `batch_rows`, not the file size. Readers (normalize_readers,
 normalize_csv) yield raw batches with their source lines; normalize_rows types them with
 vectorised Arrow kernels. This module writes the output and judges a delivery as a whole:
-duplicate natural keys across its files, and the share of rejected rows.
+the share of rejected rows (duplicate natural keys across its files: duplicate_keys.py).
 """
 
 from __future__ import annotations
@@ -11,22 +11,27 @@ from __future__ import annotations
 import csv
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fleet_import.contracts import DatasetContract, FileFormat
+from fleet_import.duplicate_keys import (
+    DUPLICATE_REASON,
+    find_duplicate_keys,
+    find_duplicates,
+    key_hashes,
+)
 from fleet_import.errors import PreCommitError
 from fleet_import.normalize_readers import read_batches
 from fleet_import.normalize_rows import (
+    DEFAULT_BATCH_ROWS,
     SOURCE_LINE_COLUMN,
     FileRejected,
     Reject,
@@ -51,14 +56,10 @@ __all__ = [
     "write_rejects",
 ]
 
-DEFAULT_BATCH_ROWS = 65_536
 # Snappy: what every Parquet consumer (Redshift COPY and Spectrum included) reads.
 _COMPRESSION = "snappy"
 _PARTIAL_SUFFIX = ".partial"
 _REJECT_FIELDS = ("file", "line", "column", "reason", "value")
-_DUPLICATE_REASON = "duplicate natural key"
-# (file index << _FILE_SHIFT) | line orders rows of a delivery in one int64.
-_FILE_SHIFT = 40
 
 
 class RejectRatioExceeded(PreCommitError):
@@ -198,174 +199,6 @@ class _RowGroups:
             in_flight.result()
 
 
-def find_duplicate_keys(files: Sequence[NormalizedFile], contract: DatasetContract) -> list[Reject]:
-    """Every row whose natural key occurs more than once in the delivery, each naming
-    another place the key occurs."""
-    return find_duplicates(files, contract)[0]
-
-
-def find_duplicates(
-    files: Sequence[NormalizedFile],
-    contract: DatasetContract,
-    hashes_of: Callable[[NormalizedFile], np.ndarray] | None = None,
-) -> tuple[list[Reject], pa.Table]:
-    """The duplicate-key rejects, and the repeated keys themselves (typed, one row each) so
-    a loader can drop every copy of them.
-
-    Memory matters here (a delivery can hold millions of keys): a first pass keeps only a
-    64-bit hash per row (`key_hashes` per file, or `hashes_of(file)` where a caller computed
-    them earlier and hands them over), and only rows whose hash repeats are read again and
-    compared exactly, so a collision never makes a false reject."""
-    keys = list(contract.natural_key)
-    key_schema = pa.schema([contract.arrow_schema.field(key).with_nullable(True) for key in keys])
-    nothing: tuple[list[Reject], pa.Table] = ([], key_schema.empty_table())
-    if not keys or not files:
-        return nothing
-    hashes = [
-        key_hashes(normalized, contract) if hashes_of is None else hashes_of(normalized)
-        for normalized in files
-    ]
-    repeated = _repeated_values(np.concatenate(hashes)) if hashes else np.empty(0, np.uint64)
-    if not repeated.size:
-        return nothing
-    key_schema = pa.schema([contract.arrow_schema.field(key).with_nullable(True) for key in keys])
-    tables = []
-    for index, (normalized, file_hashes) in enumerate(zip(files, hashes, strict=True)):
-        candidates = np.isin(file_hashes, repeated)
-        if not candidates.any():
-            continue
-        table, lines = _read_keys(normalized, keys)
-        table = table.filter(pa.array(candidates))
-        position = pc.add(lines.filter(pa.array(candidates)), pa.scalar(index << _FILE_SHIFT))
-        tables.append(table.cast(key_schema).append_column("_position", position))
-    del hashes
-    rows = pa.concat_tables(tables)
-    for key in keys:  # as in SQL, a missing key equals nothing
-        if rows.column(key).null_count:
-            rows = rows.filter(rows.column(key).is_valid())
-    counts = rows.group_by(keys).aggregate([("_position", "count"), ("_position", "min")])
-    repeated_keys = counts.filter(pc.greater(counts.column("_position_count"), 1))
-    if not repeated_keys.num_rows:
-        return nothing
-    rows = rows.join(repeated_keys, keys=keys, join_type="inner")
-    is_first = pc.equal(rows.column("_position"), rows.column("_position_min"))
-    later = rows.filter(pc.invert(is_first)).group_by(keys).aggregate([("_position", "min")])
-    later = later.rename_columns([*keys, "_second"])
-    rows = rows.join(later, keys=keys, join_type="inner")
-    is_first = pc.equal(rows.column("_position"), rows.column("_position_min"))
-    other = pc.if_else(is_first, rows.column("_second"), rows.column("_position_min"))
-    rows = rows.append_column("_other", other).sort_by("_position").combine_chunks()
-    rejects = _duplicate_rejects(rows, keys, [normalized.source_key for normalized in files])
-    return rejects, repeated_keys.select(keys).cast(key_schema)
-
-
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
-# A key with a NULL part equals nothing (as in SQL): it gets a hash no other row shares.
-_NULL_HASH_BASE = np.uint64(1 << 63)
-
-
-def key_hashes(normalized: NormalizedFile, contract: DatasetContract) -> np.ndarray:
-    """One 64-bit hash of the natural key per row of a normalised file, in row order (a key
-    with a missing part gets a value no other row of the file shares). Read a row group at
-    a time, so memory follows the row group, not the file."""
-    keys = list(contract.natural_key)
-    parquet = pq.ParquetFile(normalized.parquet_path)
-    parts = [np.empty(0, np.uint64)]
-    first_row = 0
-    for batch in parquet.iter_batches(batch_size=DEFAULT_BATCH_ROWS, columns=keys):
-        parts.append(_key_hashes(pa.Table.from_batches([batch]), keys, first_row))
-        first_row += batch.num_rows
-    return np.concatenate(parts)
-
-
-def _read_keys(normalized: NormalizedFile, keys: list[str]) -> tuple[pa.Table, pa.ChunkedArray]:
-    table = pq.read_table(normalized.parquet_path, columns=[*keys, SOURCE_LINE_COLUMN])
-    return table.select(keys), table.column(SOURCE_LINE_COLUMN)
-
-
-def _key_hashes(table: pa.Table, keys: list[str], first_row: int = 0) -> np.ndarray:
-    """FNV-1a over each key's text, vectorised by byte position (keys are short)."""
-    combined = np.full(table.num_rows, _FNV_OFFSET, dtype=np.uint64)
-    null = np.zeros(table.num_rows, dtype=bool)
-    for key in keys:
-        column = pc.cast(table.column(key), pa.large_string()).combine_chunks()
-        null |= np.asarray(column.is_null())
-        offsets = np.frombuffer(column.buffers()[1], dtype=np.int64)[
-            column.offset : column.offset + len(column) + 1
-        ]
-        data = column.buffers()[2]
-        data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.empty(0, np.uint8)
-        starts, lengths = offsets[:-1], np.diff(offsets)
-        value = np.full(len(column), _FNV_OFFSET, dtype=np.uint64)
-        rows = np.arange(len(column))
-        for position in range(int(lengths.max(initial=0))):
-            rows = rows[lengths[rows] > position]
-            value[rows] ^= data[starts[rows] + position].astype(np.uint64)
-            value[rows] *= _FNV_PRIME
-        combined = (combined ^ value) * _FNV_PRIME ^ lengths.astype(np.uint64)
-    combined[null] = _NULL_HASH_BASE + (first_row + np.nonzero(null)[0]).astype(np.uint64)
-    return combined
-
-
-def _repeated_values(values: np.ndarray) -> np.ndarray:
-    ordered = np.sort(values)
-    same = ordered[1:] == ordered[:-1]
-    return np.unique(ordered[1:][same])
-
-
-def _duplicate_rejects(rows: pa.Table, keys: list[str], source_keys: list[str]) -> list[Reject]:
-    """Reasons are assembled by Arrow: a delivery holding a file twice makes millions."""
-    names = pa.array(source_keys, pa.string())
-    line_bits = pa.scalar((1 << _FILE_SHIFT) - 1, pa.int64())
-    shift = pa.scalar(_FILE_SHIFT, pa.int64())
-
-    def file_of(position: pa.Array) -> pa.Array:
-        return names.take(pc.shift_right(position, shift))
-
-    def line_of(position: pa.Array) -> pa.Array:
-        return pc.bit_wise_and(position, line_bits)
-
-    texts = [pc.cast(rows.column(key), pa.string()) for key in keys]
-    shown = pc.binary_join_element_wise(
-        *[
-            pc.binary_join_element_wise(f"{key}='", text, "'", "")
-            for key, text in zip(keys, texts, strict=True)
-        ],
-        ", ",
-    )
-    count = rows.column("_position_count")
-    extra = pc.cast(pc.subtract(count, 2), pa.string())
-    more = pc.if_else(
-        pc.greater(count, 2), pc.binary_join_element_wise(" and ", extra, " more", ""), ""
-    )
-    other = rows.column("_other")
-    reasons = pc.binary_join_element_wise(
-        f"{_DUPLICATE_REASON} ",
-        shown,
-        " (also at ",
-        file_of(other),
-        " line ",
-        pc.cast(line_of(other), pa.string()),
-        more,
-        ")",
-        "",
-    )
-    values = pc.binary_join_element_wise(*texts, ", ")
-    position = rows.column("_position")
-    column = ",".join(keys)
-    return [
-        Reject(source_key, line, column, reason, value)
-        for source_key, line, reason, value in zip(
-            file_of(position).to_pylist(),
-            line_of(position).to_pylist(),
-            reasons.to_pylist(),
-            values.to_pylist(),
-            strict=True,
-        )
-    ]
-
-
 def check_reject_ratio(contract: DatasetContract, accepted_rows: int, rejected_rows: int) -> None:
     """Fail the delivery when the dataset's rejected share exceeds its contract's limit."""
     total = accepted_rows + rejected_rows
@@ -409,4 +242,4 @@ def summarize_rejects(rejects: Sequence[Reject], sample: int = 20) -> dict[str, 
 
 def _reason_kind(reason: str) -> str:
     """Reasons without the per-row detail, so that counting them stays bounded."""
-    return _DUPLICATE_REASON if reason.startswith(_DUPLICATE_REASON) else reason
+    return DUPLICATE_REASON if reason.startswith(DUPLICATE_REASON) else reason

@@ -19,6 +19,8 @@ from fleet_import.contracts import Column, DatasetContract
 from fleet_import.errors import PreCommitError
 
 SOURCE_LINE_COLUMN = "_source_line"
+# Rows per Arrow batch when reading or writing normalised data: memory follows this.
+DEFAULT_BATCH_ROWS = 65_536
 _VALUE_LIMIT = 200
 _UTC = dt.UTC
 # The warehouses store years 1..9999; Arrow's ISO parser happily returns year 0.
