@@ -30,14 +30,14 @@ import pyarrow.parquet as pq
 from fleet_import.config import libpq_url
 from fleet_import.contracts import TRIPS
 from fleet_import.warehouse import DatasetLoad, LoadFile, PostgresWarehouse
-from fleet_import.warehouse.binary_copy import (
+from fleet_import.warehouse.postgres.binary_copy import (
     CopyEncoder,
     ParquetSource,
     stream_parquet,
     text_field,
     uuid_field,
 )
-from fleet_import.warehouse.postgres import table_identifier
+from fleet_import.warehouse.postgres.ddl import table_identifier
 
 DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 TENANT = "acme"

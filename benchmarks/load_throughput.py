@@ -59,7 +59,7 @@ from fleet_import.scope import Tenant, source_scope, split_folder
 from fleet_import.sources import s3_client
 from fleet_import.staging import StagingArea
 from fleet_import.warehouse import PostgresWarehouse
-from fleet_import.warehouse.postgres import PG_TYPES, table_identifier
+from fleet_import.warehouse.postgres.ddl import PG_TYPES, table_identifier
 
 VARIANTS = ("parquet", "csv")
 TARGETS = {"parquet": 0.7, "csv": 0.6}

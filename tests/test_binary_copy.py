@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fleet_import.config import libpq_url
-from fleet_import.warehouse import binary_copy
-from fleet_import.warehouse.binary_copy import (
+from fleet_import.warehouse.postgres import binary_copy
+from fleet_import.warehouse.postgres.binary_copy import (
     CopyEncoder,
     EncodeError,
     ParquetSource,

@@ -256,7 +256,7 @@ def test_a_file_failing_while_the_copy_fails_fails_the_batch(
 
     from fleet_import import loading, normalising
     from fleet_import.errors import PreCommitError
-    from fleet_import.warehouse import postgres
+    from fleet_import.warehouse.postgres import writer as postgres
 
     monkeypatch.setattr(loading, "_LOAD_RETRY_DELAYS_SECONDS", (0.0, 0.0, 0.0))
     monkeypatch.setattr(import_ctx, "normalize_workers", 1)

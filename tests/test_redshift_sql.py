@@ -10,7 +10,9 @@ import sqlglot
 from sqlglot import exp
 
 from fleet_import.contracts import FLEET_DATASETS, TRIPS, VEHICLES, Column, DatasetContract
-from fleet_import.warehouse import redshift_sql as q
+from fleet_import.warehouse import sql as shared
+from fleet_import.warehouse.redshift import ddl, slice_sql
+from fleet_import.warehouse.redshift.ddl import DIALECT
 
 ROLE = "arn:aws:iam::123456789012:role/fleet-copy"
 AWKWARD = DatasetContract(
@@ -32,7 +34,7 @@ def columns_of(create: exp.Expression) -> dict[str, str]:
 
 @pytest.mark.parametrize("contract", list(FLEET_DATASETS.values()), ids=lambda c: c.name)
 def test_create_table_parses_with_redshift_types_and_no_keys(contract: DatasetContract) -> None:
-    tree = parse(q.create_table_sql(contract))
+    tree = parse(ddl.create_table_sql(contract))
     assert isinstance(tree, exp.Create) and tree.args.get("exists")
     columns = columns_of(tree)
     assert list(columns) == [
@@ -45,7 +47,7 @@ def test_create_table_parses_with_redshift_types_and_no_keys(contract: DatasetCo
 
 
 def test_varchar_lengths_are_bytes() -> None:
-    columns = columns_of(parse(q.create_table_sql(VEHICLES)))
+    columns = columns_of(parse(ddl.create_table_sql(VEHICLES)))
     assert columns["vin"] == "VARCHAR(68)"  # 17 characters, up to 4 bytes each
     assert columns["vehicle_id"] == "VARCHAR(256)"
     assert columns["ingestion_batch_id"] == "VARCHAR(36)"
@@ -56,12 +58,12 @@ def test_varchar_lengths_are_bytes() -> None:
         natural_key=("k",),
         columns=(Column("k", "string"), Column("huge", "string", max_length=100_000)),
     )
-    columns = columns_of(parse(q.create_table_sql(unbounded)))
-    assert columns["k"] == columns["huge"] == f"VARCHAR({q.VARCHAR_MAX_BYTES})"
+    columns = columns_of(parse(ddl.create_table_sql(unbounded)))
+    assert columns["k"] == columns["huge"] == f"VARCHAR({ddl.VARCHAR_MAX_BYTES})"
 
 
 def test_types_of_every_kind() -> None:
-    columns = columns_of(parse(q.create_table_sql(TRIPS)))
+    columns = columns_of(parse(ddl.create_table_sql(TRIPS)))
     assert columns["started_at"] in ("TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE")
     assert columns["distance_km"] == "DOUBLE PRECISION"
     every = DatasetContract(
@@ -74,21 +76,21 @@ def test_types_of_every_kind() -> None:
             for n, t in (("i", "int64"), ("b", "bool"), ("d", "date"))  # type: ignore[arg-type]
         ),
     )
-    columns = columns_of(parse(q.create_table_sql(every)))
+    columns = columns_of(parse(ddl.create_table_sql(every)))
     assert (columns["i"], columns["b"], columns["d"]) == ("BIGINT", "BOOLEAN", "DATE")
 
 
 def test_staging_table_holds_only_the_contract_columns() -> None:
-    tree = parse(q.create_staging_sql(TRIPS))
+    tree = parse(slice_sql.create_staging_sql(TRIPS))
     assert isinstance(tree, exp.Create)
     assert "TEMPORARY" in tree.sql("redshift")
     assert list(columns_of(tree)) == TRIPS.column_names
-    keys = parse(q.create_keys_sql(AWKWARD))
+    keys = parse(slice_sql.create_keys_sql(AWKWARD))
     assert list(columns_of(keys)) == ["from", "user"]
 
 
 def test_copy_uses_iam_role_and_parquet_manifest_only() -> None:
-    sql = q.copy_sql("fleet_stage_trips", "s3://bucket/stage/acme/b/trips.manifest", ROLE)
+    sql = slice_sql.copy_sql("fleet_stage_trips", "s3://bucket/stage/acme/b/trips.manifest", ROLE)
     tree = parse(sql)
     assert isinstance(tree, exp.Copy)
     assert re.fullmatch(
@@ -100,13 +102,13 @@ def test_copy_uses_iam_role_and_parquet_manifest_only() -> None:
 
 
 def test_copy_quotes_literals() -> None:
-    sql = q.copy_sql("t", "s3://b/it's.manifest", ROLE)
+    sql = slice_sql.copy_sql("t", "s3://b/it's.manifest", ROLE)
     assert "'s3://b/it''s.manifest'" in sql
     assert isinstance(parse(sql), exp.Copy)
 
 
 def test_insert_stamps_rows_with_parameters() -> None:
-    sql, params = q.insert_stamped_sql(TRIPS, "acme", "scope", "batch")
+    sql, params = slice_sql.insert_stamped_sql(TRIPS, "acme", "scope", "batch")
     tree = parse(sql)
     assert isinstance(tree, exp.Insert)
     assert params == ["acme", "scope", "batch"]
@@ -118,7 +120,7 @@ def test_insert_stamps_rows_with_parameters() -> None:
 
 
 def test_deletes_are_scoped_by_tenant_scope_and_batch() -> None:
-    sql, params = q.delete_slice_sql("curated.fleet_trips", "acme", "scope", ["b1", "b2"])
+    sql, params = shared.delete_slice_sql("curated.fleet_trips", "acme", "scope", ["b1", "b2"])
     tree = parse(sql)
     assert isinstance(tree, exp.Delete)
     assert params == ["b1", "b2", "acme", "scope"] and sql.count("%s") == 4
@@ -127,7 +129,7 @@ def test_deletes_are_scoped_by_tenant_scope_and_batch() -> None:
         "tenant_id",
         "source_scope",
     }
-    sql, params = q.delete_keys_sql(AWKWARD, "acme", "scope", "b1")
+    sql, params = shared.delete_keys_sql(AWKWARD, "acme", "scope", "b1")
     tree = parse(sql)
     assert isinstance(tree, exp.Delete) and tree.args.get("using")
     assert '"select"."order"."from" = "fleet_discard_orders"."from"' in sql
@@ -135,27 +137,29 @@ def test_deletes_are_scoped_by_tenant_scope_and_batch() -> None:
 
 
 def test_registry_statements_parse() -> None:
-    assert isinstance(parse(q.create_registry_sql()), exp.Create)
-    assert "PRIMARY KEY" not in q.create_registry_sql()  # Redshift would not enforce it
-    sql, params = q.register_slice_sql("acme", "scope", "trips", "b", 3, "curated.fleet_trips")
+    assert isinstance(parse(shared.create_registry_sql(DIALECT)), exp.Create)
+    assert "PRIMARY KEY" not in shared.create_registry_sql(DIALECT)  # Redshift would not enforce it
+    sql, params = shared.register_slice_sql(
+        DIALECT, "acme", "scope", "trips", "b", 3, "curated.fleet_trips"
+    )
     assert isinstance(parse(sql), exp.Insert) and sql.count("%s") == len(params) == 6
     for sql, params in (
-        q.forget_slices_sql("acme", "scope"),
-        q.registered_slices_sql("acme", "scope"),
-        q.count_slice_sql("curated.fleet_trips", "acme", "scope", "b"),
-        q.table_columns_sql("curated", "fleet_trips"),
-        q.registry_exists_sql(),
+        shared.forget_slices_sql("acme", "scope"),
+        shared.registered_slices_sql("acme", "scope"),
+        shared.count_slice_sql("curated.fleet_trips", "acme", "scope", "b"),
+        ddl.table_columns_sql("curated", "fleet_trips"),
+        ddl.registry_exists_sql(),
     ):
         parse(sql)
         assert sql.count("%s") == len(params)
-    assert isinstance(parse(q.drop_table_sql("fleet_stage_trips")), exp.Drop)
-    assert isinstance(parse(q.create_schema_sql("select")), exp.Create)
+    assert isinstance(parse(shared.drop_table_sql("fleet_stage_trips")), exp.Drop)
+    assert isinstance(parse(shared.create_schema_sql("select")), exp.Create)
 
 
 def test_identifiers_are_quoted() -> None:
-    sql = q.create_table_sql(AWKWARD)
+    sql = ddl.create_table_sql(AWKWARD)
     assert sql.startswith(
         'CREATE TABLE IF NOT EXISTS "select"."order" ("from" VARCHAR(65535) NOT NULL'
     )
     parse(sql)
-    assert q.quote_identifier('a"b') == '"a""b"'
+    assert shared.quote_identifier('a"b') == '"a""b"'

@@ -21,9 +21,8 @@ from fleet_import.warehouse import (
     LoadFile,
     Warehouse,
     WarehouseError,
-    redshift_sql,
 )
-from fleet_import.warehouse.redshift import RedshiftWarehouse
+from fleet_import.warehouse.redshift import RedshiftWarehouse, slice_sql
 from tests.redshift_emulator import RedshiftEmulator
 from tests.warehouse_helpers import (
     COUNTS,
@@ -209,9 +208,9 @@ def test_a_failure_mid_load_rolls_back_and_keeps_the_old_slice(
     )
     writer.load_files(loads[0].contract, loads[0].files)
     # The staging table gets one column too many: COPY's positional count check fails.
-    real = redshift_sql.create_staging_sql
+    real = slice_sql.create_staging_sql
     monkeypatch.setattr(
-        redshift_sql, "create_staging_sql", lambda c: real(c)[:-1] + ', "extra" BIGINT)'
+        slice_sql, "create_staging_sql", lambda c: real(c)[:-1] + ', "extra" BIGINT)'
     )
     with pytest.raises(WarehouseError, match="Parquet files have 9 columns") as caught:
         writer.load_files(loads[1].contract, loads[1].files)

@@ -33,12 +33,8 @@ from fleet_import.warehouse import (
     Warehouse,
     WarehouseError,
 )
-from fleet_import.warehouse.postgres import (
-    copy_sql,
-    create_index_sql,
-    create_table_sql,
-    index_name,
-)
+from fleet_import.warehouse.postgres.ddl import create_index_sql, create_table_sql, index_name
+from fleet_import.warehouse.postgres.slice_sql import copy_sql
 from tests.processes import results_of
 from tests.warehouse_helpers import (
     ACME,

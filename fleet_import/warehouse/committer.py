@@ -1,0 +1,197 @@
+"""What the warehouse backends share beyond the protocol: checking a slice's datasets,
+creating their tables once per instance, `commit_slice` as open, load every file, commit,
+and reading the slice registry. Each backend adds its SQL dialect, its driver and its
+writer."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self, TypeVar
+
+from fleet_import.contracts import DatasetContract
+from fleet_import.warehouse.base import (
+    DatasetLoad,
+    Progress,
+    SessionSink,
+    SliceCommit,
+    SliceWriter,
+    WarehouseError,
+    check_loads,
+)
+from fleet_import.warehouse.sql import (
+    Dialect,
+    Statement,
+    count_slice_sql,
+    delete_slice_sql,
+    register_slices_sql,
+    registered_slices_sql,
+)
+
+Cursor = Any
+"""A DB-API cursor of either driver (psycopg's, redshift_connector's)."""
+T = TypeVar("T")
+
+
+def run(cursor: Cursor, statement: str | Statement) -> Cursor:
+    """Execute a statement (text alone, or text and its parameters); returns the cursor."""
+    text, params = (statement, None) if isinstance(statement, str) else statement
+    cursor.execute(text, params or None)
+    return cursor
+
+
+@dataclass(frozen=True)
+class SliceRequest:
+    """A slice replacement as `open_slice` was asked for it."""
+
+    tenant_id: str
+    source_scope: str
+    batch_id: uuid.UUID
+    contracts: Mapping[str, DatasetContract]
+    """The slice's datasets by name, in the order given."""
+    progress: Progress | None = None
+    on_session: SessionSink | None = None
+
+    @property
+    def scope(self) -> tuple[str, str]:
+        return self.tenant_id, self.source_scope
+
+
+class OpenSlice:
+    """What every backend's writer shares: its request, the rows it loaded per dataset, and
+    closing (rolling back unless committed) when used as a context manager."""
+
+    def __init__(self, request: SliceRequest) -> None:
+        self._request = request
+        self.row_counts: dict[str, int] = dict.fromkeys(request.contracts, 0)
+        self._registered: dict[str, str] = {}
+        """dataset -> target table of the slice as registered before this batch."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _check_declared(self, contract: DatasetContract) -> None:
+        if contract.name not in self._request.contracts:
+            raise WarehouseError(f"dataset {contract.name!r} was not declared for this slice")
+
+    def _clear_previous(self, cursor: Cursor, registered: Iterable[Sequence[Any]]) -> None:
+        """Delete the scope's slice, registered as (dataset, target_table, batch_id) rows,
+        from every table that holds it now or will hold it: the slice is replaced as a
+        whole, so no later delete can touch rows this batch wrote (a dataset may have moved
+        to another table, or left the slice)."""
+        rows = list(registered)
+        self._registered = {dataset: table for dataset, table, _ in rows}
+        owners = sorted({owner for _, _, owner in rows})
+        if not owners:
+            return
+        targets = (c.target_table for c in self._request.contracts.values())
+        for table in sorted({*self._registered.values(), *targets}):
+            run(cursor, delete_slice_sql(table, *self._request.scope, owners))
+
+    def _register_sql(self, dialect: Dialect, batch_id: object) -> list[Statement]:
+        """The statements that make this batch the slice's owner, as `commit()` runs them."""
+        request = self._request
+        datasets = {
+            name: (self.row_counts[name], contract.target_table)
+            for name, contract in request.contracts.items()
+        }
+        return register_slices_sql(dialect, *request.scope, batch_id, datasets, self._registered)
+
+
+class SliceCommitter:
+    """The shared half of a backend. The backend provides `ensure_tables` (recording what
+    it created in `_ensured`), its writer class, a transaction, and the statement that tells
+    whether the registry exists yet."""
+
+    _ensured: set[tuple[str, str]]
+    _writer: ClassVar[Callable[[Any, SliceRequest], SliceWriter]]
+    """Called as (warehouse, request) to begin a slice."""
+
+    def ensure_tables(self, contracts: Iterable[DatasetContract]) -> None:
+        raise NotImplementedError
+
+    def _in_transaction(self, work: Callable[[Cursor], T]) -> T:
+        """Run `work` on a cursor of a new transaction, and commit."""
+        raise NotImplementedError
+
+    def _registry_exists_sql(self) -> Statement:
+        raise NotImplementedError
+
+    def open_slice(
+        self,
+        *,
+        tenant_id: str,
+        source_scope: str,
+        batch_id: uuid.UUID,
+        contracts: Sequence[DatasetContract],
+        progress: Progress | None = None,
+        on_session: SessionSink | None = None,
+    ) -> SliceWriter:
+        """Start replacing the scope's slice: the old rows go inside a transaction that
+        stays open while files are loaded one by one (as they are normalised), and only
+        `commit()` makes the new slice visible."""
+        check_loads([DatasetLoad(c, ()) for c in contracts])
+        missing = [
+            c for c in contracts if (c.target_table, c.contract_version) not in self._ensured
+        ]
+        if missing:
+            self.ensure_tables(missing)
+        by_name = {c.name: c for c in contracts}
+        request = SliceRequest(tenant_id, source_scope, batch_id, by_name, progress, on_session)
+        return self._writer(self, request)
+
+    def commit_slice(
+        self,
+        *,
+        tenant_id: str,
+        source_scope: str,
+        batch_id: uuid.UUID,
+        datasets: Sequence[DatasetLoad],
+        progress: Progress | None = None,
+    ) -> SliceCommit:
+        with self.open_slice(
+            tenant_id=tenant_id,
+            source_scope=source_scope,
+            batch_id=batch_id,
+            contracts=[d.contract for d in datasets],
+            progress=progress,
+        ) as writer:
+            for load in datasets:
+                writer.load_files(load.contract, load.files)
+            return writer.commit()
+
+    def _registry(self, cursor: Cursor, tenant_id: str, source_scope: str) -> list[tuple[Any, ...]]:
+        """(dataset, target_table, batch_id) of the scope's registered datasets; none before
+        the registry exists."""
+        exists = run(cursor, self._registry_exists_sql()).fetchone()
+        if not (exists and exists[0]):
+            return []
+        rows = run(cursor, registered_slices_sql(tenant_id, source_scope)).fetchall()
+        return [tuple(row) for row in rows]
+
+    def slice_owner(self, tenant_id: str, source_scope: str) -> uuid.UUID | None:
+        rows = self._in_transaction(lambda cursor: self._registry(cursor, tenant_id, source_scope))
+        owners = sorted({str(owner) for _, _, owner in rows})
+        if len(owners) > 1:
+            raise WarehouseError(
+                f"slice {tenant_id}/{source_scope} is stamped by several batches: {owners}"
+            )
+        return uuid.UUID(owners[0]) if owners else None
+
+    def slice_counts(self, tenant_id: str, source_scope: str) -> dict[str, int]:
+        def work(cursor: Cursor) -> dict[str, int]:
+            return {
+                dataset: run(
+                    cursor, count_slice_sql(table, tenant_id, source_scope, owner)
+                ).fetchone()[0]
+                for dataset, table, owner in self._registry(cursor, tenant_id, source_scope)
+            }
+
+        return self._in_transaction(work)

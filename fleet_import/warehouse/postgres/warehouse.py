@@ -1,0 +1,112 @@
+"""The PostgreSQL warehouse: curated tables in schema `curated`, loaded with binary COPY.
+
+A slice is replaced in one transaction (see writer.py): delete the scope's rows, COPY the new
+ones straight into the curated table (stamped in the COPY stream itself, so no staging table
+and no second write), upsert the registry. MVCC keeps readers on the old slice until the
+commit. Driver errors become WarehouseError in driver.py, and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+
+from fleet_import.config import libpq_url
+from fleet_import.contracts import DatasetContract
+from fleet_import.warehouse.base import WarehouseError, WarehouseSession, check_contract
+from fleet_import.warehouse.committer import Cursor, SliceCommitter
+from fleet_import.warehouse.postgres import ddl, driver
+from fleet_import.warehouse.postgres.slice_sql import (
+    DDL_LOCK_CLASS,
+    QUERIES,
+    registry_exists_sql,
+    relation_exists_sql,
+)
+from fleet_import.warehouse.postgres.writer import PostgresSliceWriter
+from fleet_import.warehouse.sql import (
+    Statement,
+    create_registry_sql,
+    create_schemas_sql,
+    split_table,
+)
+
+# How long end_session waits for the terminated backend to exit (and release its locks).
+_TERMINATE_WAIT_MS = 10_000
+T = TypeVar("T")
+
+
+class PostgresWarehouse(SliceCommitter):
+    """Warehouse on PostgreSQL. Each method is one transaction on its own connection, so an
+    instance may be shared by threads."""
+
+    _writer = PostgresSliceWriter
+
+    def __init__(self, url: str) -> None:
+        self._conninfo = libpq_url(url)
+        self._ensured: set[tuple[str, str]] = set()
+        self.copies = 0
+        """COPY statements run by this instance (a resumed batch must run none)."""
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """One connection, one transaction, committed when the block ends."""
+        with driver.translated(), driver.connect(self._conninfo) as conn:
+            yield conn
+
+    def _in_transaction(self, work: Callable[[Cursor], T]) -> T:
+        with self._transaction() as conn, conn.cursor() as cursor:
+            return work(cursor)
+
+    def _registry_exists_sql(self) -> Statement:
+        return registry_exists_sql()
+
+    # -- tables --------------------------------------------------------------------------
+
+    def ensure_tables(self, contracts: Iterable[DatasetContract]) -> None:
+        contracts = list(contracts)
+        for contract in contracts:
+            check_contract(contract)
+        with self._transaction() as conn:
+            conn.execute(QUERIES["lock_ddl"], {"lock_class": DDL_LOCK_CLASS})
+            for statement in create_schemas_sql(contracts):
+                conn.execute(statement)
+            conn.execute(create_registry_sql(ddl.DIALECT))
+            for contract in contracts:
+                self._ensure_table(conn, contract)
+        self._ensured.update((c.target_table, c.contract_version) for c in contracts)
+
+    def _ensure_table(self, conn: psycopg.Connection[Any], contract: DatasetContract) -> None:
+        schema, relation = split_table(contract.target_table)
+        found = conn.execute(
+            QUERIES["table_columns"], {"schema": schema, "relation": relation}
+        ).fetchall()
+        if not found:
+            conn.execute(ddl.create_table_sql(contract))
+        elif [tuple(row) for row in found] != ddl.expected_columns(contract):
+            raise WarehouseError(
+                f"table {contract.target_table} does not match dataset {contract.name!r}: "
+                f"has {[tuple(row) for row in found]}, expected {ddl.expected_columns(contract)}"
+            )
+        # Only when missing: CREATE INDEX takes a SHARE lock even when the index exists,
+        # which would wait for every running load of the table.
+        exists = conn.execute(*relation_exists_sql(schema, ddl.index_name(contract))).fetchone()
+        if not (exists and exists[0]):
+            conn.execute(ddl.create_index_sql(contract))
+
+    # -- sessions and operator SQL -------------------------------------------------------
+
+    def end_session(self, session: WarehouseSession) -> bool:
+        """Needs the right to signal that backend: the same role, a superuser, or a member
+        of pg_signal_backend."""
+        params = {"pid": session.pid, "started": session.started, "timeout_ms": _TERMINATE_WAIT_MS}
+        with self._transaction() as conn:
+            row = conn.execute(QUERIES["end_session"], params).fetchone()
+        return bool(row and row[0])
+
+    def execute(self, statement: str) -> None:
+        """Run operator-configured SQL (refresh_dependants: materialized-view refreshes)."""
+        with self._transaction() as conn:
+            conn.execute(statement.encode())

@@ -1,0 +1,155 @@
+"""A PostgreSQL slice replacement in progress: one transaction holding the scope's lock, in
+which the previous rows are deleted, the new ones COPYed in stamped, and the registry
+upserted at `commit()`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from itertools import chain
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import pyarrow as pa
+
+from fleet_import.contracts import DatasetContract
+from fleet_import.warehouse.base import (
+    SOURCE_LINE_COLUMN,
+    LoadFile,
+    SliceCommit,
+    WarehouseError,
+    WarehouseSession,
+)
+from fleet_import.warehouse.committer import OpenSlice, SliceRequest, run
+from fleet_import.warehouse.postgres import driver
+from fleet_import.warehouse.postgres.binary_copy import (
+    CopyEncoder,
+    ParquetSource,
+    stream_parquet,
+    text_field,
+    uuid_field,
+)
+from fleet_import.warehouse.postgres.ddl import DIALECT
+from fleet_import.warehouse.postgres.slice_sql import (
+    QUERIES,
+    SCOPE_LOCK_CLASS,
+    copy_keys_sql,
+    copy_sql,
+    create_keys_sql,
+)
+from fleet_import.warehouse.sql import (
+    delete_keys_sql,
+    drop_table_sql,
+    registered_slices_sql,
+    staging_table,
+)
+
+if TYPE_CHECKING:
+    from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
+
+
+class PostgresSliceWriter(OpenSlice):
+    """One slice replacement in progress: an open transaction holding the scope's lock, with
+    the previous rows already deleted. Closing it without `commit()` rolls everything back."""
+
+    def __init__(self, warehouse: PostgresWarehouse, request: SliceRequest) -> None:
+        super().__init__(request)
+        self._warehouse = warehouse
+        self._stamps = (
+            text_field(request.tenant_id),
+            text_field(request.source_scope),
+            uuid_field(request.batch_id),
+        )
+        self._conn: psycopg.Connection[Any] | None = driver.connect(warehouse._conninfo)
+        with self._guard() as conn:
+            if request.on_session is not None:
+                pid, started = conn.execute(QUERIES["session_identity"]).fetchone()
+                request.on_session(WarehouseSession(pid, started.isoformat()))
+            conn.execute(
+                QUERIES["lock_scope"],
+                {
+                    "tenant_id": request.tenant_id,
+                    "source_scope": request.source_scope,
+                    "lock_class": SCOPE_LOCK_CLASS,
+                },
+            )
+            registered = registered_slices_sql(*request.scope, for_update=True)
+            self._clear_previous(conn, conn.execute(*registered).fetchall())
+
+    @contextmanager
+    def _guard(self) -> Iterator[psycopg.Connection[Any]]:
+        """Any error ends the slice: rolled back, translated at the driver's one boundary."""
+        if self._conn is None:
+            raise WarehouseError("this slice was already committed or rolled back")
+        with driver.translated():
+            try:
+                yield self._conn
+            except BaseException:
+                self.close()
+                raise
+
+    def load_files(self, contract: DatasetContract, files: Iterable[LoadFile]) -> int:
+        """COPY normalised files into the slice (stamped in the stream) in one COPY; returns
+        rows. `files` may be a generator that waits for each file to be normalised: the
+        first is taken here, the others on the COPY's reader thread when the COPY needs them."""
+        self._check_declared(contract)
+        name = contract.name
+        done = self.row_counts[name]
+        progress = self._request.progress
+        pending = iter(files)
+        with self._guard() as conn, conn.cursor() as cursor:
+            first = next(pending, None)  # a failure to take it ends the slice like any other
+            if first is None:
+                return 0
+            encoder = CopyEncoder(contract.arrow_schema, self._stamps)
+            sources = (ParquetSource(f.path, f.excluded_lines) for f in chain([first], pending))
+            self._warehouse.copies += 1
+            with cursor.copy(copy_sql(contract)) as copy:
+                stream_parquet(
+                    sources,
+                    encoder,
+                    copy.write,
+                    line_column=SOURCE_LINE_COLUMN,
+                    on_batch=None if progress is None else lambda rows: progress(name, done + rows),
+                )
+            self.row_counts[name] += cursor.rowcount
+            return cursor.rowcount
+
+    def discard_keys(self, contract: DatasetContract, keys: pa.Table) -> int:
+        """Delete every row of this batch whose natural key is in `keys` (duplicate keys
+        found once all files were loaded: every copy is rejected)."""
+        if not keys.num_rows:
+            return 0
+        encoder = CopyEncoder(keys.schema)
+        with self._guard() as conn, conn.cursor() as cursor:
+            cursor.execute(create_keys_sql(contract))
+            with cursor.copy(copy_keys_sql(contract)) as copy:
+                copy.write(encoder.header)
+                for batch in keys.to_batches():
+                    copy.write(memoryview(encoder.encode(batch)))
+                copy.write(encoder.trailer)
+            request = self._request
+            delete = delete_keys_sql(contract, *request.scope, request.batch_id)
+            deleted = run(cursor, delete).rowcount
+            cursor.execute(drop_table_sql(staging_table(contract, "discard")))
+        self.row_counts[contract.name] -= deleted
+        return deleted
+
+    def commit(self) -> SliceCommit:
+        """Register every dataset of the slice under this batch and commit: the moment the
+        new slice becomes visible, whole."""
+        with self._guard() as conn:
+            for statement in self._register_sql(DIALECT, self._request.batch_id):
+                conn.execute(*statement)
+            conn.commit()
+        self.close()
+        return SliceCommit(self._request.batch_id, dict(self.row_counts))
+
+    def close(self) -> None:
+        """Roll back whatever was not committed and give the connection back."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            # A failed rollback means the connection is gone: the server rolled back.
+            with suppress(psycopg.Error):
+                conn.rollback()
+            conn.close()

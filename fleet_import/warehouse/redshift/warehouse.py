@@ -1,0 +1,137 @@
+"""The Redshift warehouse: normalised Parquet staged on S3, COPYed into temp tables, then
+inserted stamped into the curated tables, all in one transaction per slice (writer.py).
+
+Redshift differs from PostgreSQL where it matters here: COPY reads S3 (not the client's
+stream) and matches Parquet columns by position and count; there are no enforced keys, no
+ON CONFLICT, no advisory locks; TRUNCATE commits; concurrent writers fail with a
+serializable isolation violation (1023) that must be retried. Exclusivity per scope lives
+in the operational PostgreSQL (scope reservations).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
+from typing import Any, TypeVar
+
+from fleet_import.contracts import DatasetContract
+from fleet_import.staging import StagingArea
+from fleet_import.warehouse.base import WarehouseError, WarehouseSession, check_contract
+from fleet_import.warehouse.committer import Cursor, SliceCommitter, run
+from fleet_import.warehouse.redshift import ddl, driver
+from fleet_import.warehouse.redshift.writer import RedshiftSliceWriter
+from fleet_import.warehouse.sql import (
+    Statement,
+    create_registry_sql,
+    create_schemas_sql,
+    split_table,
+)
+
+log = logging.getLogger(__name__)
+
+RETRY_DELAYS_SECONDS: tuple[float, ...] = (0.5, 2.0, 5.0, 15.0)
+"""Backoff between attempts of a slice transaction that hit a transient error."""
+_DDL_RETRY_DELAYS_SECONDS: tuple[float, ...] = (0.5, 2.0)
+
+T = TypeVar("T")
+
+
+class RedshiftWarehouse(SliceCommitter):
+    """Warehouse on Amazon Redshift. `connect_kwargs` go to `redshift_connector.connect`
+    as they are (host, database, user/password or iam=True with cluster settings, ssl);
+    they are never logged. Each method uses its own connection: instances may be shared."""
+
+    _writer = RedshiftSliceWriter
+
+    def __init__(
+        self,
+        connect_kwargs: Mapping[str, Any],
+        *,
+        s3: Any,
+        staging_uri: str,
+        iam_role: str,
+        retry_delays: Sequence[float] = RETRY_DELAYS_SECONDS,
+    ) -> None:
+        if not staging_uri.startswith("s3://"):
+            raise WarehouseError("Redshift COPY reads from S3: the staging URI must be s3://")
+        self._connect_kwargs = dict(connect_kwargs)
+        self._staging = StagingArea(staging_uri, s3)
+        self._iam_role = iam_role
+        self._retry_delays = tuple(retry_delays)
+        self._ensured: set[tuple[str, str]] = set()
+        self.copies = 0
+        """COPY statements run by this instance (a resumed batch must run none)."""
+
+    def __repr__(self) -> str:  # connect_kwargs may hold a password: never shown
+        return f"RedshiftWarehouse(host={self._connect_kwargs.get('host')!r})"
+
+    def connect(self) -> Any:
+        return driver.connect(self._connect_kwargs)
+
+    def _in_transaction(self, work: Callable[[Cursor], T], delays: Sequence[float] = ()) -> T:
+        """Run `work` in one transaction, committed; retried whole on transient errors."""
+        for attempt in range(len(delays) + 1):
+            try:
+                conn = self.connect()
+                try:
+                    result = work(conn.cursor())
+                    conn.commit()
+                    return result
+                finally:
+                    with suppress(*driver.DRIVER_ERRORS):
+                        conn.close()
+            except driver.DRIVER_ERRORS as exc:
+                error = driver.translate(exc)
+            except WarehouseError as exc:
+                error = exc
+            if not error.transient or attempt == len(delays):
+                raise error from None
+            log.warning("warehouse transaction failed (%s); retrying", error)
+            time.sleep(delays[attempt])
+        raise AssertionError("unreachable")
+
+    def _registry_exists_sql(self) -> Statement:
+        return ddl.registry_exists_sql()
+
+    # -- tables --------------------------------------------------------------------------
+
+    def ensure_tables(self, contracts: Iterable[DatasetContract]) -> None:
+        contracts = list(contracts)
+        for contract in contracts:
+            check_contract(contract)
+
+        def work(cursor: Cursor) -> None:
+            for statement in create_schemas_sql(contracts):
+                run(cursor, statement)
+            run(cursor, create_registry_sql(ddl.DIALECT))
+            for contract in contracts:
+                found = run(cursor, ddl.table_columns_sql(*split_table(contract.target_table)))
+                found = [tuple(row) for row in found.fetchall()]
+                if not found:
+                    run(cursor, ddl.create_table_sql(contract))
+                elif found != ddl.expected_columns(contract):
+                    raise WarehouseError(
+                        f"table {contract.target_table} does not match dataset "
+                        f"{contract.name!r}: has {found}, expected {ddl.expected_columns(contract)}"
+                    )
+
+        # Concurrent CREATE ... IF NOT EXISTS can conflict: a retry sees the table.
+        self._in_transaction(work, _DDL_RETRY_DELAYS_SECONDS)
+        self._ensured.update((c.target_table, c.contract_version) for c in contracts)
+
+    # -- sessions and operator SQL -------------------------------------------------------
+
+    def end_session(self, session: WarehouseSession) -> bool:
+        """Needs the right to terminate that session: the same user, or a superuser."""
+
+        def work(cursor: Cursor) -> bool:
+            statement = driver.end_session_sql(session.pid, session.started)
+            return bool(run(cursor, statement).fetchall())
+
+        return self._in_transaction(work)
+
+    def execute(self, statement: str) -> None:
+        """Run operator-configured SQL (refresh_dependants: materialized-view refreshes)."""
+        self._in_transaction(lambda cursor: run(cursor, statement) and None)
