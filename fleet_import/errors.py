@@ -1,13 +1,50 @@
-"""The exception tree of fleet-import: one base, each docstring is the default message."""
+"""The exception tree of fleet-import: one base, each docstring is the default message.
+
+Every error has a `kind` (ErrorKind): what may be done about it. A class gives its default;
+a boundary that translates a driver's error sets the kind the classification table
+(error_table.py) decides, and the driver's code (SQLSTATE, S3 error code) with it. Retry
+decisions read the kind, never the class or the message.
+"""
 
 from __future__ import annotations
+
+import enum
+from typing import ClassVar
+
+
+class ErrorKind(enum.Enum):
+    """What may be done about an error."""
+
+    TRANSIENT = "transient"
+    """It may pass on its own (throttling, a dropped connection, a serialization conflict):
+    worth a retry with backoff."""
+    TERMINAL = "terminal"
+    """The request or the data is wrong: sent again, it fails the same way. Never retried;
+    recovery is a new delivery (before the commit) or a fix (after it)."""
+    LEASE_LOST = "lease_lost"
+    """This worker no longer holds the batch: it must stop writing. Never retried."""
+    CONFIGURATION = "configuration"
+    """Nothing can succeed until an operator changes something outside the data
+    (credentials, permissions, a missing database or bucket). Never retried."""
 
 
 class FleetImportError(Exception):
     """fleet-import failed."""
 
-    def __init__(self, message: str | None = None) -> None:
+    default_kind: ClassVar[ErrorKind] = ErrorKind.TERMINAL
+
+    def __init__(
+        self, message: str | None = None, *, kind: ErrorKind | None = None, code: str | None = None
+    ) -> None:
         super().__init__(message or (self.__doc__ or "").strip())
+        self.kind = kind or self.default_kind
+        self.code = code
+        """The driver's own code for what happened (SQLSTATE, S3 error code), if any."""
+
+    @property
+    def transient(self) -> bool:
+        """Worth a retry: read from `kind`."""
+        return self.kind is ErrorKind.TRANSIENT
 
 
 class InvalidInput(FleetImportError, ValueError):
@@ -17,13 +54,11 @@ class InvalidInput(FleetImportError, ValueError):
 class OperationalStoreError(FleetImportError):
     """The operational database could not complete the operation."""
 
-    def __init__(self, message: str | None = None, *, transient: bool = False) -> None:
-        super().__init__(message)
-        self.transient = transient
-
 
 class LeaseLost(FleetImportError):
     """This worker no longer holds the batch's execution lease; it must stop writing."""
+
+    default_kind = ErrorKind.LEASE_LOST
 
 
 class DetailsInvalid(FleetImportError):
@@ -39,3 +74,15 @@ class PreCommitError(FleetImportError):
 
 class TransientError(FleetImportError):
     """A failure that may pass on its own (throttling, a dropped connection); worth a retry."""
+
+    default_kind = ErrorKind.TRANSIENT
+
+
+def error_of_kind(
+    kind: ErrorKind, message: str, otherwise: type[FleetImportError], *, code: str | None = None
+) -> FleetImportError:
+    """A TransientError when `kind` is transient (some callers catch that class, e.g. the
+    sweep, which skips a folder S3 struggles with), else an `otherwise` carrying `kind`."""
+    error = TransientError(message) if kind is ErrorKind.TRANSIENT else otherwise(message)
+    error.kind, error.code = kind, code
+    return error

@@ -3,8 +3,9 @@
 Discovery turns a folder into a `Manifest` (key, size, etag per file) whose fingerprint says
 whether a delivery was already loaded. Reads pin the etag recorded in the manifest, so a file
 replaced between discovery and normalisation fails the batch instead of mixing two deliveries.
-Every botocore error is translated here, by error code, into a pre-commit (terminal) or a
-transient (retryable) error; no botocore exception leaves this module.
+Every botocore error is translated here, of the kind the classification table (error_table)
+gives its code, into a pre-commit error (terminal or configuration) or a transient
+(retryable) one; no botocore exception leaves this module.
 """
 
 from __future__ import annotations
@@ -22,11 +23,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from botocore.exceptions import ClientError, HTTPClientError, IncompleteReadError
-from botocore.exceptions import ConnectionError as BotocoreConnectionError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from fleet_import.contracts import FORMAT_SUFFIXES, ContractError, ContractSet, file_format
-from fleet_import.errors import DetailsInvalid, PreCommitError, TransientError
+from fleet_import.error_table import classify, client_error_code
+from fleet_import.errors import (
+    DetailsInvalid,
+    ErrorKind,
+    PreCommitError,
+    TransientError,
+    error_of_kind,
+)
 from fleet_import.s3client import S3Client, list_children
 from fleet_import.s3client import s3_client as s3_client  # re-exported: callers build it here
 from fleet_import.scope import canonical_folder, split_folder
@@ -37,25 +44,6 @@ _COPY_CHUNK_BYTES = 1024 * 1024
 _MAX_NAMES_IN_MESSAGE = 20
 _MANIFEST_VERSION = 1
 
-# Codes S3 (and S3-compatible stores) use for throttling and server trouble. Anything >= 500
-# or 429 is transient too, whatever its code.
-_TRANSIENT_CODES = frozenset(
-    {
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestThrottled",
-        "RequestThrottledException",
-        "TooManyRequestsException",
-        "SlowDown",
-        "RequestLimitExceeded",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "InternalError",
-        "ServiceUnavailable",
-        "ExpiredToken",
-    }
-)
 _REASONS = {
     "NoSuchBucket": "the bucket does not exist",
     "AccessDenied": "access denied",
@@ -64,9 +52,6 @@ _REASONS = {
     "PreconditionFailed": "the object was replaced after discovery (its etag changed)",
     "InvalidObjectState": "the object is archived and must be restored first",
 }
-# Connection-level failures botocore already retried: EndpointConnectionError,
-# ConnectTimeoutError, ReadTimeoutError, ConnectionClosedError, ResponseStreamingError, ...
-_TRANSIENT_BOTOCORE_ERRORS = (BotocoreConnectionError, HTTPClientError, IncompleteReadError)
 
 
 @dataclass(frozen=True)
@@ -185,21 +170,23 @@ class DiscoveryError(PreCommitError):
 
 @contextmanager
 def _s3_errors(action: str, terminal: type[PreCommitError]) -> Iterator[None]:
-    """The one place botocore errors become ours, sorted by error code, never by text."""
+    """The one place botocore errors become ours: TransientError, or `terminal` (terminal
+    or configuration), as the classification table sorts them by code, never by text."""
     try:
         yield
     except ClientError as exc:
-        error = exc.response.get("Error", {})
-        code = str(error.get("Code") or "")
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
-        if code in _TRANSIENT_CODES or status >= 500 or status == 429:
-            raise TransientError(
-                f"cannot {action}: S3 answered {code or 'an error'} (HTTP {status}) after retries"
-            ) from exc
-        reason = _REASONS.get(code, f"S3 refused the request (HTTP {status})")
-        raise terminal(f"cannot {action}: {reason} ({code or status})") from exc
-    except _TRANSIENT_BOTOCORE_ERRORS as exc:
-        raise TransientError(f"cannot {action}: {exc}") from exc
+        code, status = client_error_code(exc)
+        kind = classify(exc)
+        if kind is ErrorKind.TRANSIENT:
+            message = f"S3 answered {code or 'an error'} (HTTP {status}) after retries"
+        else:
+            reason = _REASONS.get(code, f"S3 refused the request (HTTP {status})")
+            message = f"{reason} ({code or status})"
+        raise error_of_kind(
+            kind, f"cannot {action}: {message}", terminal, code=code or None
+        ) from exc
+    except BotoCoreError as exc:
+        raise error_of_kind(classify(exc), f"cannot {action}: {exc}", terminal) from exc
 
 
 def _names(names: Sequence[str]) -> str:

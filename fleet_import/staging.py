@@ -8,7 +8,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from fleet_import.errors import FleetImportError, TransientError
+from boto3.exceptions import S3UploadFailedError
+from botocore.exceptions import BotoCoreError, ClientError
+
+from fleet_import.error_table import classify, s3_error_code
+from fleet_import.errors import ErrorKind, FleetImportError, error_of_kind
 
 
 class StagingError(FleetImportError):
@@ -24,7 +28,9 @@ class StagingArea:
         self._is_s3 = parts.scheme == "s3"
         if self._is_s3:
             if s3 is None:
-                raise StagingError("an S3 staging area needs an S3 client")
+                raise StagingError(
+                    "an S3 staging area needs an S3 client", kind=ErrorKind.CONFIGURATION
+                )
             self._bucket, self._prefix = parts.netloc, parts.path.lstrip("/")
         else:
             self._root = Path(parts.path if parts.scheme == "file" else uri)
@@ -73,16 +79,11 @@ class StagingArea:
                 (self._root / name).unlink(missing_ok=True)
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        from botocore.exceptions import BotoCoreError, ClientError
-
+        """The boundary: what boto3 and botocore raise leaves as TransientError or
+        StagingError, of the kind the classification table gives it."""
         try:
             return fn(*args, **kwargs)
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            if code in ("404", "NoSuchKey", "NoSuchBucket", "403", "AccessDenied"):
-                raise StagingError(f"staging {what} failed in {self._uri}: {code}") from None
-            raise TransientError(f"staging {what} failed in {self._uri}: {code}") from None
-        except BotoCoreError as exc:
-            raise TransientError(
-                f"staging {what} failed in {self._uri}: {type(exc).__name__}"
-            ) from None
+        except (ClientError, BotoCoreError, S3UploadFailedError) as exc:
+            code = s3_error_code(exc)
+            message = f"staging {what} failed in {self._uri}: {code or type(exc).__name__}"
+            raise error_of_kind(classify(exc), message, StagingError, code=code) from None

@@ -16,9 +16,8 @@ from prefect.runtime import flow_run
 from prefect.states import State
 
 from fleet_import.config import Settings
-from fleet_import.errors import OperationalStoreError, TransientError
+from fleet_import.errors import ErrorKind, FleetImportError
 from fleet_import.runtime import Runtime, build_runtime
-from fleet_import.warehouse import WarehouseError
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +29,8 @@ TASK_RETRY_JITTER = 0.5
 
 
 def is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, TransientError):
-        return True
-    if isinstance(exc, OperationalStoreError | WarehouseError):
-        return bool(getattr(exc, "transient", False))
-    return False
+    """Read from the error's kind, which the core set where the error entered."""
+    return isinstance(exc, FleetImportError) and exc.kind is ErrorKind.TRANSIENT
 
 
 def retry_if_transient(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:

@@ -12,6 +12,7 @@ from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 
 from fleet_import.config import libpq_url
+from fleet_import.error_table import psycopg_kind
 from fleet_import.errors import OperationalStoreError
 
 RUNNING_SCOPE_INDEX = "ux_ingestion_batches_running_scope"
@@ -55,20 +56,13 @@ class SqlStore:
 
 
 def translate_driver_error(exc: psycopg.Error) -> OperationalStoreError:
-    """The single boundary where driver errors become ours, decided by constraint name or
-    SQLSTATE class, never by message text."""
+    """The single boundary where driver errors become ours: decided by constraint name, or
+    given the kind the classification table gives them; never by message text."""
     if (
         isinstance(exc, pg_errors.UniqueViolation)
         and exc.diag.constraint_name == RUNNING_SCOPE_INDEX
     ):
         return ScopeTaken()
-    transient = isinstance(
-        exc,
-        psycopg.OperationalError
-        | pg_errors.SerializationFailure
-        | pg_errors.DeadlockDetected
-        | pg_errors.AdminShutdown,
-    )
     # Never the driver's own text for a connection failure: libpq may quote the connection
     # string, and with a malformed URL part of the password.
     reason = exc.diag.message_primary or (
@@ -76,5 +70,6 @@ def translate_driver_error(exc: psycopg.Error) -> OperationalStoreError:
     )
     return OperationalStoreError(
         f"operational database error ({type(exc).__name__}, SQLSTATE {exc.sqlstate}): {reason}",
-        transient=transient,
+        kind=psycopg_kind(exc),
+        code=exc.sqlstate,
     )

@@ -54,10 +54,6 @@ raising from it ends the slice."""
 class WarehouseError(FleetImportError):
     """The warehouse could not complete the operation; nothing of it was committed."""
 
-    def __init__(self, message: str | None = None, *, transient: bool = False) -> None:
-        super().__init__(message)
-        self.transient = transient
-
 
 @dataclass(frozen=True)
 class LoadFile:

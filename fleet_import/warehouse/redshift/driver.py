@@ -8,14 +8,9 @@ from typing import Any
 
 import redshift_connector
 
+from fleet_import.error_table import network_kind, sqlstate_kind
 from fleet_import.warehouse.base import WarehouseError
 from fleet_import.warehouse.sql import Statement
-
-_SERIALIZATION_STATES = frozenset({"40001"})
-# Redshift reports serializable isolation violations as "1023" in the message text (its
-# SQLSTATE is the generic XX000), so this one case is recognised by its error number.
-_SERIALIZATION_CODE = "1023"
-_TRANSIENT_CLASSES = frozenset({"08", "40", "57"})
 
 DRIVER_ERRORS = (redshift_connector.Error, OSError)
 """What redshift_connector raises: its own errors, and socket errors it lets through."""
@@ -32,23 +27,22 @@ def connect(connect_kwargs: Mapping[str, Any]) -> Any:
 
 
 def translate(exc: BaseException) -> WarehouseError:
-    """Driver errors become ours; the message carries SQLSTATE and text, never parameters."""
-    if isinstance(exc, redshift_connector.InterfaceError | redshift_connector.OperationalError):
-        fields = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
-        if not fields:  # a lost or refused connection: the server rolled back
-            return WarehouseError(f"warehouse connection failed: {exc.args[:1]}", transient=True)
+    """Driver errors become ours, of the kind the classification table gives them; the
+    message carries SQLSTATE and text, never parameters."""
     if isinstance(exc, OSError):
-        return WarehouseError(f"warehouse connection failed: {exc}", transient=True)
+        return WarehouseError(f"warehouse connection failed: {exc}", kind=network_kind(exc))
     fields = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
-    state, message = fields.get("C", ""), fields.get("M", str(exc))
-    transient = (
-        state in _SERIALIZATION_STATES
-        or state[:2] in _TRANSIENT_CLASSES
-        or message.lstrip().startswith(_SERIALIZATION_CODE)
-    )
+    # Without the server's fields, an interface or operational error is a lost or refused
+    # connection: the server rolled back.
+    lost = isinstance(exc, redshift_connector.InterfaceError | redshift_connector.OperationalError)
+    if lost and not fields:
+        kind = sqlstate_kind(None, connection=True)
+        return WarehouseError(f"warehouse connection failed: {exc.args[:1]}", kind=kind)
+    state, message = fields.get("C") or None, fields.get("M", str(exc))
     return WarehouseError(
-        f"warehouse error ({type(exc).__name__}, SQLSTATE {state or None}): {message}",
-        transient=transient,
+        f"warehouse error ({type(exc).__name__}, SQLSTATE {state}): {message}",
+        kind=sqlstate_kind(state, message),
+        code=state,
     )
 
 

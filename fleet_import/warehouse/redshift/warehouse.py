@@ -17,6 +17,7 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 from fleet_import.contracts import DatasetContract
+from fleet_import.errors import ErrorKind
 from fleet_import.staging import StagingArea
 from fleet_import.warehouse.base import WarehouseError, WarehouseSession, check_contract
 from fleet_import.warehouse.committer import Cursor, SliceCommitter, run
@@ -55,7 +56,10 @@ class RedshiftWarehouse(SliceCommitter):
         retry_delays: Sequence[float] = RETRY_DELAYS_SECONDS,
     ) -> None:
         if not staging_uri.startswith("s3://"):
-            raise WarehouseError("Redshift COPY reads from S3: the staging URI must be s3://")
+            raise WarehouseError(
+                "Redshift COPY reads from S3: the staging URI must be s3://",
+                kind=ErrorKind.CONFIGURATION,
+            )
         self._connect_kwargs = dict(connect_kwargs)
         self._staging = StagingArea(staging_uri, s3)
         self._iam_role = iam_role

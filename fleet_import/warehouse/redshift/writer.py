@@ -163,7 +163,8 @@ class RedshiftSliceWriter(OpenSlice):
         try:
             uri = self._warehouse._staging.put_file(local, key)
         except StagingError as exc:
-            raise WarehouseError(f"cannot stage a file for COPY: {exc}", transient=True) from exc
+            message = f"cannot stage a file for COPY: {exc}"
+            raise WarehouseError(message, kind=exc.kind, code=exc.code) from exc
         self._staged.append(key)
         return uri
 

@@ -1,0 +1,211 @@
+"""Every boundary where a driver error enters asks the one classification table: the same
+driver error gets the same kind at each of them (the operational store and the PostgreSQL
+warehouse, Redshift's driver, S3 sources and the staging area)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import redshift_connector
+from botocore.stub import Stubber
+
+from fleet_import.batches.store import SqlStore
+from fleet_import.contracts import FLEET_DATASETS, TRIPS
+from fleet_import.error_table import s3_kind
+from fleet_import.errors import ErrorKind, FleetImportError, OperationalStoreError, TransientError
+from fleet_import.sources import DiscoveryError, discover, s3_client
+from fleet_import.staging import StagingArea, StagingError
+from fleet_import.warehouse import PostgresWarehouse, WarehouseError
+from fleet_import.warehouse.redshift import RedshiftWarehouse, driver
+from tests.redshift_emulator import RedshiftEmulator
+from tests.warehouse_helpers import fleet_loads
+
+ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
+SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-22/"
+
+
+def with_statement_timeout(url: str, milliseconds: int) -> str:
+    separator = "&" if "?" in url else "?"
+    return f"{url}{separator}options=-c%20statement_timeout%3D{milliseconds}"
+
+
+# -- SQLSTATE: the operational store, the PostgreSQL warehouse, Redshift ------------------
+
+
+class _SleepingStore(SqlStore):
+    queries: ClassVar[dict[str, str]] = {"sleep": "SELECT pg_sleep(5)"}
+
+
+def test_a_cancelled_query_is_transient_in_the_store_and_the_warehouse(database_url: str) -> None:
+    """57014 (here a statement timeout) was transient in the store and terminal in the
+    warehouse; both now ask the table."""
+    url = with_statement_timeout(database_url, 50)
+    with pytest.raises(OperationalStoreError) as in_store:
+        _SleepingStore(url)._one("sleep", {})
+    with pytest.raises(WarehouseError) as in_warehouse:
+        PostgresWarehouse(url).execute("SELECT pg_sleep(5)")
+    for caught in (in_store, in_warehouse):
+        assert (caught.value.kind, caught.value.code) == (ErrorKind.TRANSIENT, "57014")
+        assert caught.value.transient is True
+
+
+def test_a_missing_privilege_is_configuration_in_the_store_and_the_warehouse(
+    database_url: str, db: Any
+) -> None:
+    role = f"fleet_unprivileged_{uuid.uuid4().hex[:8]}"
+    db.execute(f"CREATE ROLE {role} LOGIN")
+    db.execute(f"CREATE TABLE curated_secret_{role} (x int)")
+    db.execute(f"REVOKE ALL ON curated_secret_{role} FROM PUBLIC")
+    try:
+        url = database_url.replace("postgres@", f"{role}@", 1)
+        store = _SleepingStore(url)
+        store.queries = {"sleep": f"SELECT * FROM curated_secret_{role}"}
+        with pytest.raises(OperationalStoreError) as in_store:
+            store._one("sleep", {})
+        with pytest.raises(WarehouseError) as in_warehouse:
+            PostgresWarehouse(url).execute(f"SELECT * FROM curated_secret_{role}")
+        for caught in (in_store, in_warehouse):
+            assert (caught.value.kind, caught.value.code) == (ErrorKind.CONFIGURATION, "42501")
+    finally:
+        db.execute(f"DROP TABLE curated_secret_{role}")
+        db.execute(f"DROP ROLE {role}")
+
+
+@pytest.fixture
+def emulator(database_url: str, s3: Any) -> Iterator[RedshiftEmulator]:
+    with RedshiftEmulator(database_url, s3) as emu:
+        yield emu
+
+
+def test_a_cancelled_query_is_transient_through_redshifts_driver(
+    emulator: RedshiftEmulator, s3: Any, staging_bucket: str
+) -> None:
+    redshift = RedshiftWarehouse(
+        emulator.connect_kwargs(), s3=s3, staging_uri=f"s3://{staging_bucket}/r/", iam_role=ROLE
+    )
+
+    def sleep(cursor: Any) -> None:
+        cursor.execute("SET statement_timeout = 50")
+        cursor.execute("SELECT pg_sleep(5)")
+
+    with pytest.raises(WarehouseError) as caught:
+        redshift._in_transaction(sleep)
+    assert (caught.value.kind, caught.value.code) == (ErrorKind.TRANSIENT, "57014")
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (redshift_connector.ProgrammingError({"C": "XX000", "M": "1023"}), ErrorKind.TRANSIENT),
+        (
+            redshift_connector.ProgrammingError(
+                {
+                    "C": "XX000",
+                    "M": "could not complete because of conflict with concurrent transaction",
+                }
+            ),
+            ErrorKind.TRANSIENT,
+        ),
+        (
+            redshift_connector.ProgrammingError({"C": "57014", "M": "cancelled"}),
+            ErrorKind.TRANSIENT,
+        ),
+        (redshift_connector.ProgrammingError({"C": "28000", "M": "no"}), ErrorKind.CONFIGURATION),
+        (redshift_connector.ProgrammingError({"C": "42601", "M": "syntax"}), ErrorKind.TERMINAL),
+        (
+            redshift_connector.InterfaceError("BrokenPipe: server socket closed"),
+            ErrorKind.TRANSIENT,
+        ),
+        (ConnectionResetError(104, "reset by peer"), ErrorKind.TRANSIENT),
+    ],
+    ids=lambda value: repr(value)[:60] if isinstance(value, Exception) else str(value),
+)
+def test_redshifts_boundary_asks_the_table(error: Exception, kind: ErrorKind) -> None:
+    assert driver.translate(error).kind is kind
+
+
+def test_a_staging_refusal_is_not_made_transient_by_the_redshift_writer(
+    emulator: RedshiftEmulator, s3: Any, tmp_path: Path
+) -> None:
+    """The writer used to re-mark every StagingError transient: a missing staging bucket
+    was retried as if it might pass. Its kind now comes from the table."""
+    redshift = RedshiftWarehouse(
+        emulator.connect_kwargs(),
+        s3=s3,
+        staging_uri=f"s3://fleet-no-such-bucket-{uuid.uuid4().hex[:8]}/stage/",
+        iam_role=ROLE,
+        retry_delays=(0.0,),
+    )
+    [trips] = fleet_loads(tmp_path, {"trips": 5})
+    with (
+        redshift.open_slice(
+            tenant_id="acme", source_scope=SCOPE, batch_id=uuid.uuid4(), contracts=[TRIPS]
+        ) as writer,
+        pytest.raises(WarehouseError, match="cannot stage a file for COPY") as caught,
+    ):
+        writer.load_files(TRIPS, trips.files)
+    assert (caught.value.kind, caught.value.code) == (ErrorKind.CONFIGURATION, "NoSuchBucket")
+    assert emulator.copies == []
+
+
+# -- S3: sources and the staging area ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        ("SomethingNew", 400),  # was terminal in sources, transient in staging
+        ("SomethingNew", 503),
+        ("SlowDown", 503),
+        ("AccessDenied", 403),
+        ("ExpiredToken", 400),  # was transient in sources
+        ("NoSuchKey", 404),
+    ],
+)
+def test_an_s3_error_gets_the_same_kind_in_sources_and_staging(
+    moto_endpoint: str, code: str, status: int
+) -> None:
+    client = s3_client(moto_endpoint)
+    staging = StagingArea("s3://fleet-staging/stage/", client)
+    caught: list[FleetImportError] = []
+    with Stubber(client) as stub:
+        stub.add_client_error("list_objects_v2", service_error_code=code, http_status_code=status)
+        stub.add_client_error("delete_objects", service_error_code=code, http_status_code=status)
+        for attempt in (
+            lambda: discover(client, "s3://fleet-landing/acme/fleet/2026-07-22/", FLEET_DATASETS),
+            lambda: staging.delete(["a.parquet"]),
+        ):
+            with pytest.raises(FleetImportError) as raised:
+                attempt()
+            caught.append(raised.value)
+    kind = s3_kind(code, status)
+    assert [(error.kind, error.code) for error in caught] == [(kind, code)] * 2
+    transient = kind is ErrorKind.TRANSIENT
+    expected = [TransientError] * 2 if transient else [DiscoveryError, StagingError]
+    assert [type(error) for error in caught] == expected
+
+
+# -- the flows' retry rule --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [
+        (TransientError("slow down"), True),
+        (WarehouseError("lost", kind=ErrorKind.TRANSIENT), True),
+        (OperationalStoreError("cancelled", kind=ErrorKind.TRANSIENT), True),
+        (StagingError("denied", kind=ErrorKind.CONFIGURATION), False),
+        (WarehouseError("syntax"), False),
+        (DiscoveryError("empty folder"), False),
+        (ValueError("not ours"), False),
+    ],
+    ids=lambda value: repr(value)[:40] if isinstance(value, Exception) else str(value),
+)
+def test_the_flows_retry_what_the_kind_calls_transient(error: Exception, retried: bool) -> None:
+    from flows.common import is_transient
+
+    assert is_transient(error) is retried

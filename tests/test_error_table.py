@@ -1,0 +1,225 @@
+"""The classification table (fleet_import.error_table), code by code: every driver error a
+boundary may meet gets one kind, by the one rule in the table's docstring."""
+
+from __future__ import annotations
+
+import errno
+import socket
+import ssl
+
+import psycopg
+import pytest
+from botocore import exceptions as boto
+from psycopg import errors as pg_errors
+
+from fleet_import.error_table import classify, s3_kind, sqlstate_kind
+from fleet_import.errors import (
+    DetailsInvalid,
+    ErrorKind,
+    FleetImportError,
+    InvalidInput,
+    LeaseLost,
+    OperationalStoreError,
+    PreCommitError,
+    TransientError,
+    error_of_kind,
+)
+from fleet_import.warehouse import WarehouseError
+
+TRANSIENT, TERMINAL = ErrorKind.TRANSIENT, ErrorKind.TERMINAL
+CONFIGURATION, LEASE_LOST = ErrorKind.CONFIGURATION, ErrorKind.LEASE_LOST
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "kind"),
+    [
+        ("08000", TRANSIENT),  # connection exception
+        ("08006", TRANSIENT),  # connection failure
+        ("08001", TRANSIENT),  # client unable to establish connection
+        ("40001", TRANSIENT),  # serialization failure
+        ("40P01", TRANSIENT),  # deadlock detected
+        ("53300", TRANSIENT),  # too many connections
+        ("57P01", TRANSIENT),  # admin shutdown
+        ("57P02", TRANSIENT),  # crash shutdown
+        ("57P03", TRANSIENT),  # cannot connect now
+        ("57014", TRANSIENT),  # query cancelled
+        ("58030", TRANSIENT),  # I/O error
+        ("55P03", TRANSIENT),  # lock not available
+        ("25P03", TRANSIENT),  # idle-in-transaction session timeout
+        ("28000", CONFIGURATION),  # invalid authorization
+        ("28P01", CONFIGURATION),  # invalid password
+        ("3D000", CONFIGURATION),  # no such database
+        ("42501", CONFIGURATION),  # insufficient privilege
+        ("57P04", CONFIGURATION),  # database dropped
+        ("42601", TERMINAL),  # syntax error
+        ("42P01", TERMINAL),  # undefined table
+        ("23505", TERMINAL),  # unique violation
+        ("23502", TERMINAL),  # not-null violation
+        ("22P02", TERMINAL),  # invalid text representation
+        ("53100", TERMINAL),  # disk full: needs an operator, not a retry
+        ("XX000", TERMINAL),  # internal error, without Redshift's shapes
+    ],
+)
+def test_sqlstates(sqlstate: str, kind: ErrorKind) -> None:
+    assert sqlstate_kind(sqlstate) is kind
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "message", "kind"),
+    [
+        ("XX000", "1023", TRANSIENT),
+        (
+            "XX000",
+            "1023 Serializable isolation violation on table - 100, transactions ...",
+            TRANSIENT,
+        ),
+        ("40001", "1023 Serializable isolation violation on table (emulated)", TRANSIENT),
+        ("XX000", "  1023\nDETAIL: Serializable isolation violation", TRANSIENT),
+        (
+            "XX000",
+            "Query could not complete because of conflict with concurrent transaction",
+            TRANSIENT,
+        ),
+        (None, "1023 Serializable isolation violation", TRANSIENT),
+        ("XX000", "10230 rows were not loaded", TERMINAL),
+        ("XX000", "Parquet files have 9 columns, the table has 10", TERMINAL),
+    ],
+)
+def test_redshift_shapes(sqlstate: str | None, message: str, kind: ErrorKind) -> None:
+    assert sqlstate_kind(sqlstate, message) is kind
+
+
+def test_no_sqlstate_is_a_lost_connection_only_when_the_driver_says_so() -> None:
+    assert sqlstate_kind(None, connection=True) is TRANSIENT
+    assert sqlstate_kind(None) is TERMINAL
+    assert sqlstate_kind("", "", connection=False) is TERMINAL
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (pg_errors.QueryCanceled("canceling statement due to statement timeout"), TRANSIENT),
+        (pg_errors.SerializationFailure("could not serialize access"), TRANSIENT),
+        (pg_errors.AdminShutdown("terminating connection"), TRANSIENT),
+        (pg_errors.InsufficientPrivilege("permission denied"), CONFIGURATION),
+        (pg_errors.InvalidPassword("password authentication failed"), CONFIGURATION),
+        (pg_errors.NotNullViolation("null value"), TERMINAL),
+        (psycopg.OperationalError("connection failed: refused"), TRANSIENT),
+        (psycopg.InterfaceError("the connection is closed"), TERMINAL),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, Exception) else str(value),
+)
+def test_psycopg_errors(exc: psycopg.Error, kind: ErrorKind) -> None:
+    assert classify(exc) is kind
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "kind"),
+    [
+        ("SlowDown", 503, TRANSIENT),
+        ("RequestTimeout", 400, TRANSIENT),
+        ("InternalError", 500, TRANSIENT),
+        ("ServiceUnavailable", 503, TRANSIENT),
+        ("503", 503, TRANSIENT),
+        ("Throttling", 400, TRANSIENT),
+        ("ThrottlingException", 400, TRANSIENT),
+        ("RequestLimitExceeded", 400, TRANSIENT),
+        ("AccessDenied", 403, CONFIGURATION),
+        ("403", 403, CONFIGURATION),
+        ("AllAccessDisabled", 403, CONFIGURATION),
+        ("NoSuchBucket", 404, CONFIGURATION),
+        ("InvalidAccessKeyId", 403, CONFIGURATION),
+        ("SignatureDoesNotMatch", 403, CONFIGURATION),
+        ("ExpiredToken", 400, CONFIGURATION),
+        ("PermanentRedirect", 301, CONFIGURATION),
+        ("NoSuchKey", 404, TERMINAL),
+        ("404", 404, TERMINAL),
+        ("PreconditionFailed", 412, TERMINAL),
+        ("InvalidObjectState", 403, TERMINAL),
+        # Codes the table does not know: by HTTP status.
+        ("SomethingNew", 400, TERMINAL),
+        ("SomethingNew", 500, TRANSIENT),
+        ("SomethingNew", 503, TRANSIENT),
+        ("SomethingNew", 429, TRANSIENT),
+        ("SomethingNew", 403, CONFIGURATION),
+        ("SomethingNew", 401, CONFIGURATION),
+        ("", 0, TERMINAL),
+    ],
+)
+def test_s3_codes(code: str, status: int, kind: ErrorKind) -> None:
+    assert s3_kind(code, status) is kind
+    response = {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
+    assert classify(boto.ClientError(response, "GetObject")) is kind  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (boto.EndpointConnectionError(endpoint_url="http://s3"), TRANSIENT),
+        (boto.ConnectTimeoutError(endpoint_url="http://s3"), TRANSIENT),
+        (boto.ReadTimeoutError(endpoint_url="http://s3"), TRANSIENT),
+        (boto.ConnectionClosedError(endpoint_url="http://s3"), TRANSIENT),
+        (boto.ResponseStreamingError(error="IncompleteRead"), TRANSIENT),
+        (boto.IncompleteReadError(actual_bytes=1, expected_bytes=2), TRANSIENT),
+        (boto.NoCredentialsError(), CONFIGURATION),
+        (boto.PartialCredentialsError(provider="env", cred_var="secret"), CONFIGURATION),
+        (boto.NoRegionError(), CONFIGURATION),
+        (boto.ParamValidationError(report="Bucket is required"), TERMINAL),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, Exception) else str(value),
+)
+def test_botocore_errors(exc: Exception, kind: ErrorKind) -> None:
+    assert classify(exc) is kind
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (ConnectionRefusedError(errno.ECONNREFUSED, "refused"), TRANSIENT),
+        (ConnectionResetError(errno.ECONNRESET, "reset"), TRANSIENT),
+        (BrokenPipeError(errno.EPIPE, "broken pipe"), TRANSIENT),
+        (TimeoutError("timed out"), TRANSIENT),
+        (OSError(errno.EHOSTUNREACH, "no route to host"), TRANSIENT),
+        (OSError(errno.ENETUNREACH, "network is unreachable"), TRANSIENT),
+        (socket.gaierror(socket.EAI_AGAIN, "temporary failure in name resolution"), TRANSIENT),
+        (ssl.SSLEOFError("EOF occurred in violation of protocol"), TRANSIENT),
+        (ssl.SSLCertVerificationError("certificate verify failed"), CONFIGURATION),
+        (FileNotFoundError(errno.ENOENT, "no such file"), TERMINAL),
+        (ValueError("not a driver error"), TERMINAL),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, Exception) else str(value),
+)
+def test_network_errors(exc: Exception, kind: ErrorKind) -> None:
+    assert classify(exc) is kind
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (FleetImportError(), TERMINAL),
+        (PreCommitError(), TERMINAL),
+        (InvalidInput(), TERMINAL),
+        (DetailsInvalid(), TERMINAL),
+        (TransientError(), TRANSIENT),
+        (LeaseLost(), LEASE_LOST),
+        (OperationalStoreError(), TERMINAL),
+        (WarehouseError(), TERMINAL),
+        (WarehouseError("lost", kind=TRANSIENT, code="08006"), TRANSIENT),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, Exception) else str(value),
+)
+def test_every_error_has_a_kind_and_transient_is_read_from_it(
+    error: FleetImportError, kind: ErrorKind
+) -> None:
+    assert error.kind is kind
+    assert error.transient is (kind is TRANSIENT)
+    with pytest.raises(AttributeError):
+        error.transient = True  # type: ignore[misc]
+
+
+def test_error_of_kind_keeps_transient_errors_catchable_by_class() -> None:
+    transient = error_of_kind(TRANSIENT, "slow", PreCommitError, code="SlowDown")
+    assert type(transient) is TransientError and transient.code == "SlowDown"
+    refused = error_of_kind(CONFIGURATION, "denied", PreCommitError, code="AccessDenied")
+    assert type(refused) is PreCommitError
+    assert (refused.kind, refused.code, str(refused)) == (CONFIGURATION, "AccessDenied", "denied")
