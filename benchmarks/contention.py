@@ -9,7 +9,8 @@ and releases it. Three ways to reserve:
   by the unique partial index ux_ingestion_batches_running_scope), on a held connection;
 - ours+connect: `BatchRepository.reserve` as workers call it (a connection per call);
 - naive: SELECT for a running row, then INSERT if there was none, autocommit, against a
-  plain table without the unique index. The test shows it double-reserves.
+  plain table without the unique index. Its own output shows how often it double-reserves
+  (tests/reliability/test_reservation_race.py asserts only on ours).
 
     .venv/bin/python benchmarks/contention.py [--contenders 64] [--rounds 30]
         [--database-url postgresql://postgres@127.0.0.1:5432/postgres]

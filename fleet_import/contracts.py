@@ -29,7 +29,7 @@ from pydantic import (
     field_validator,
 )
 
-from fleet_import.errors import InvalidInput
+from fleet_import.errors import ConfigurationError
 from fleet_import.model_errors import describe, label
 
 ColumnType = Literal["string", "int64", "float64", "bool", "timestamptz", "date"]
@@ -54,7 +54,7 @@ _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 DEFAULT_MAX_REJECT_RATIO = 0.05
 
 
-class ContractError(InvalidInput):
+class ContractError(ConfigurationError):
     """A dataset contract is invalid."""
 
 

@@ -51,6 +51,17 @@ class InvalidInput(FleetImportError, ValueError):
     """The input was rejected before anything was written."""
 
 
+class ConfigurationError(InvalidInput):
+    """The configuration is incomplete or wrong; an operator must change it."""
+
+    default_kind = ErrorKind.CONFIGURATION
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth another try: the kind the boundary gave the error (the step runners' rule)."""
+    return isinstance(exc, FleetImportError) and exc.kind is ErrorKind.TRANSIENT
+
+
 class OperationalStoreError(FleetImportError):
     """The operational database could not complete the operation."""
 

@@ -33,7 +33,7 @@ from fleet_import.context import (
     Progress,
     Skipped,
 )
-from fleet_import.errors import LeaseLost
+from fleet_import.errors import LeaseLost, is_transient
 from fleet_import.heartbeat import Heartbeat, leased, release_lease_quietly
 from fleet_import.loading import load_step, reject_step
 from fleet_import.normalising import NormalizedEntry, bucket_of, normalize_object, normalize_one
@@ -124,7 +124,7 @@ class CoreSteps:
             try:
                 return fn(*args)
             except Exception as exc:
-                if delay is None or not getattr(exc, "transient", False):
+                if delay is None or not is_transient(exc):
                     raise
                 pause = delay * (1 + random.random() * STEP_RETRY_JITTER)
                 log.warning("%s failed (attempt %d: %s); again in %.1fs", step.name, attempt,

@@ -14,7 +14,7 @@ from fleet_import.batches.outbox import OutboxRepository
 from fleet_import.config import Settings
 from fleet_import.context import EventSink, ImportContext, Progress, no_event, no_progress
 from fleet_import.contracts import contracts_in_force
-from fleet_import.errors import InvalidInput
+from fleet_import.errors import ConfigurationError
 from fleet_import.publication import Publisher
 from fleet_import.sources import s3_client
 from fleet_import.staging import StagingArea
@@ -49,7 +49,7 @@ def build_warehouse(settings: Settings, s3: Any) -> Warehouse:
     if not staging_uri.startswith("s3://"):
         missing.append("FLEET_REDSHIFT_STAGING_URI (an s3:// prefix)")
     if missing:
-        raise InvalidInput(f"FLEET_WAREHOUSE=redshift needs {', '.join(missing)}")
+        raise ConfigurationError(f"FLEET_WAREHOUSE=redshift needs {', '.join(missing)}")
     return RedshiftWarehouse(
         settings.redshift_connect_kwargs(),
         s3=s3,
@@ -67,7 +67,7 @@ def build_runtime(
 ) -> Runtime:
     settings = settings or Settings()
     if not settings.staging_uri:
-        raise InvalidInput(
+        raise ConfigurationError(
             "FLEET_STAGING_URI is not set: name an s3://bucket/prefix/ (or a local directory) "
             "for normalised files and rejects"
         )

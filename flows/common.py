@@ -16,7 +16,7 @@ from prefect.runtime import flow_run
 from prefect.states import State
 
 from fleet_import.config import Settings
-from fleet_import.errors import ErrorKind, FleetImportError
+from fleet_import.errors import is_transient
 from fleet_import.runtime import Runtime, build_runtime
 
 log = logging.getLogger(__name__)
@@ -26,11 +26,6 @@ log = logging.getLogger(__name__)
 TASK_RETRIES = 3
 TASK_RETRY_DELAYS = [2, 8, 30]
 TASK_RETRY_JITTER = 0.5
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Read from the error's kind, which the core set where the error entered."""
-    return isinstance(exc, FleetImportError) and exc.kind is ErrorKind.TRANSIENT
 
 
 def retry_if_transient(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:

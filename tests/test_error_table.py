@@ -223,3 +223,15 @@ def test_error_of_kind_keeps_transient_errors_catchable_by_class() -> None:
     refused = error_of_kind(CONFIGURATION, "denied", PreCommitError, code="AccessDenied")
     assert type(refused) is PreCommitError
     assert (refused.kind, refused.code, str(refused)) == (CONFIGURATION, "AccessDenied", "denied")
+
+
+def test_configuration_errors_raised_by_the_core_are_never_retried() -> None:
+    from fleet_import.config import Settings
+    from fleet_import.contracts import ContractError
+    from fleet_import.errors import ErrorKind, is_transient
+    from fleet_import.runtime import build_runtime
+
+    with pytest.raises(FleetImportError) as missing:
+        build_runtime(Settings(staging_uri=None))
+    assert missing.value.kind is ErrorKind.CONFIGURATION and not is_transient(missing.value)
+    assert ContractError("bad").kind is ErrorKind.CONFIGURATION
