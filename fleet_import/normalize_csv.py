@@ -27,15 +27,14 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from fleet_import.contracts import DatasetContract
+from fleet_import.normalize_header import match_header, row_numbers
 from fleet_import.normalize_malformed import MalformedRecord, malformed_rejects
 from fleet_import.normalize_rows import (
     REASON_UTF8,
     FileRejected,
     Reject,
     SourceBatch,
-    match_header,
     raw_text,
-    row_numbers,
     unreadable,
 )
 

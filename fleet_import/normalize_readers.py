@@ -19,14 +19,13 @@ import pyarrow.parquet as pq
 
 from fleet_import.contracts import Column, DatasetContract, FileFormat
 from fleet_import.normalize_csv import ReadOnlyStream, block_bytes, read_csv
+from fleet_import.normalize_header import match_header, row_numbers
 from fleet_import.normalize_rows import (
     REASON_UTF8,
     FileRejected,
     Reject,
     SourceBatch,
     is_text,
-    match_header,
-    row_numbers,
     unreadable,
 )
 
