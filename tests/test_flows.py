@@ -110,6 +110,23 @@ def test_pre_commit_failure_is_a_failed_state_with_the_reason(
     assert "batch-failure" in artifacts_of(flow_run.id)
 
 
+def test_a_reject_ratio_failure_shows_its_rejects_on_the_run(
+    flow_env: str, s3, landing_bucket: str
+) -> None:
+    """Rejects are recorded before the ratio is judged: the failed run's state names the
+    file and its first lines, and its artifacts list the rejects."""
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=100)
+    files["trips-1.csv"] = files["trips-1.csv"].replace(b"completed", b"exploded")
+    upload(s3, folder, files)
+    state, flow_run = run(import_s3_folder, tenant_id="acme", folder=folder)
+    assert state.is_failed() and "rejected" in state.message
+    assert f"{folder}trips-1.csv (first lines " in state.message
+    artifacts = artifacts_of(flow_run.id)
+    assert "batch-failure" in artifacts
+    assert "exploded" in str(artifacts["batch-rejects"])
+
+
 _RUN_IN_CHILD = """
 import sys
 from flows.import_s3_folder import import_s3_folder
