@@ -64,11 +64,14 @@ def load_step(
     record the commit. Raises on any failure (nothing of the slice is then visible).
 
     A transient warehouse failure (dropped connection, serialization conflict) rolls the
-    slice back and starts it again, reloading the files already normalised, with backoff."""
+    slice back and starts it again, reloading the files already normalised, with backoff --
+    unless the backend's writer replays its own transaction (`replays_slices`): one retry
+    layer for the slice, never one inside the other."""
     started = time.monotonic()
+    delays = () if ctx.warehouse.replays_slices else _LOAD_RETRY_DELAYS_SECONDS
     with _KeyHashes(ctx.contracts) as hashes:
         arrivals = _Arrivals([], iter(entries), hashes, heartbeat)
-        for delay in (*_LOAD_RETRY_DELAYS_SECONDS, None):
+        for delay in (*delays, None):
             try:
                 commit, summary = _load_slice_once(
                     ctx, tenant, batch_id, scope, owner, manifest, arrivals

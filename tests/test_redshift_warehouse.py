@@ -598,3 +598,32 @@ def test_a_frozen_holder_is_ended_with_pg_terminate_backend(
     assert batch.status == BatchStatus.SUCCEEDED
     assert redshift.slice_owner("acme", batch.source_scope) == batch.id
     assert stamps(db, "curated.fleet_trips") == {("acme", batch.source_scope, str(batch.id)): 40}
+
+
+def test_a_persistent_conflict_is_retried_by_one_layer_only(
+    redshift: RedshiftWarehouse,
+    emulator: RedshiftEmulator,
+    repo: Any,
+    s3: Any,
+    landing_bucket: str,
+    staging_bucket: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Redshift writer replays its transaction itself, so the pipeline does not retry
+    the slice on top of it: one attempt and the writer's three replays, not 4 x 4."""
+    from fleet_import import loading
+    from fleet_import.pipeline import Failed, import_folder
+    from fleet_import.sample_data import fleet_delivery, today_folder
+    from fleet_import.scope import Tenant
+    from tests.helpers import upload
+
+    monkeypatch.setattr(loading, "_LOAD_RETRY_DELAYS_SECONDS", (0.0, 0.0, 0.0))
+    ctx = _redshift_ctx(redshift, repo, s3, staging_bucket, tmp_path)
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=20, fuel=5, vehicles=3))
+    emulator.fail_commits = 100
+    outcome = import_folder(ctx, Tenant.named("acme"), folder, "d1")
+    assert isinstance(outcome, Failed) and "40001" in outcome.error, outcome
+    # Each attempt of the slice transaction runs the COPY of each of its 3 datasets.
+    assert len(emulator.copies) == 4 * 3

@@ -113,6 +113,10 @@ class SliceWriter(Protocol):
 
 @runtime_checkable
 class Warehouse(Protocol):
+    replays_slices: bool
+    """Whether a slice writer replays its own transaction after a transient error (then the
+    caller must not retry the slice on top of it)."""
+
     def ensure_tables(self, contracts: Iterable[DatasetContract]) -> None:
         """Create the curated tables and the slice registry if missing (idempotent)."""
         ...

@@ -113,6 +113,9 @@ class SliceCommitter:
     _ensured: set[tuple[str, str]]
     _writer: ClassVar[Callable[[Any, SliceRequest], SliceWriter]]
     """Called as (warehouse, request) to begin a slice."""
+    replays_slices: ClassVar[bool] = False
+    """Whether the backend's writer replays its own transaction after a transient error.
+    Then it is the slice's one retry layer, and the caller does not retry the slice again."""
 
     def ensure_tables(self, contracts: Iterable[DatasetContract]) -> None:
         raise NotImplementedError

@@ -44,6 +44,8 @@ class RedshiftWarehouse(SliceCommitter):
     as they are (host, database, user/password or iam=True with cluster settings, ssl);
     they are never logged. Each method uses its own connection: instances may be shared."""
 
+    replays_slices = True  # RedshiftSliceWriter replays its journal on a new connection
+
     _writer = RedshiftSliceWriter
 
     def __init__(
