@@ -148,6 +148,14 @@ RETURNING *
 -- get --
 SELECT * FROM ingestion_batches WHERE id = %(batch_id)s
 
+-- ids_with_prefix --
+-- uuids compare bytewise, as their hex digits do: a prefix is the range low..high.
+SELECT id
+FROM ingestion_batches
+WHERE id BETWEEN %(low)s AND %(high)s
+ORDER BY id
+LIMIT %(limit)s
+
 -- list --
 SELECT *
 FROM ingestion_batches

@@ -7,6 +7,7 @@ into outcomes or into OperationalStoreError; nothing from psycopg escapes.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -316,6 +317,17 @@ class BatchRepository(SqlStore):
     def get(self, batch_id: uuid.UUID) -> Batch | None:
         row = self._one("get", {"batch_id": batch_id})
         return None if row is None else Batch.from_row(row)
+
+    def ids_with_prefix(self, prefix: str, limit: int = 2) -> list[uuid.UUID]:
+        """Batch ids whose hex digits start with `prefix` (dashes ignored), lowest first, so
+        an id cut short for an 80-column list still finds its batch. The prefix is a range of
+        the primary key: the look-up uses its index."""
+        digits = prefix.replace("-", "").lower()
+        if not re.fullmatch(r"[0-9a-f]{1,32}", digits):
+            raise InvalidInput(f"invalid batch id prefix {prefix!r}: expected hex digits")
+        bounds = {"low": uuid.UUID(digits.ljust(32, "0")), "high": uuid.UUID(digits.ljust(32, "f"))}
+        rows = self._all("ids_with_prefix", {**bounds, "limit": int(limit)})
+        return [row["id"] for row in rows]
 
     def list(
         self, tenant: str | None = None, status: BatchStatus | str | None = None, limit: int = 50
