@@ -3,6 +3,8 @@ the flow replaced, for the final state line of `run` and `resume`)."""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -14,12 +16,12 @@ from prefect.states import Completed, Failed, State
 from typer.testing import CliRunner
 
 from fleet_cli.cli import app
-from fleet_import.batches import BatchRepository, FailureKind, Reserved
+from fleet_import.batches import Batch, BatchRepository, FailureKind, Reserved
 from fleet_import.scope import Tenant, source_scope
 
 
-def run_cli(*args: str, database_url: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "FLEET_DATABASE_URL": database_url, "COLUMNS": "200"}
+def run_cli(*args: str, database_url: str, columns: int = 200) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "FLEET_DATABASE_URL": database_url, "COLUMNS": str(columns)}
     return subprocess.run(
         [sys.executable, "-m", "fleet_cli", *args],
         capture_output=True,
@@ -117,6 +119,127 @@ def test_batches_list_and_show_print_data_verbatim(database_url: str) -> None:
         "(all: s3://stage/[/red]/rejects.csv)",
     ):
         assert verbatim in shown.stdout, (verbatim, shown.stdout)
+
+
+# -- 80 columns, --json, id prefixes ---------------------------------------------------------
+
+
+def _failed_publication(repo: BatchRepository, tenant: str, leaf: str, error: str) -> Batch:
+    scope = source_scope(f"s3://fleet-landing/{tenant}/fleet/{leaf}/")
+    reserved = repo.reserve(Tenant.named(tenant), scope, f"delivery-{uuid.uuid4()}")
+    assert isinstance(reserved, Reserved)
+    owner = f"flow-run-{uuid.uuid4()}:{uuid.uuid4().hex[:8]}"  # as long as a real owner
+    repo.acquire_lease(reserved.batch.id, owner, 300)
+    repo.mark_committed(reserved.batch.id, owner, row_counts={"trips": 12_345})
+    return repo.mark_failed(reserved.batch.id, owner, FailureKind.FAILED_PUBLICATION, error)
+
+
+def test_batches_list_reads_whole_in_80_columns(database_url: str) -> None:
+    repo = BatchRepository(database_url)
+    batches = [
+        _failed_publication(repo, tenant, leaf, "division by zero")
+        for tenant, leaf in (("acme-logistics", "2026-07-22"), ("globex", "2026-07-23"))
+    ]
+
+    narrow = run_cli("batches", "list", database_url=database_url, columns=80)
+    assert narrow.returncode == 0, narrow.stderr
+    lines = narrow.stdout.splitlines()
+    assert "…" not in narrow.stdout and max(len(line) for line in lines) <= 80, narrow.stdout
+    for batch in batches:
+        created = batch.created_at.astimezone(dt.UTC).strftime("%m-%d %H:%M")
+        (line,) = [line for line in lines if line.startswith(str(batch.id)[:8] + " ")]
+        for whole in ("failed (failed_publication)", batch.tenant_id, created):
+            assert whole in line, (whole, narrow.stdout)
+        assert (batch.source_scope or "").endswith("/" + line.split()[2]), narrow.stdout
+        assert str(batch.id) not in narrow.stdout  # the 8-digit prefix `show` takes back
+    assert {"2026-07-22/", "2026-07-23/"} <= set(narrow.stdout.split())
+
+    wide = run_cli("batches", "list", database_url=database_url, columns=200)
+    assert wide.returncode == 0, wide.stderr
+    for batch in batches:
+        assert str(batch.id) in wide.stdout and (batch.source_scope or "") in wide.stdout
+    assert "12,345" in wide.stdout and "committed" in wide.stdout  # rows and phase
+
+
+def test_json_is_all_that_is_printed(database_url: str) -> None:
+    repo = BatchRepository(database_url)
+    batch = _failed_publication(repo, "acme", "2026-07-22", "division by zero [/bold]")
+
+    listed = run_cli("batches", "list", "--json", database_url=database_url, columns=80)
+    assert listed.returncode == 0, listed.stderr
+    (record,) = json.loads(listed.stdout)
+    assert record["id"] == str(batch.id) and record["status"] == "failed"
+    assert record["failure_kind"] == "failed_publication" and record["rows"] == 12_345
+    assert record["source_scope"] == batch.source_scope and record["phase"] == "committed"
+    assert dt.datetime.fromisoformat(record["created_at"]) == batch.created_at
+    assert record["execution_lease_expires_at"] is not None
+    empty = run_cli("batches", "list", "--json", "--tenant", "nobody", database_url=database_url)
+    assert json.loads(empty.stdout) == []
+
+    shown = run_cli("batches", "show", str(batch.id)[:8], "--json", database_url=database_url)
+    assert shown.returncode == 0, shown.stderr
+    detail = json.loads(shown.stdout)
+    assert detail.keys() >= record.keys() | {"details", "publication"}
+    assert {k: detail[k] for k in record if k != "updated_at"} == {
+        k: v for k, v in record.items() if k != "updated_at"
+    }
+    assert detail["details"]["failure"]["error"] == "division by zero [/bold]"
+    assert detail["details"]["row_counts"] == {"trips": 12_345}
+
+
+def test_show_takes_a_unique_id_prefix(database_url: str, db) -> None:
+    repo = BatchRepository(database_url)
+    ids = [_failed_publication(repo, "acme", leaf, "x").id for leaf in ("d1", "d2", "d3")]
+    twins = ["abcd1234-0000-4000-8000-100000000000", "abcd1234-0000-4000-8000-200000000000"]
+    for old, new in zip(ids, twins, strict=False):
+        db.execute("UPDATE ingestion_batches SET id = %s WHERE id = %s", (new, old))
+
+    shown = run_cli("batches", "show", str(ids[2])[:8], database_url=database_url)
+    assert shown.returncode == 0, shown.stderr
+    assert str(ids[2]) in shown.stdout
+    unique = run_cli("batches", "show", "ABCD1234-0000-4000-8000-2", database_url=database_url)
+    assert unique.returncode == 0 and twins[1] in unique.stdout, unique.stderr
+
+    ambiguous = run_cli("batches", "show", "abcd1234", database_url=database_url)
+    assert ambiguous.returncode == 2 and ambiguous.stdout == ""
+    assert "'abcd1234' is ambiguous" in ambiguous.stderr
+    assert twins[0] in ambiguous.stderr and twins[1] in ambiguous.stderr
+    unknown = run_cli("batches", "show", "0000ffff", database_url=database_url)
+    assert unknown.returncode == 2 and "no batch id starts with '0000ffff'" in unknown.stderr
+    too_short = run_cli("batches", "show", "abc", database_url=database_url)
+    assert too_short.returncode == 2 and "at least 4 hex digits" in too_short.stderr
+
+
+def test_show_keeps_the_first_failure_beside_the_resume_and_expiry(database_url: str, db) -> None:
+    repo = BatchRepository(database_url)
+    batch = _failed_publication(repo, "acme", "2026-07-22", "division by zero")
+    later = {
+        "last_failure": batch.details["failure"],
+        "resumes": 1,
+        "publication_expired": True,
+        "failure": {
+            "kind": "failed_publication",
+            "error": "publication expired: batch b owns the slice [/red]",
+            "at": "2099-01-01T00:00:00.000000Z",
+        },
+    }
+    db.execute(
+        "UPDATE ingestion_batches SET details = details || %s::jsonb WHERE id = %s",
+        (json.dumps(later), batch.id),
+    )
+
+    shown = run_cli("batches", "show", str(batch.id), database_url=database_url, columns=80)
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
+    labelled = [
+        "failure before resume  failed_publication: division by zero",
+        "resumes                1",
+        "failure                failed_publication: publication expired",
+        "publication expired    yes",
+    ]
+    where = [out.find(text) for text in labelled]
+    assert -1 not in where and where == sorted(where), out  # labelled, newest last
+    assert "[/red]" in out
 
 
 # -- the final state line of `run` and `resume` -----------------------------------------------

@@ -1,0 +1,283 @@
+"""What `fleet-import batches list / show` print: tables that fit the terminal, and JSON.
+
+A column is left out rather than cut: in 80 columns a list still shows each batch's whole
+status, tenant, folder and time (a cut `succee…` or `2026-1…` reads as nothing), and a
+wider terminal gains the full id, rows, phase, scope and lease, in that order. Every value
+from data is a `Text`, never markup.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console, RenderableType
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
+from fleet_import.batches import Batch
+from fleet_import.batches.outbox import OutboxStep
+from fleet_import.scope import SOURCE_SCOPE_PREFIX
+
+SHORT_ID_LENGTH = 8  # `batches show` takes it back as a prefix
+_STATUS_STYLE = {"succeeded": "green", "failed": "red", "running": "yellow"}
+_SHOW_STEP_ERROR = 80
+_SHOW_REJECT_VALUE = 40
+_UNBOUNDED = 100_000  # measure a table's natural width, not the width it would be given
+
+
+@dataclass(frozen=True)
+class _Column:
+    header: str
+    cell: Callable[[Batch], Text]
+    justify: str = "left"
+
+
+def _short_id(batch: Batch) -> Text:
+    return Text(str(batch.id)[:SHORT_ID_LENGTH])
+
+
+def _full_id(batch: Batch) -> Text:
+    return Text(str(batch.id))
+
+
+def _status(batch: Batch) -> Text:
+    kind = (batch.details.get("failure") or {}).get("kind")
+    text = batch.status.value + (f" ({kind})" if kind else "")
+    return Text(text, style=_STATUS_STYLE.get(batch.status.value, ""))
+
+
+def _tenant(batch: Batch) -> Text:
+    return Text(batch.tenant_id)
+
+
+def folder_leaf(scope: str) -> str:
+    """`fleet_s3:s3://b/acme/fleet/2026-07-22/` -> `2026-07-22/`: what tells deliveries apart."""
+    folder = scope.removeprefix(SOURCE_SCOPE_PREFIX)
+    head, _, leaf = folder.rstrip("/").rpartition("/")
+    return leaf + "/" if head and leaf else folder
+
+
+def _scope_or_date(batch: Batch) -> str:
+    if batch.source_scope:
+        return batch.source_scope
+    return str(batch.business_date) if batch.business_date else ""
+
+
+def _leaf(batch: Batch) -> Text:
+    return Text(folder_leaf(batch.source_scope) if batch.source_scope else _scope_or_date(batch))
+
+
+def _scope(batch: Batch) -> Text:
+    return Text(_scope_or_date(batch))
+
+
+def _phase(batch: Batch) -> Text:
+    return Text(str(batch.details.get("phase", "")))
+
+
+def _row_total(details: Mapping[str, Any]) -> int:
+    return sum(int(n) for n in (details.get("row_counts") or {}).values())
+
+
+def _rows(batch: Batch) -> Text:
+    return Text(f"{_row_total(batch.details):,}")
+
+
+def _lease(batch: Batch) -> Text:
+    return Text(batch.execution_lease_id or "")
+
+
+def _created(batch: Batch) -> Text:
+    return Text(batch.created_at.astimezone(dt.UTC).strftime("%m-%d %H:%M"))
+
+
+# Columns in display order; None is a column shown only when the terminal is wide enough.
+_NARROW: dict[str, _Column | None] = {
+    "batch": _Column("batch", _short_id),
+    "tenant": _Column("tenant", _tenant),
+    "folder": _Column("folder", _leaf),
+    "status": _Column("status", _status),
+    "phase": None,
+    "rows": None,
+    "lease": None,
+    "created": _Column("created UTC", _created),
+}
+# What a wider terminal gains, most useful first; each is kept only if the table still fits.
+_WIDENINGS: Sequence[tuple[str, _Column]] = (
+    ("batch", _Column("batch", _full_id)),
+    ("rows", _Column("rows", _rows, "right")),
+    ("phase", _Column("phase", _phase)),
+    ("folder", _Column("scope", _scope)),
+    ("lease", _Column("lease", _lease)),
+)
+
+
+def _table(columns: Iterable[_Column], batches: Sequence[Batch]) -> Table:
+    # No box: two spaces between columns leave the most room for the values themselves.
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    shown = [column for column in columns if column is not None]
+    for column in shown:
+        # Too narrow even for the essential columns: values wrap whole, never end in "…".
+        table.add_column(column.header, justify=column.justify, overflow="fold")  # type: ignore[arg-type]
+    for batch in batches:
+        table.add_row(*(column.cell(batch) for column in shown))
+    return table
+
+
+def batches_table(batches: Sequence[Batch], console: Console) -> Table:
+    """The widest layout that fits `console` without wrapping a value."""
+    unbounded = console.options.update_width(_UNBOUNDED)
+    layout = dict(_NARROW)
+    table = _table(layout.values(), batches)
+    for name, column in _WIDENINGS:
+        wider = _table({**layout, name: column}.values(), batches)
+        if Measurement.get(console, unbounded, wider).maximum <= console.width:
+            layout[name], table = column, wider
+    return table
+
+
+# -- JSON ---------------------------------------------------------------------------------
+
+
+def _iso(value: dt.datetime | dt.date | None) -> str | None:
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.UTC).isoformat()
+    return None if value is None else value.isoformat()
+
+
+def batch_record(batch: Batch) -> dict[str, Any]:
+    """One batch for `--json`: the same keys for every batch (null when unknown)."""
+    details = batch.details
+    return {
+        "id": str(batch.id),
+        "tenant_id": batch.tenant_id,
+        "company_id": batch.company_id,
+        "source_type": batch.source_type,
+        "source_scope": batch.source_scope,
+        "business_date": _iso(batch.business_date),
+        "delivery_key": batch.delivery_key,
+        "status": batch.status.value,
+        "failure_kind": (details.get("failure") or {}).get("kind"),
+        "phase": details.get("phase"),
+        "rows": _row_total(details),
+        "execution_lease_id": batch.execution_lease_id,
+        "execution_lease_expires_at": _iso(batch.execution_lease_expires_at),
+        "created_at": _iso(batch.created_at),
+        "updated_at": _iso(batch.updated_at),
+    }
+
+
+def _step_record(step: OutboxStep) -> dict[str, Any]:
+    return {
+        "seq": step.seq,
+        "step": step.step,
+        "status": str(step.status),
+        "attempts": step.attempts,
+        "claimed_by": step.claimed_by,
+        "claimed_until": _iso(step.claimed_until),
+        "last_error": step.last_error,
+        "available_at": _iso(step.available_at),
+        "created_at": _iso(step.created_at),
+        "updated_at": _iso(step.updated_at),
+    }
+
+
+def batch_detail_record(batch: Batch, steps: Sequence[OutboxStep]) -> dict[str, Any]:
+    """`batches show --json`: the list's record plus the details as stored and the steps."""
+    return {
+        **batch_record(batch),
+        "details": batch.details,
+        "publication": [_step_record(step) for step in steps],
+    }
+
+
+# -- show ---------------------------------------------------------------------------------
+
+
+def _failure_text(failure: object) -> str:
+    if not isinstance(failure, Mapping):
+        return str(failure)
+    facts = {k: v for k, v in failure.items() if k not in ("kind", "error", "at")}
+    text = f"{failure.get('kind')}: {failure.get('error')}"
+    if failure.get("at"):
+        text += f" (at {failure['at']})"
+    return text + "".join(f"; {k}: {v}" for k, v in facts.items())
+
+
+def failure_history(details: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A batch's failures, resumes and expiry, oldest first. A resume moves `failure` to
+    `last_failure`, so the failure that started it all stays visible beside what came of
+    the resume (another failure, or the publication expiring)."""
+    history: list[tuple[str, str]] = []
+    if details.get("last_failure"):
+        history.append(("failure before resume", _failure_text(details["last_failure"])))
+    if details.get("resumes"):
+        history.append(("resumes", str(details["resumes"])))
+    if details.get("failure"):
+        history.append(("failure", _failure_text(details["failure"])))
+    if details.get("publication_expired"):
+        history.append(("publication expired", "yes: a newer batch owns the slice"))
+    return history
+
+
+def _cells(*values: object) -> list[Text]:
+    return [Text(str(value)) for value in values]
+
+
+def batch_views(batch: Batch, steps: Sequence[OutboxStep]) -> list[RenderableType]:
+    """`batches show`: the facts, then publication steps, files and first rejects."""
+    details = batch.details
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(no_wrap=True)
+    facts.add_column(overflow="fold")  # a long scope or error wraps whole
+    for name, value in (
+        ("batch", batch.id),
+        ("tenant", batch.tenant_id),
+        ("scope", batch.source_scope),
+        ("delivery", batch.delivery_key),
+        ("status", batch.status.value),
+        ("phase", details.get("phase")),
+        ("committed", details.get("redshift_committed")),
+        ("rows", details.get("row_counts")),
+        (
+            "lease",
+            f"{batch.execution_lease_id} until {batch.execution_lease_expires_at}"
+            if batch.execution_lease_id
+            else "free",
+        ),
+        *failure_history(details),
+        ("superseded by", details.get("superseded_by")),
+        ("created", batch.created_at),
+        ("updated", batch.updated_at),
+    ):
+        if value is not None:
+            facts.add_row(Text(name, style="bold"), Text(str(value)))
+    views: list[RenderableType] = [facts]
+    if steps:
+        outbox = Table("seq", "step", "status", "attempts", "last error", title="publication")
+        for s in steps:
+            error = (s.last_error or "")[:_SHOW_STEP_ERROR]
+            outbox.add_row(*_cells(s.seq, s.step, s.status, s.attempts, error))
+        views.append(outbox)
+    summary = details.get("summary") or {}
+    if summary.get("files"):
+        files = Table("file", "dataset", "rows", "rejects", "cache hit", title="files")
+        for f in summary["files"]:
+            hit = "yes" if f["cache_hit"] else ""
+            files.add_row(*_cells(f["key"], f["dataset"], f"{f['rows']:,}", f["rejects"], hit))
+        views.append(files)
+    rejects = details.get("rejects") or {}
+    if rejects.get("count"):
+        title = f"first rejects of {rejects['count']:,} (all: {rejects.get('uri')})"
+        table = Table(
+            "file", "line", "column", "reason", "value", title=Text(title, style="table.title")
+        )
+        for r in rejects.get("sample", []):
+            value = str(r.get("value") or "")[:_SHOW_REJECT_VALUE]
+            table.add_row(*_cells(r["file"], r["line"], r["column"], r["reason"], value))
+        views.append(table)
+    return views
