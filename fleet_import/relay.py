@@ -47,6 +47,11 @@ DEFAULT_WAIT_SECONDS = 20  # the SQS maximum: fewest empty receives
 DEFAULT_MAX_MESSAGES = 10  # the SQS maximum per receive
 _BACKOFF_INITIAL_SECONDS = 1.0
 _BACKOFF_MAX_SECONDS = 60.0
+# How often run_forever's thread looks at `stop`, and how long it then lets a message being
+# handled finish before abandoning the poller: together they bound a stop at about a third of a
+# second, whatever the long poll or the event API is doing.
+_STOP_CHECK_SECONDS = 0.1
+_STOP_GRACE_SECONDS = 0.2
 # Fixed forever: changing it changes every event id and defeats de-duplication.
 _EVENT_ID_NAMESPACE = uuid.UUID("5b0b3c52-8f5e-4c0e-9f55-2f1d8e7c6a01")
 
@@ -258,9 +263,11 @@ class Relay:
         self._max_messages = max_messages
         self.totals = RelayStats()
 
-    def poll_once(self) -> RelayStats:
+    def poll_once(self, stop: threading.Event | None = None) -> RelayStats:
         """One long-poll receive and everything it returned. SQS errors on receive propagate
-        (run_forever backs off); nothing a single message holds does."""
+        (run_forever backs off); nothing a single message holds does. Once `stop` is set the
+        remaining messages are left alone: SQS redelivers them after their visibility
+        timeout."""
         response = self._sqs.receive_message(
             QueueUrl=self.queue_url,
             MaxNumberOfMessages=self._max_messages,
@@ -269,6 +276,8 @@ class Relay:
         )
         stats = RelayStats()
         for message in response.get("Messages", ()):
+            if stop is not None and stop.is_set():
+                break
             stats.received += 1
             try:
                 self._handle(message, stats)
@@ -345,12 +354,38 @@ class Relay:
         stats.deleted += 1
 
     def run_forever(self, stop: threading.Event) -> RelayStats:
-        """Poll until `stop` is set (checked between receives, so within wait_seconds)."""
-        backoff = _BACKOFF_INITIAL_SECONDS
+        """Poll until `stop` is set, and return within about half a second of it.
+
+        A long poll lasts up to wait_seconds and an emit as long as the event API takes, so
+        the polling runs on a daemon thread that this one abandons once `stop` is set and a
+        short grace has passed. Abandoning loses nothing: a message is deleted only after its
+        events were accepted, so whatever that thread received and did not delete comes back
+        after the queue's visibility timeout (at worst an event repeats, with its id).
+
+        This thread only sleeps and joins, never waits on `stop` itself, so a signal handler
+        running on it may `stop.set()` without deadlocking on the Event's lock.
+        """
         logger.info("relaying S3 notifications from %s", self.queue_url)
+        poller = threading.Thread(
+            target=self._poll_until, args=(stop,), name="fleet-relay-poller", daemon=True
+        )
+        poller.start()
+        while poller.is_alive() and not stop.is_set():
+            poller.join(_STOP_CHECK_SECONDS)
+        poller.join(_STOP_GRACE_SECONDS)
+        if poller.is_alive():
+            logger.info(
+                "relay stopped during a receive or an emit; what it held but did not delete "
+                "comes back after the queue's visibility timeout"
+            )
+        logger.info("relay stopped: %s", self.totals)
+        return self.totals
+
+    def _poll_until(self, stop: threading.Event) -> None:
+        backoff = _BACKOFF_INITIAL_SECONDS
         while not stop.is_set():
             try:
-                stats = self.poll_once()
+                stats = self.poll_once(stop)
             except Exception as exc:  # never crash: SQS down, credentials expired, a bug
                 logger.error(
                     "receiving from %s failed (%s: %s); retrying in %.0f s",
@@ -369,5 +404,3 @@ class Relay:
                 backoff = min(backoff * 2, _BACKOFF_MAX_SECONDS)
             else:
                 backoff = _BACKOFF_INITIAL_SECONDS
-        logger.info("relay stopped: %s", self.totals)
-        return self.totals
