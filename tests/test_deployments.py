@@ -53,6 +53,11 @@ EXPECTED_DEPLOYMENTS = {
     ),
 }
 
+# The scheduled deployments run one at a time; a tick that finds one running is cancelled.
+# The others have no Prefect limit: the scope reservation lives in PostgreSQL (prefect.yaml).
+ONE_AT_A_TIME = {"drain-publications", "sweep-landing-zone"}
+_ONE_AT_A_TIME_LIMIT = {"limit": 1, "collision_strategy": "CANCEL_NEW"}
+
 _SERVER_START_TIMEOUT = 90.0
 _SERVER_STOP_TIMEOUT = 15.0
 _COMMAND_TIMEOUT = 180.0
@@ -79,7 +84,10 @@ def test_prefect_yaml_uses_only_keys_prefect_reads() -> None:
     PrefectYamlModel.model_validate(config)
 
 
-def test_prefect_yaml_deployments_share_pool_tags_and_no_prefect_concurrency() -> None:
+def test_prefect_yaml_pool_tags_and_concurrency_only_on_schedules() -> None:
+    from prefect.cli.deploy._models import ConcurrencyLimitSpec
+    from prefect.client.schemas.objects import ConcurrencyLimitStrategy
+
     config = _prefect_yaml()
     deployments = {d["name"]: d for d in config["deployments"]}
     assert set(deployments) == set(EXPECTED_DEPLOYMENTS)
@@ -87,8 +95,16 @@ def test_prefect_yaml_deployments_share_pool_tags_and_no_prefect_concurrency() -
         assert deployment["entrypoint"] == EXPECTED_DEPLOYMENTS[name][0]
         assert deployment["work_pool"]["name"] == WORK_POOL
         assert "fleet" in deployment["tags"]
-        # The scope reservation lives in PostgreSQL; see the comment in prefect.yaml.
-        assert "concurrency_limit" not in deployment
+        if name not in ONE_AT_A_TIME:
+            # The scope reservation lives in PostgreSQL; see the comment in prefect.yaml.
+            assert "concurrency_limit" not in deployment
+            continue
+        limit = deployment["concurrency_limit"]
+        # ConcurrencyLimitSpec ignores unknown keys: a misspelled one would be dropped.
+        assert set(limit) <= set(ConcurrencyLimitSpec.model_fields), f"{name}: {limit}"
+        assert limit == _ONE_AT_A_TIME_LIMIT, name
+        ConcurrencyLimitStrategy(limit["collision_strategy"])
+        assert deployment["schedules"], f"{name}: a limit of one is for scheduled runs"
     assert config["pull"] == [
         {
             "prefect.deployments.steps.set_working_directory": {
@@ -249,7 +265,13 @@ def test_deploy_all_registers_every_deployment(
         assert flow_names[name] == flow_name
         assert deployment.work_pool_name == WORK_POOL
         assert "fleet" in deployment.tags
-        assert deployment.global_concurrency_limit is None
+        if name in ONE_AT_A_TIME:
+            assert deployment.global_concurrency_limit is not None
+            assert deployment.global_concurrency_limit.limit == 1
+            assert deployment.concurrency_options is not None
+            assert deployment.concurrency_options.collision_strategy == "CANCEL_NEW"
+        else:
+            assert deployment.global_concurrency_limit is None
         assert deployment.enforce_parameter_schema is True
         assert deployment.pull_steps == [
             {
@@ -501,6 +523,8 @@ def test_prefect_yaml_triggers_use_only_keys_prefect_reads() -> None:
         assert parsed.expect == {"aws.s3.object.created"}
         assert parsed.for_each == {"prefect.resource.id"}  # debounce per marker, not globally
         assert parsed.within.total_seconds() > 0 and parsed.schedule_after.total_seconds() > 0
+        # A marker means complete: its run is scheduled within seconds, not after a minute.
+        assert parsed.schedule_after.total_seconds() <= 5 and parsed.within.total_seconds() <= 5
         assert set(parsed.parameters or {}) == {"tenant_id", "folder", "delivery_key"}
 
 
@@ -528,11 +552,11 @@ def test_deploy_all_registers_the_sweep_and_the_import_trigger(
     assert trigger.expect == {"aws.s3.object.created"}
     assert trigger.match.root["prefect.resource.id"] == "s3://fleet-landing/*/_SUCCESS"
     assert trigger.for_each == {"prefect.resource.id"}
-    assert trigger.within.total_seconds() == 60
+    assert trigger.within.total_seconds() == 5
     [action] = automation.actions
     assert action.type == "run-deployment"
     assert action.deployment_id == deployments["import-s3-folder"].id
-    assert action.schedule_after.total_seconds() == 60
+    assert action.schedule_after.total_seconds() == 1
     assert action.parameters["tenant_id"] == "{{ event.resource['fleet.tenant'] }}"
     assert action.parameters["folder"] == "{{ event.resource['fleet.folder'] }}"
     assert action.parameters["delivery_key"].startswith("s3-event:")
