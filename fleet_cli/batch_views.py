@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console, RenderableType
+from rich.console import Console, JustifyMethod, RenderableType
 from rich.measure import Measurement
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from fleet_import.batches import Batch
@@ -33,7 +33,7 @@ _UNBOUNDED = 100_000  # measure a table's natural width, not the width it would 
 class _Column:
     header: str
     cell: Callable[[Batch], Text]
-    justify: str = "left"
+    justify: JustifyMethod = "left"
 
 
 def _short_id(batch: Batch) -> Text:
@@ -116,13 +116,13 @@ _WIDENINGS: Sequence[tuple[str, _Column]] = (
 )
 
 
-def _table(columns: Iterable[_Column], batches: Sequence[Batch]) -> Table:
+def _table(columns: Iterable[_Column | None], batches: Sequence[Batch]) -> Table:
     # No box: two spaces between columns leave the most room for the values themselves.
     table = Table(box=None, pad_edge=False, header_style="bold")
     shown = [column for column in columns if column is not None]
     for column in shown:
         # Too narrow even for the essential columns: values wrap whole, never end in "…".
-        table.add_column(column.header, justify=column.justify, overflow="fold")  # type: ignore[arg-type]
+        table.add_column(column.header, justify=column.justify, overflow="fold")
     for batch in batches:
         table.add_row(*(column.cell(batch) for column in shown))
     return table
@@ -228,6 +228,12 @@ def _cells(*values: object) -> list[Text]:
     return [Text(str(value)) for value in values]
 
 
+def _data_table(title: str | Text, *headers: str) -> Table:
+    """Values wrap whole in a narrow terminal: an S3 key cut to `s3://fleet-landing/a…`
+    names no file."""
+    return Table(*(Column(header, overflow="fold") for header in headers), title=title)
+
+
 def batch_views(batch: Batch, steps: Sequence[OutboxStep]) -> list[RenderableType]:
     """`batches show`: the facts, then publication steps, files and first rejects."""
     details = batch.details
@@ -258,14 +264,14 @@ def batch_views(batch: Batch, steps: Sequence[OutboxStep]) -> list[RenderableTyp
             facts.add_row(Text(name, style="bold"), Text(str(value)))
     views: list[RenderableType] = [facts]
     if steps:
-        outbox = Table("seq", "step", "status", "attempts", "last error", title="publication")
+        outbox = _data_table("publication", "seq", "step", "status", "attempts", "last error")
         for s in steps:
             error = (s.last_error or "")[:_SHOW_STEP_ERROR]
             outbox.add_row(*_cells(s.seq, s.step, s.status, s.attempts, error))
         views.append(outbox)
     summary = details.get("summary") or {}
     if summary.get("files"):
-        files = Table("file", "dataset", "rows", "rejects", "cache hit", title="files")
+        files = _data_table("files", "file", "dataset", "rows", "rejects", "cache hit")
         for f in summary["files"]:
             hit = "yes" if f["cache_hit"] else ""
             files.add_row(*_cells(f["key"], f["dataset"], f"{f['rows']:,}", f["rejects"], hit))
@@ -273,8 +279,8 @@ def batch_views(batch: Batch, steps: Sequence[OutboxStep]) -> list[RenderableTyp
     rejects = details.get("rejects") or {}
     if rejects.get("count"):
         title = f"first rejects of {rejects['count']:,} (all: {rejects.get('uri')})"
-        table = Table(
-            "file", "line", "column", "reason", "value", title=Text(title, style="table.title")
+        table = _data_table(
+            Text(title, style="table.title"), "file", "line", "column", "reason", "value"
         )
         for r in rejects.get("sample", []):
             value = str(r.get("value") or "")[:_SHOW_REJECT_VALUE]

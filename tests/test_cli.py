@@ -222,6 +222,17 @@ def test_show_keeps_the_first_failure_beside_the_resume_and_expiry(database_url:
             "error": "publication expired: batch b owns the slice [/red]",
             "at": "2099-01-01T00:00:00.000000Z",
         },
+        "summary": {
+            "files": [
+                {
+                    "key": "s3://fleet-landing/acme/fleet/2026-07-22/trips-2026-07-22-0001.csv.gz",
+                    "dataset": "trips",
+                    "rows": 12_345,
+                    "rejects": 0,
+                    "cache_hit": False,
+                }
+            ]
+        },
     }
     db.execute(
         "UPDATE ingestion_batches SET details = details || %s::jsonb WHERE id = %s",
@@ -239,7 +250,7 @@ def test_show_keeps_the_first_failure_beside_the_resume_and_expiry(database_url:
     ]
     where = [out.find(text) for text in labelled]
     assert -1 not in where and where == sorted(where), out  # labelled, newest last
-    assert "[/red]" in out
+    assert "[/red]" in out and "…" not in out  # a long file key wraps, whole
 
 
 # -- the final state line of `run` and `resume` -----------------------------------------------
