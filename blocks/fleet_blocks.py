@@ -6,7 +6,8 @@ Three block types, one document each under a well-known name, editable in the Pr
 | --- | --- | --- |
 | FleetOperationalDatabase | `fleet-operational-db` | `database_url` |
 | FleetLandingBucket | `fleet-landing` | `s3_endpoint_url`, `staging_uri` |
-| FleetWarehouse | `fleet-warehouse` | `warehouse`, `warehouse_url`, `staging_uri` (Redshift) |
+| FleetWarehouse | `fleet-warehouse` | `warehouse`, `warehouse_url`, `refresh_sql`; Redshift: |
+| | | `redshift_iam_role`, `staging_uri` |
 
 Flows read the environment first and apply `settings_overrides()` over it, so a worker with
 no blocks registered runs on `FLEET_*` variables alone. Secret values are `SecretStr`: the
@@ -31,7 +32,6 @@ WAREHOUSE_BLOCK = "fleet-warehouse"
 LANDING_BLOCK = "fleet-landing"
 
 _S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$"
-_BUCKET_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 # user:password@ in any URL an error message may quote (the API URL, a proxy, a DSN).
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 
@@ -90,6 +90,14 @@ class FleetWarehouse(Block):
         "replaces the landing block's staging URI when set.",
         pattern=_S3_URI_PATTERN,
     )
+    # A deployment cannot set FLEET_REFRESH_SQL on every worker; the block reaches them all.
+    refresh_sql: list[str] = Field(
+        default_factory=list,
+        title="Refresh SQL",
+        description="Warehouse statements the refresh_dependants publication step runs, in "
+        "order, after a slice is committed (e.g. REFRESH MATERIALIZED VIEW fleet_daily). "
+        "Empty: FLEET_REFRESH_SQL decides (none by default).",
+    )
 
     def as_settings(self) -> dict[str, Any]:
         overrides: dict[str, Any] = {
@@ -100,25 +108,27 @@ class FleetWarehouse(Block):
             overrides["redshift_iam_role"] = self.iam_role
         if self.staging_uri:
             overrides["staging_uri"] = self.staging_uri
+        if self.refresh_sql:
+            overrides["refresh_sql"] = list(self.refresh_sql)
         return overrides
 
 
 class FleetLandingBucket(Block):
-    """The S3 bucket tenants deliver folders to, and the staging area for normalised files."""
+    """Where the import reads S3 and stages normalised files.
+
+    Which bucket and prefix hold the tenants' folders is not here: the sweep takes them as
+    deployment parameters and the relay as options, and the S3 credentials come from boto3's
+    chain (instance role, AWS_* variables, profile). Documents saved when this block held
+    bucket, prefix and access keys still load; those values are ignored.
+    """
 
     _block_type_name = "Fleet Landing Bucket"
     _block_type_slug = "fleet-landing-bucket"
     _description = (
-        "S3 landing bucket of fleet-import (source folders) and its staging area (normalised "
-        "Parquet, rejects). Overrides FLEET_S3_ENDPOINT_URL and FLEET_STAGING_URI."
+        "S3 endpoint and staging area (normalised Parquet, rejects) of fleet-import. "
+        "Overrides FLEET_S3_ENDPOINT_URL and FLEET_STAGING_URI."
     )
 
-    bucket: str = Field(
-        ..., description="Bucket name, without s3://, e.g. fleet-landing.", pattern=_BUCKET_PATTERN
-    )
-    prefix: str = Field(
-        "", description="Key prefix the tenants' folders live under; empty for the whole bucket."
-    )
     endpoint_url: str | None = Field(
         None,
         title="Endpoint URL",
@@ -130,34 +140,8 @@ class FleetLandingBucket(Block):
         description="s3://bucket/prefix/ for normalised Parquet and rejects.",
         pattern=_S3_URI_PATTERN,
     )
-    aws_access_key_id: str | None = Field(
-        None,
-        title="AWS access key id",
-        description="Only where no instance role or AWS profile provides credentials.",
-    )
-    aws_secret_access_key: SecretStr | None = Field(
-        None, title="AWS secret access key", description="Goes with the access key id."
-    )
-
-    @property
-    def landing_uri(self) -> str:
-        """s3://bucket/prefix/ the sweep lists."""
-        prefix = self.prefix.strip("/")
-        return f"s3://{self.bucket}/{prefix}/" if prefix else f"s3://{self.bucket}/"
-
-    def boto3_client_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for `boto3.client("s3", ...)`; empty means boto3's defaults."""
-        kwargs: dict[str, Any] = {}
-        if self.endpoint_url:
-            kwargs["endpoint_url"] = self.endpoint_url
-        if self.aws_access_key_id and self.aws_secret_access_key:
-            kwargs["aws_access_key_id"] = self.aws_access_key_id
-            kwargs["aws_secret_access_key"] = self.aws_secret_access_key.get_secret_value()
-        return kwargs
 
     def as_settings(self) -> dict[str, Any]:
-        # The access keys have no Settings field on purpose: the core's S3 client takes its
-        # credentials from boto3's chain; code that needs them calls boto3_client_kwargs().
         overrides: dict[str, Any] = {"staging_uri": self.staging_uri}
         if self.endpoint_url:
             overrides["s3_endpoint_url"] = self.endpoint_url

@@ -14,10 +14,12 @@ Variables read by --from-env (secrets are stored in the blocks, never printed):
 | FLEET_WAREHOUSE_URL (default: FLEET_DATABASE_URL) | fleet-warehouse.url |
 | FLEET_WAREHOUSE (default postgres) | fleet-warehouse.backend |
 | FLEET_WAREHOUSE_IAM_ROLE, FLEET_WAREHOUSE_STAGING_URI | fleet-warehouse.iam_role, .staging_uri |
-| FLEET_LANDING_BUCKET (required), FLEET_LANDING_PREFIX | fleet-landing.bucket, .prefix |
+| FLEET_REFRESH_SQL (a JSON list of statements) | fleet-warehouse.refresh_sql |
 | FLEET_STAGING_URI (required) | fleet-landing.staging_uri |
 | FLEET_S3_ENDPOINT_URL | fleet-landing.endpoint_url |
-| FLEET_AWS_ACCESS_KEY_ID, FLEET_AWS_SECRET_ACCESS_KEY | fleet-landing credentials |
+
+FLEET_LANDING_BUCKET, FLEET_LANDING_PREFIX and FLEET_AWS_* are not stored (the landing block
+no longer has those fields): setting them only prints a note.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from blocks.fleet_blocks import (
     BLOCK_DOCUMENTS,
@@ -42,10 +44,23 @@ from blocks.fleet_blocks import (
 )
 
 EXIT_CONFIG_ERROR = 2
+# Stored by earlier versions; the sweep takes bucket and prefix as parameters, the relay as
+# options, and S3 credentials come from boto3's chain.
+NOT_STORED = (
+    "FLEET_LANDING_BUCKET",
+    "FLEET_LANDING_PREFIX",
+    "FLEET_AWS_ACCESS_KEY_ID",
+    "FLEET_AWS_SECRET_ACCESS_KEY",
+)
+_STATEMENTS = TypeAdapter(list[str])
 
 
 class MissingVariables(Exception):
     """Required environment variables are not set."""
+
+
+class InvalidVariable(Exception):
+    """An environment variable's value cannot be stored in its block field."""
 
 
 def register_types() -> list[str]:
@@ -60,15 +75,12 @@ def register_types() -> list[str]:
 def blocks_from_env(env: Mapping[str, str]) -> dict[str, FleetBlock]:
     """The three documents described by FLEET_* variables, keyed by document name.
 
-    Raises MissingVariables (naming every missing variable) before anything is built, and
-    pydantic's ValidationError for malformed values.
+    Raises MissingVariables (naming every missing variable) before anything is built,
+    InvalidVariable for FLEET_REFRESH_SQL that is not a JSON list of strings, and pydantic's
+    ValidationError for malformed values.
     """
     values = {key: value for key, value in env.items() if value != ""}
-    missing = [
-        key
-        for key in ("FLEET_DATABASE_URL", "FLEET_LANDING_BUCKET", "FLEET_STAGING_URI")
-        if key not in values
-    ]
+    missing = [key for key in ("FLEET_DATABASE_URL", "FLEET_STAGING_URI") if key not in values]
     if missing:
         raise MissingVariables(", ".join(missing))
     database_url = values["FLEET_DATABASE_URL"]
@@ -79,16 +91,21 @@ def blocks_from_env(env: Mapping[str, str]) -> dict[str, FleetBlock]:
             url=values.get("FLEET_WAREHOUSE_URL", database_url),
             iam_role=values.get("FLEET_WAREHOUSE_IAM_ROLE"),
             staging_uri=values.get("FLEET_WAREHOUSE_STAGING_URI"),
+            refresh_sql=_statements(values.get("FLEET_REFRESH_SQL", "[]")),
         ),
         LANDING_BLOCK: FleetLandingBucket(
-            bucket=values["FLEET_LANDING_BUCKET"],
-            prefix=values.get("FLEET_LANDING_PREFIX", ""),
             endpoint_url=values.get("FLEET_S3_ENDPOINT_URL"),
             staging_uri=values["FLEET_STAGING_URI"],
-            aws_access_key_id=values.get("FLEET_AWS_ACCESS_KEY_ID"),
-            aws_secret_access_key=values.get("FLEET_AWS_SECRET_ACCESS_KEY"),
         ),
     }
+
+
+def _statements(value: str) -> list[str]:
+    try:
+        return _STATEMENTS.validate_json(value)
+    except ValidationError:
+        # Not the value itself: a statement may hold a password.
+        raise InvalidVariable("FLEET_REFRESH_SQL is not a JSON list of strings") from None
 
 
 def save_documents(blocks: Mapping[str, FleetBlock]) -> list[str]:
@@ -121,9 +138,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         except MissingVariables as exc:
             print(f"error: --from-env needs {exc}", file=sys.stderr)
             return EXIT_CONFIG_ERROR
+        except InvalidVariable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_CONFIG_ERROR
         except ValidationError as exc:
             print(f"error: {describe_error(exc)}", file=sys.stderr)
             return EXIT_CONFIG_ERROR
+        ignored = [key for key in NOT_STORED if os.environ.get(key)]
+        if ignored:
+            print(f"note: not stored in blocks: {', '.join(ignored)}", file=sys.stderr)
 
     for slug in register_types():
         print(f"registered block type {slug}")

@@ -20,7 +20,7 @@ from blocks.fleet_blocks import (
     FleetWarehouse,
     settings_overrides,
 )
-from blocks.register import MissingVariables, blocks_from_env
+from blocks.register import InvalidVariable, MissingVariables, blocks_from_env
 from fleet_import.config import Settings
 
 PASSWORD = "s3cr3t-pw-4242"
@@ -33,12 +33,7 @@ def _blocks() -> dict[str, Any]:
         OPERATIONAL_DB_BLOCK: FleetOperationalDatabase(url=DB_URL),
         WAREHOUSE_BLOCK: FleetWarehouse(url=f"postgresql://wh:{PASSWORD}@wh.internal/curated"),
         LANDING_BLOCK: FleetLandingBucket(
-            bucket="fleet-landing",
-            prefix="tenants",
-            endpoint_url="http://127.0.0.1:5000",
-            staging_uri="s3://fleet-staging/stage/",
-            aws_access_key_id="AKIAFLEET",
-            aws_secret_access_key=AWS_SECRET,
+            endpoint_url="http://127.0.0.1:5000", staging_uri="s3://fleet-staging/stage/"
         ),
     }
 
@@ -67,7 +62,6 @@ def test_secrets_are_secretstr_and_never_printed() -> None:
     blocks = _blocks()
     assert isinstance(blocks[OPERATIONAL_DB_BLOCK].url, SecretStr)
     assert isinstance(blocks[WAREHOUSE_BLOCK].url, SecretStr)
-    assert isinstance(blocks[LANDING_BLOCK].aws_secret_access_key, SecretStr)
     for block in blocks.values():
         for text in (repr(block), str(block), block.model_dump_json(), f"{block!s}"):
             assert PASSWORD not in text and AWS_SECRET not in text
@@ -86,30 +80,55 @@ def test_block_types_are_named_and_secret_fields_declared() -> None:
     # Prefect masks these in the UI and in API reads without include_secrets.
     assert FleetOperationalDatabase.model_json_schema()["secret_fields"] == ["url"]
     assert FleetWarehouse.model_json_schema()["secret_fields"] == ["url"]
-    assert FleetLandingBucket.model_json_schema()["secret_fields"] == ["aws_secret_access_key"]
+    assert FleetLandingBucket.model_json_schema()["secret_fields"] == []
 
 
 def test_field_validation() -> None:
     with pytest.raises(ValidationError):
         FleetWarehouse(backend="snowflake", url="x")
     with pytest.raises(ValidationError):
-        FleetLandingBucket(bucket="s3://fleet-landing", staging_uri="s3://fleet-staging/")
+        FleetLandingBucket()
     with pytest.raises(ValidationError):
-        FleetLandingBucket(bucket="fleet-landing", staging_uri="/tmp/staging")
+        FleetLandingBucket(staging_uri="/tmp/staging")
     with pytest.raises(ValidationError):
         FleetOperationalDatabase()
 
 
-def test_landing_helpers() -> None:
-    landing = _blocks()[LANDING_BLOCK]
-    assert landing.landing_uri == "s3://fleet-landing/tenants/"
-    assert FleetLandingBucket(bucket="b12", staging_uri="s3://b12/s/").landing_uri == "s3://b12/"
-    assert landing.boto3_client_kwargs() == {
-        "endpoint_url": "http://127.0.0.1:5000",
-        "aws_access_key_id": "AKIAFLEET",
-        "aws_secret_access_key": AWS_SECRET,
+def test_a_landing_document_saved_with_the_removed_fields_still_loads() -> None:
+    """bucket, prefix and the access keys were fields once; nothing read them. A document
+    saved then still loads, and only its endpoint and staging URI apply."""
+    old = FleetLandingBucket.model_validate(
+        {
+            "bucket": "fleet-landing",
+            "prefix": "tenants",
+            "endpoint_url": "http://127.0.0.1:5000",
+            "staging_uri": "s3://fleet-staging/stage/",
+            "aws_access_key_id": "AKIAFLEET",
+            "aws_secret_access_key": AWS_SECRET,
+        }
+    )
+    assert old.as_settings() == {
+        "s3_endpoint_url": "http://127.0.0.1:5000",
+        "staging_uri": "s3://fleet-staging/stage/",
     }
-    assert FleetLandingBucket(bucket="b12", staging_uri="s3://b12/").boto3_client_kwargs() == {}
+
+
+def test_refresh_sql_comes_from_the_warehouse_block(monkeypatch) -> None:
+    statements = ["REFRESH MATERIALIZED VIEW fleet_daily", "ANALYZE fleet_trips"]
+    blocks = _blocks()
+    blocks[WAREHOUSE_BLOCK] = FleetWarehouse(url="postgresql://wh/curated", refresh_sql=statements)
+    _serve(monkeypatch, blocks)
+    monkeypatch.setenv("FLEET_REFRESH_SQL", '["SELECT 1"]')
+
+    overrides = settings_overrides()
+
+    assert overrides["refresh_sql"] == statements
+    assert Settings().model_copy(update=overrides).refresh_sql == statements
+    schema = FleetWarehouse.model_json_schema()["properties"]["refresh_sql"]
+    assert schema["type"] == "array" and schema["items"]["type"] == "string"
+    # An empty list sets nothing: the environment (none by default) decides.
+    _serve(monkeypatch, {WAREHOUSE_BLOCK: FleetWarehouse(url="postgresql://wh/curated")})
+    assert "refresh_sql" not in settings_overrides()
 
 
 def test_settings_overrides_empty_when_no_documents(monkeypatch, caplog) -> None:
@@ -157,13 +176,13 @@ def test_load_errors_warn_without_secrets(monkeypatch, caplog) -> None:
     # pydantic keeps the offending input (a whole document for a missing field) in the error.
     with pytest.raises(ValidationError) as invalid_url:
         FleetOperationalDatabase.model_validate({"url": [DB_URL]})
-    with pytest.raises(ValidationError) as missing_bucket:
+    with pytest.raises(ValidationError) as missing_staging:
         FleetLandingBucket.model_validate(
-            {"staging_uri": "s3://fleet-staging/", "aws_secret_access_key": AWS_SECRET}
+            {"endpoint_url": "http://s3.internal", "aws_secret_access_key": AWS_SECRET}
         )
     assert PASSWORD in repr(invalid_url.value.errors())
-    assert AWS_SECRET in str(missing_bucket.value)
-    invalid, missing_fields = invalid_url.value, missing_bucket.value
+    assert AWS_SECRET in str(missing_staging.value)
+    invalid, missing_fields = invalid_url.value, missing_staging.value
     _serve(
         monkeypatch,
         {
@@ -178,32 +197,39 @@ def test_load_errors_warn_without_secrets(monkeypatch, caplog) -> None:
     logged = caplog.text
     assert "fleet-operational-database/fleet-operational-db" in logged
     assert "invalid block document (url:" in logged
-    assert "fleet-landing-bucket/fleet-landing" in logged and "bucket: Field required" in logged
+    assert (
+        "fleet-landing-bucket/fleet-landing" in logged and "staging_uri: Field required" in logged
+    )
     assert "ConnectionError: cannot reach https://***@prefect/api" in logged
     assert PASSWORD not in logged and AWS_SECRET not in logged
 
 
 def test_register_from_env_validates_before_writing() -> None:
-    with pytest.raises(MissingVariables, match="FLEET_LANDING_BUCKET, FLEET_STAGING_URI"):
-        blocks_from_env({"FLEET_DATABASE_URL": DB_URL, "FLEET_LANDING_BUCKET": ""})
+    with pytest.raises(MissingVariables, match="FLEET_DATABASE_URL, FLEET_STAGING_URI"):
+        blocks_from_env({"FLEET_DATABASE_URL": "", "FLEET_LANDING_BUCKET": "fleet-landing"})
     with pytest.raises(ValidationError):
-        blocks_from_env(
-            {
-                "FLEET_DATABASE_URL": DB_URL,
-                "FLEET_LANDING_BUCKET": "fleet-landing",
-                "FLEET_STAGING_URI": "not-an-s3-uri",
-            }
-        )
+        blocks_from_env({"FLEET_DATABASE_URL": DB_URL, "FLEET_STAGING_URI": "not-an-s3-uri"})
+    for not_a_list in ("REFRESH MATERIALIZED VIEW v", '"one statement"', "[1]"):
+        with pytest.raises(InvalidVariable, match="FLEET_REFRESH_SQL"):
+            blocks_from_env(
+                {
+                    "FLEET_DATABASE_URL": DB_URL,
+                    "FLEET_STAGING_URI": "s3://fleet-staging/",
+                    "FLEET_REFRESH_SQL": not_a_list,
+                }
+            )
     built = blocks_from_env(
         {
             "FLEET_DATABASE_URL": DB_URL,
-            "FLEET_LANDING_BUCKET": "fleet-landing",
+            "FLEET_LANDING_BUCKET": "fleet-landing",  # not stored any more
             "FLEET_STAGING_URI": "s3://fleet-staging/",
+            "FLEET_REFRESH_SQL": '["REFRESH MATERIALIZED VIEW fleet_daily"]',
         }
     )
     assert set(built) == {OPERATIONAL_DB_BLOCK, WAREHOUSE_BLOCK, LANDING_BLOCK}
     assert built[WAREHOUSE_BLOCK].url.get_secret_value() == DB_URL
-    assert built[LANDING_BLOCK].aws_secret_access_key is None
+    assert built[WAREHOUSE_BLOCK].refresh_sql == ["REFRESH MATERIALIZED VIEW fleet_daily"]
+    assert built[LANDING_BLOCK].as_settings() == {"staging_uri": "s3://fleet-staging/"}
 
 
 def test_warnings_go_to_the_flow_run_log_inside_a_run(monkeypatch, caplog) -> None:

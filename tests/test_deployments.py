@@ -411,7 +411,7 @@ def test_register_blocks_and_settings_overrides(prefect_server: PrefectServer, a
 
     incomplete = _register(prefect_server, "--from-env", FLEET_DATABASE_URL="postgresql://x/y")
     assert incomplete.returncode == 2, _output(incomplete)
-    assert "FLEET_LANDING_BUCKET" in incomplete.stderr and "FLEET_STAGING_URI" in incomplete.stderr
+    assert "FLEET_STAGING_URI" in incomplete.stderr
     assert settings_overrides() == {}  # validated before writing anything
 
     database_url = f"postgresql://fleet:{_DB_PASSWORD}@db.internal:5432/fleet"
@@ -420,6 +420,8 @@ def test_register_blocks_and_settings_overrides(prefect_server: PrefectServer, a
     assert "saved block document fleet-landing-bucket/fleet-landing" in created.stdout
     assert _DB_PASSWORD not in created.stdout + created.stderr
     assert _AWS_SECRET not in created.stdout + created.stderr
+    # Bucket, prefix and access keys are no block fields any more; the command says so.
+    assert "not stored in blocks: FLEET_LANDING_BUCKET" in created.stderr
 
     overrides = settings_overrides()
     assert overrides == {
@@ -433,8 +435,8 @@ def test_register_blocks_and_settings_overrides(prefect_server: PrefectServer, a
     assert settings.effective_warehouse_url == database_url
 
     landing = FleetLandingBucket.load(LANDING_BLOCK, _sync=True)
-    assert landing.landing_uri == "s3://fleet-landing/tenants/"
-    assert landing.boto3_client_kwargs()["aws_secret_access_key"] == _AWS_SECRET
+    assert landing.staging_uri == "s3://fleet-staging/stage/"
+    assert _AWS_SECRET not in landing.model_dump_json()
 
     # Re-running overwrites: a Redshift warehouse with its own staging prefix.
     warehouse_url = f"redshift://loader:{_WAREHOUSE_PASSWORD}@wh.example:5439/fleet"
@@ -447,6 +449,7 @@ def test_register_blocks_and_settings_overrides(prefect_server: PrefectServer, a
             FLEET_WAREHOUSE_URL=warehouse_url,
             FLEET_WAREHOUSE_IAM_ROLE="arn:aws:iam::123456789012:role/fleet-copy",
             FLEET_WAREHOUSE_STAGING_URI="s3://fleet-redshift-staging/copy/",
+            FLEET_REFRESH_SQL='["REFRESH MATERIALIZED VIEW fleet_daily"]',
         ),
     )
     assert rerun.returncode == 0, _output(rerun)
@@ -455,6 +458,7 @@ def test_register_blocks_and_settings_overrides(prefect_server: PrefectServer, a
     assert overrides["warehouse"] == "redshift"
     assert overrides["warehouse_url"] == warehouse_url
     assert overrides["staging_uri"] == "s3://fleet-redshift-staging/copy/"  # the warehouse's
+    assert overrides["refresh_sql"] == ["REFRESH MATERIALIZED VIEW fleet_daily"]
     assert set(overrides) <= set(Settings.model_fields)
     warehouse = FleetWarehouse.load("fleet-warehouse", _sync=True)
     assert warehouse.iam_role == "arn:aws:iam::123456789012:role/fleet-copy"
