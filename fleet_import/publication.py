@@ -348,9 +348,14 @@ class Publisher:
         )
 
     def retire_superseded(self, ctx: StepContext) -> None:
-        """Mark the scope's previous batch superseded and delete the normalised files only it
-        used. Files go first, cache rows next, the mark last: a retry after any failure finds
-        the same previous batch and the remaining entries again."""
+        """Mark superseded what this batch's slice replaced: every earlier failed publication
+        of the scope (its open steps retired, so it is never resumed or published) and the
+        previous succeeded batch, whose normalised files only it used are deleted. For the
+        latter, files go first, cache rows next, the mark last: a retry after any failure
+        finds the same previous batch and the remaining entries again. Superseding the failed
+        ones is one idempotent statement, so its place in that order does not matter."""
+        for failed_id in self._outbox.supersede_failed_publications(ctx.batch.id):
+            log.info("failed publication %s is superseded by batch %s", failed_id, ctx.batch.id)
         previous = self._outbox.previous_batch(ctx.batch.id)
         if previous is None:
             return

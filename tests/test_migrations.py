@@ -154,4 +154,27 @@ def test_alembic_command_line_upgrades(empty_database_url: str) -> None:
     )
     assert result.returncode == 0, result.stderr
     with psycopg.connect(libpq_url(empty_database_url)) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0004",)
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0005",)
+
+
+def test_retired_outbox_steps_round_trip(empty_database_url: str) -> None:
+    """0005 admits 'retired'; going back to 0004 turns such steps into 'dead' ones."""
+    url = empty_database_url
+    config = pgtools.alembic_config(url)
+    pgtools.migrate(url, "head")
+    outcome = BatchRepository(url).reserve(
+        Tenant.named("acme"), source_scope("s3://b-1/acme/x/"), "d1"
+    )
+    assert isinstance(outcome, Reserved)
+    with psycopg.connect(libpq_url(url)) as conn:
+        conn.execute(
+            "INSERT INTO publication_outbox (batch_id, step, seq, status) "
+            "VALUES (%s, 'notify', 1, 'retired')",
+            (outcome.batch.id,),
+        )
+    command.downgrade(config, "0004")
+    with psycopg.connect(libpq_url(url)) as conn:
+        assert conn.execute("SELECT status FROM publication_outbox").fetchall() == [("dead",)]
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute("UPDATE publication_outbox SET status = 'retired'")
+    command.upgrade(config, "head")

@@ -21,6 +21,7 @@ from fleet_import.batches import (
     BatchRepository,
     BatchStatus,
     CachedFile,
+    FailureKind,
     LeaseAcquired,
     NotResumable,
     Reserved,
@@ -834,6 +835,70 @@ def test_retire_tolerates_a_retry_after_a_staging_failure(
     assert repo.get(first.id).details["superseded_by"] == str(second.id)  # type: ignore[union-attr]
     assert _cached_keys(tables) == set()
     assert not any((tmp_path / "staging").rglob("*.parquet"))
+
+
+def _failed_publication(
+    repo: BatchRepository, slices: SliceTable, tables: str, **batch: Any
+) -> Batch:
+    """A committed batch whose notify step died: failed_publication, resumable until a newer
+    batch replaces its slice."""
+    recorder = Recorder(tables)
+    recorder.fail["notify"] = -1
+    publisher = make_publisher(tables, recorder=recorder, max_attempts=1)
+    committed_batch = committed(repo, slices, **batch)
+    outcome = publisher.publish_batch(committed_batch.id, "importer", "importer")
+    assert isinstance(outcome, PublicationFailed) and outcome.dead
+    publisher.mark_failed_publication(committed_batch.id, "importer", outcome)
+    failed = repo.get(committed_batch.id)
+    assert failed is not None and failed.status == BatchStatus.FAILED
+    return failed
+
+
+def test_retire_supersedes_every_earlier_failed_publication_and_retires_its_steps(
+    repo: BatchRepository, outbox: OutboxRepository, slices: SliceTable, tables: str
+) -> None:
+    publisher = make_publisher(tables)
+    succeeded = committed(repo, slices, key="d1")
+    assert isinstance(publisher.publish_batch(succeeded.id, "importer", "importer"), Published)
+    # A failed publication, then a UI retry of its run (same delivery key) failing again.
+    older = _failed_publication(repo, slices, tables, key="d2")
+    newer = _failed_publication(repo, slices, tables, key="d2")
+    assert newer.id != older.id
+    reserved = repo.reserve(Tenant.named("acme"), SCOPE, "d3")
+    assert isinstance(reserved, Reserved)
+    pre_commit = repo.mark_failed(reserved.batch.id, None, FailureKind.FAILED_PRE_COMMIT, "bad")
+    elsewhere = _failed_publication(
+        repo, slices, tables, key="d2", folder="s3://fleet-landing/acme/fleet/2026-07-23/"
+    )
+    latest = committed(repo, slices, key="d4")
+
+    assert isinstance(publisher.publish_batch(latest.id, "importer", "importer"), Published)
+
+    retired = {"refresh_dependants": "done", "notify": "retired", "retire_superseded": "retired"}
+    for failed in (older, newer):
+        now = repo.get(failed.id)
+        assert now is not None and now.status == BatchStatus.FAILED
+        assert now.details["superseded_by"] == str(latest.id)
+        assert now.details["failure"] == failed.details["failure"]
+        assert statuses(outbox, failed.id) == retired
+        assert outbox.claim_next(failed.id, "drain", 60) is None
+        assert outbox.reopen_dead_steps(failed.id) == 0
+        refusal = repo.resume_publication(failed.id, SourceType.FLEET_S3, SCOPE)
+        assert isinstance(refusal, NotResumable) and "superseded" in refusal.reason
+    # The existing rule: the previous success is superseded too.
+    assert repo.get(succeeded.id).details["superseded_by"] == str(latest.id)  # type: ignore[union-attr]
+    # Neither a batch that never committed, another scope's batch, nor the new one itself.
+    assert repo.get(pre_commit.id) == pre_commit
+    assert repo.get(elsewhere.id) == elsewhere
+    assert statuses(outbox, elsewhere.id)["notify"] == "dead"
+    assert "superseded_by" not in repo.get(latest.id).details  # type: ignore[union-attr]
+    # A retried retire step finds the same batches and changes nothing more.
+    before = [repo.get(older.id), repo.get(newer.id)]
+    assert sorted(outbox.supersede_failed_publications(latest.id)) == sorted([older.id, newer.id])
+    assert statuses(outbox, older.id) == retired
+    assert [repo.get(older.id).details, repo.get(newer.id).details] == [  # type: ignore[union-attr]
+        b.details for b in before if b is not None
+    ]
 
 
 @pytest.fixture(autouse=True)

@@ -39,6 +39,7 @@ class StepStatus(StrEnum):
     DONE = "done"
     FAILED = "failed"  # a legacy "retry later"; claimed like pending
     DEAD = "dead"
+    RETIRED = "retired"  # its batch was superseded: never claimed, reopened or run again
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,13 @@ class OutboxRepository(SqlStore):
         not a succeeded batch of the same scope, or another batch superseded it already."""
         row = self._one("mark_superseded", {"batch_id": batch_id, "superseded_by": superseded_by})
         return row is not None
+
+    def supersede_failed_publications(self, superseded_by: uuid.UUID) -> list[uuid.UUID]:
+        """Mark every earlier failed publication of the batch's scope superseded by it and
+        retire their open steps: their slices were replaced, so nothing of them may publish
+        or be resumed. Returns the batches superseded (again, on a retry)."""
+        rows = self._all("supersede_failed_publications", {"batch_id": superseded_by})
+        return [row["id"] for row in rows]
 
     def mark_publication_expired(self, batch_id: uuid.UUID, owner: str, error: str) -> Batch:
         """Fail the batch for good: a newer batch owns its slice, so nothing of its

@@ -120,8 +120,9 @@ ORDER BY b.updated_at, b.id
 LIMIT %(limit)s
 
 -- mark_superseded --
--- The only write to a terminal row: a succeeded batch learns which batch replaced its slice.
--- Set once (idempotent for the same successor), and only by a later batch of the same scope.
+-- One of the two writes to a terminal row (supersede_failed_publications is the other): a
+-- succeeded batch learns which batch replaced its slice. Set once (idempotent for the same
+-- successor), and only by a later batch of the same scope.
 UPDATE ingestion_batches prev
 SET details = prev.details || jsonb_build_object('superseded_by', %(superseded_by)s::text),
     updated_at = now()
@@ -149,6 +150,41 @@ SET status = 'failed',
     updated_at = now()
 WHERE id = %(batch_id)s AND status = 'running' AND execution_lease_id = %(owner)s
 RETURNING *
+
+-- supersede_failed_publications --
+-- Every earlier batch of the scope that failed its publication committed a slice that this
+-- batch has now replaced, whether or not a success came between: each learns which batch
+-- superseded it (resume refuses a superseded batch) and its open outbox rows are retired.
+-- Retired, not deleted: the rows keep the batch's story (which step failed, how often, why),
+-- while the terminal status takes them out of every claim, reopen and drain. Open means
+-- pending, failed or dead, or claimed under a claim that has run out (its worker is gone).
+-- Set once (idempotent for the same successor): a retried retire step finds the batches it
+-- superseded again and retires nothing twice.
+WITH superseded AS (
+    UPDATE ingestion_batches prev
+    SET details = prev.details || jsonb_build_object('superseded_by', cur.id::text),
+        updated_at = now()
+    FROM ingestion_batches cur
+    WHERE cur.id = %(batch_id)s
+      AND prev.tenant_id = cur.tenant_id
+      AND prev.source_scope = cur.source_scope
+      AND prev.id <> cur.id
+      AND prev.created_at < cur.created_at
+      AND prev.status = 'failed'
+      AND prev.details -> 'failure' ->> 'kind' = 'failed_publication'
+      AND (prev.details ->> 'superseded_by' IS NULL
+           OR prev.details ->> 'superseded_by' = cur.id::text)
+    RETURNING prev.id
+),
+retired AS (
+    UPDATE publication_outbox o
+    SET status = 'retired', claimed_by = NULL, claimed_until = NULL, updated_at = now()
+    FROM superseded s
+    WHERE o.batch_id = s.id
+      AND (o.status IN ('pending', 'failed', 'dead')
+           OR (o.status = 'claimed' AND o.claimed_until <= now()))
+)
+SELECT id FROM superseded ORDER BY id
 
 -- previous_batch --
 -- The batch whose slice this one replaced: the latest earlier success of the scope that no
