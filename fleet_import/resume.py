@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 from fleet_import.batches import (
+    Batch,
     BatchNotRunning,
     BatchStatus,
     FailureKind,
@@ -15,6 +16,7 @@ from fleet_import.batches import (
     SourceType,
 )
 from fleet_import.batches.outbox import OutboxRepository
+from fleet_import.batches.repository import resume_refusal
 from fleet_import.heartbeat import Heartbeat, leased
 from fleet_import.pipeline import (
     Failed,
@@ -38,6 +40,9 @@ def resume_batch(
         return NotResumable(f"batch {batch_id} does not exist or is not a fleet batch")
     scope = batch.source_scope
     if batch.status != BatchStatus.RUNNING:
+        refused = _refusal(ctx, batch, scope)
+        if refused is not None:
+            return refused
         resumed = ctx.repo.resume_publication(batch_id, SourceType.FLEET_S3, scope)
         if isinstance(resumed, ScopeBusy):
             return Skipped(scope, resumed.holder_batch_id)
@@ -51,6 +56,22 @@ def resume_batch(
         return NothingToDo(batch_id, str(lease.status))
     with leased(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
         return _finish(ctx, outbox, batch_id, scope, owner, heartbeat)
+
+
+def _refusal(ctx: ImportContext, batch: Batch, scope: str) -> NotResumable | None:
+    """Refuse a terminal batch before its row changes: once resumed it would be running, and
+    a refusal found only then would overwrite the failure it ended with. So the store's
+    rules, then the slice stamp, are checked first; the resume checks the rules again."""
+    reason = resume_refusal(batch, SourceType.FLEET_S3, scope)
+    if reason is None:
+        stamp = ctx.warehouse.slice_owner(batch.tenant_id, scope)
+        if stamp != batch.id:
+            holder = "no batch" if stamp is None else f"batch {stamp}"
+            reason = (
+                f"batch {batch.id}'s publication expired: the slice of {scope} is stamped "
+                f"with {holder}, not with it"
+            )
+    return None if reason is None else NotResumable(reason)
 
 
 def _finish(

@@ -7,6 +7,7 @@ import uuid
 from prefect import flow, get_run_logger
 from prefect.states import Failed, State
 
+from fleet_import import pipeline
 from fleet_import.batches import NotResumable
 from fleet_import.resume import resume_batch
 from flows.common import lease_owner, runtime_for_flow
@@ -31,4 +32,8 @@ def resume_publication(batch_id: str) -> State:
     if isinstance(outcome, NotResumable):
         return Failed(name="NotResumable", message=outcome.reason)
     publish_artifacts(rt, parsed)
+    if isinstance(outcome, pipeline.Failed) and outcome.expired:
+        # Found only after the batch was running (it died after its commit, or a newer
+        # batch committed during the resume): refused all the same.
+        return Failed(name="NotResumable", message=outcome.error)
     return state_for(outcome)

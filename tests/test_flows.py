@@ -208,12 +208,26 @@ def test_resume_is_refused_when_a_newer_batch_owns_the_slice(
     monkeypatch.setenv("FLEET_REFRESH_SQL", '["SELECT 1/0"]')
     failed, _ = run(import_s3_folder, tenant_id="acme", folder=folder)
     assert failed.is_failed()
-    monkeypatch.setenv("FLEET_REFRESH_SQL", "[]")
-    newer, _ = run(import_s3_folder, tenant_id="acme", folder=folder)
-    assert newer.name == "Completed"
-    old = next(b for b in BatchRepository(flow_env).list() if b.status == BatchStatus.FAILED)
+    (old,) = BatchRepository(flow_env).list()
+    newer_failed, _ = run(import_s3_folder, tenant_id="acme", folder=folder)
+    assert newer_failed.is_failed()  # it owns the slice, yet retired nothing
+    newer = next(b for b in BatchRepository(flow_env).list() if b.id != old.id)
+
     refused, _ = run(resume_publication, batch_id=str(old.id))
-    assert refused.is_failed() and "expired" in refused.message
+    assert refused.is_failed() and refused.name == "NotResumable", refused
+    assert "expired" in refused.message and str(newer.id) in refused.message
+    assert BatchRepository(flow_env).get(old.id) == old  # status, failure, resumes: untouched
+    assert "division by zero" in old.details["failure"]["error"]
+
+    monkeypatch.setenv("FLEET_REFRESH_SQL", "[]")
+    resumed, _ = run(resume_publication, batch_id=str(newer.id))
+    assert resumed.name == "Completed", resumed.message
+    superseded = BatchRepository(flow_env).get(old.id)
+    assert superseded is not None and superseded.details["superseded_by"] == str(newer.id)
+    assert superseded.details["failure"] == old.details["failure"]
+    refused, _ = run(resume_publication, batch_id=str(old.id))
+    assert refused.name == "NotResumable" and "superseded" in refused.message
+    assert BatchRepository(flow_env).get(old.id) == superseded
 
 
 def test_drain_finishes_committed_batches(flow_env: str, s3, landing_bucket: str) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 
 from fleet_import.batches import BatchStatus, FailureKind, NotResumable
-from fleet_import.batches.outbox import OutboxRepository
+from fleet_import.batches.outbox import OutboxRepository, StepStatus
 from fleet_import.pipeline import Committed, Failed, ImportContext, import_folder
 from fleet_import.publication import Publisher
 from fleet_import.resume import resume_batch
 from fleet_import.sample_data import fleet_delivery, today_folder
-from fleet_import.scope import Tenant, source_scope
+from fleet_import.scope import Tenant
 from fleet_import.warehouse import PostgresWarehouse
 from tests.helpers import slice_rows, upload
 
@@ -86,24 +86,67 @@ def test_publication_failure_is_resumed_without_copying_a_row(
     assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(failed.batch_id, 60)]
 
 
-def test_resume_refuses_when_a_newer_batch_owns_the_slice(
+def test_a_ui_retry_supersedes_the_failed_publication_it_replaces(
     publishing_ctx: ImportContext, s3, landing_bucket: str, database_url: str
 ) -> None:
+    """Retry in the UI keeps the delivery key: after a failed publication it makes a new
+    batch, whose success retires the failed one for good."""
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, fleet_delivery(trips=30))
     failing_notify(publishing_ctx, failures=1)
-    failed = import_folder(publishing_ctx, ACME, folder, "d1")
-    assert isinstance(failed, Failed)
-    newer = import_folder(publishing_ctx, ACME, folder, "d2")
-    assert isinstance(newer, Committed) and newer.published
+    failed = import_folder(publishing_ctx, ACME, folder, "run-1")
+    assert isinstance(failed, Failed) and failed.kind == FailureKind.FAILED_PUBLICATION
+    failure = publishing_ctx.repo.get(failed.batch_id).details["failure"]
+    retried = import_folder(publishing_ctx, ACME, folder, "run-1")
+    assert isinstance(retried, Committed) and retried.published
+    assert retried.batch_id != failed.batch_id
 
-    outcome = resume_batch(publishing_ctx, OutboxRepository(database_url), failed.batch_id)
-    assert isinstance(outcome, Failed) and "expired" in outcome.error
     old = publishing_ctx.repo.get(failed.batch_id)
-    assert old.status == BatchStatus.FAILED and old.details["publication_expired"] is True
-    assert publishing_ctx.warehouse.slice_owner("acme", source_scope(folder)) == newer.batch_id
-    again = resume_batch(publishing_ctx, OutboxRepository(database_url), failed.batch_id)
-    assert isinstance(again, NotResumable) and "expired" in again.reason
+    assert old.status == BatchStatus.FAILED
+    assert old.details["superseded_by"] == str(retried.batch_id)
+    assert old.details["failure"] == failure
+    outbox = OutboxRepository(database_url)
+    open_steps = [s.step for s in outbox.steps(failed.batch_id) if s.status != StepStatus.DONE]
+    assert open_steps and all(
+        s.status == StepStatus.RETIRED
+        for s in outbox.steps(failed.batch_id)
+        if s.step in open_steps
+    )
+    outcome = resume_batch(publishing_ctx, outbox, failed.batch_id)
+    assert isinstance(outcome, NotResumable) and "superseded" in outcome.reason
+    assert publishing_ctx.repo.get(failed.batch_id) == old  # not a field of the row changed
+    assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(retried.batch_id, 30)]
+
+
+def test_a_refused_resume_leaves_the_failed_batch_as_it_was(
+    publishing_ctx: ImportContext, s3, landing_bucket: str, database_url: str
+) -> None:
+    """A newer batch owns the slice but has not retired the older one yet (its publication
+    failed too): the stamp refuses the resume before the older row changes."""
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=30))
+    failing_notify(publishing_ctx, failures=2)
+    older = import_folder(publishing_ctx, ACME, folder, "d1")
+    newer = import_folder(publishing_ctx, ACME, folder, "d2")
+    assert isinstance(older, Failed) and isinstance(newer, Failed)
+    before = publishing_ctx.repo.get(older.batch_id)
+    assert "notification service is down" in before.details["failure"]["error"]
+
+    outbox = OutboxRepository(database_url)
+    for _ in range(2):
+        outcome = resume_batch(publishing_ctx, outbox, older.batch_id)
+        assert isinstance(outcome, NotResumable), outcome
+        assert "expired" in outcome.reason and str(newer.batch_id) in outcome.reason
+        assert publishing_ctx.repo.get(older.batch_id) == before
+    assert "resumes" not in before.details and not before.details["publication_expired"]
+
+    # The newer one resumes, publishes, and then supersedes the older one.
+    resumed = resume_batch(publishing_ctx, outbox, newer.batch_id)
+    assert isinstance(resumed, Committed) and resumed.published, resumed
+    after = publishing_ctx.repo.get(older.batch_id)
+    assert after.details["superseded_by"] == str(newer.batch_id)
+    assert after.details["failure"] == before.details["failure"]
+    assert after.status == BatchStatus.FAILED
 
 
 def test_resume_finishes_a_batch_that_died_after_the_warehouse_commit(

@@ -255,8 +255,10 @@ class BatchRepository(SqlStore):
     ) -> ResumeOutcome:
         """Put a failed-publication batch back to running, reacquiring its scope.
 
-        Necessary but not sufficient: the caller must still prove that the warehouse slice
-        is stamped with this batch before publishing anything.
+        Necessary but not sufficient: the caller must prove that the warehouse slice is
+        stamped with this batch before calling, so that a refused resume leaves the failed
+        row (its `failure` above all) as it was; publication re-reads the stamp before each
+        step anyway.
         """
         try:
             with self._transaction() as conn:
@@ -264,7 +266,7 @@ class BatchRepository(SqlStore):
                 if row is None:
                     return NotResumable(f"batch {batch_id} does not exist")
                 batch = Batch.from_row(row)
-                refusal = _resume_refusal(batch, str(source_type), scope)
+                refusal = resume_refusal(batch, str(source_type), scope)
                 if refusal is not None:
                     return NotResumable(refusal)
                 holder = conn.execute(
@@ -342,7 +344,10 @@ class BatchRepository(SqlStore):
         return [Batch.from_row(row) for row in rows]
 
 
-def _resume_refusal(batch: Batch, source_type: str, scope: str) -> str | None:
+def resume_refusal(batch: Batch, source_type: str, scope: str) -> str | None:
+    """Why `resume_publication` would refuse this batch as read, or None. A caller checks it
+    before its own costlier proofs (the warehouse stamp); the resume checks it again under
+    the row lock."""
     if batch.source_type != source_type:
         return f"batch {batch.id} is a {batch.source_type} batch, not {source_type}"
     if batch.source_scope != scope:
