@@ -64,8 +64,10 @@ def state_for(outcome: pipeline.ImportOutcome) -> State:
             ),
         )
     if isinstance(outcome, pipeline.Failed):
+        # Both ways in: a shell with the CLI, or the UI's resume-publication deployment.
         hint = (
-            f" (resumable: fleet-import resume {outcome.batch_id})"
+            f" (resumable: fleet-import resume {outcome.batch_id}, or run the "
+            f"resume-publication deployment with batch_id={outcome.batch_id})"
             if outcome.resumable
             else ""
         )

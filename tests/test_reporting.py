@@ -159,5 +159,7 @@ def test_the_resume_hint_follows_the_outcome_not_its_text() -> None:
         BATCH, FailureKind.FAILED_PUBLICATION, "notify: ExpiredToken", resumable=True
     )
     assert f"resumable: fleet-import resume {BATCH}" in state_for(resumable).message
+    # ... and the way in for someone in the UI rather than a shell.
+    assert f"resume-publication deployment with batch_id={BATCH}" in state_for(resumable).message
     expired = pipeline.Failed(BATCH, FailureKind.FAILED_PUBLICATION, "a newer batch", expired=True)
     assert "resumable" not in state_for(expired).message
