@@ -112,8 +112,11 @@ def import_s3_folder(tenant_id: str, folder: str, delivery_key: str | None = Non
         tenant_id: The tenant's slug, e.g. acme.
         folder: The delivery folder, e.g. s3://fleet-landing/acme/fleet/2026-07-22/.
         delivery_key: Identifies this request; a duplicate with the same key continues its
-            batch (or does nothing if it finished). Defaults to the flow run id, so a UI
-            rerun is a new delivery.
+            batch while it runs, does nothing once it succeeded, and starts a fresh batch
+            after it failed. Defaults to the flow run id. The UI's Retry runs the same flow
+            run again, so it keeps the key: it continues the batch that is still running
+            (its executor died) or starts a fresh batch after a failure. A new run of the
+            deployment is a new delivery.
     """
     logger = get_run_logger()
     try:
