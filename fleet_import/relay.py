@@ -47,9 +47,7 @@ DEFAULT_WAIT_SECONDS = 20  # the SQS maximum: fewest empty receives
 DEFAULT_MAX_MESSAGES = 10  # the SQS maximum per receive
 _BACKOFF_INITIAL_SECONDS = 1.0
 _BACKOFF_MAX_SECONDS = 60.0
-# How often run_forever's thread looks at `stop`, and how long it then lets a message being
-# handled finish before abandoning the poller: together they bound a stop at about a third of a
-# second, whatever the long poll or the event API is doing.
+# run_forever looks at `stop` this often, then lets a message in hand finish for this long.
 _STOP_CHECK_SECONDS = 0.1
 _STOP_GRACE_SECONDS = 0.2
 # Fixed forever: changing it changes every event id and defeats de-duplication.
@@ -362,7 +360,7 @@ class Relay:
         events were accepted, so whatever that thread received and did not delete comes back
         after the queue's visibility timeout (at worst an event repeats, with its id).
 
-        This thread only sleeps and joins, never waits on `stop` itself, so a signal handler
+        This thread only joins the poller, never waits on `stop` itself, so a signal handler
         running on it may `stop.set()` without deadlocking on the Event's lock.
         """
         logger.info("relaying S3 notifications from %s", self.queue_url)
@@ -374,10 +372,7 @@ class Relay:
             poller.join(_STOP_CHECK_SECONDS)
         poller.join(_STOP_GRACE_SECONDS)
         if poller.is_alive():
-            logger.info(
-                "relay stopped during a receive or an emit; what it held but did not delete "
-                "comes back after the queue's visibility timeout"
-            )
+            logger.info("abandoned a receive or emit: undeleted messages will be redelivered")
         logger.info("relay stopped: %s", self.totals)
         return self.totals
 
