@@ -157,6 +157,9 @@ def run(
     delivery_key: Annotated[
         str | None, typer.Option(help="idempotency key of this request")
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="load even if the slice already holds this content")
+    ] = False,
 ) -> None:
     """Import a folder now, in this process (the import-s3-folder flow).
 
@@ -165,12 +168,14 @@ def run(
     1 failed;
     2 usage error;
     3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
-    4 committed, publication pending: still running until a drain or resume publishes it.
+    4 committed, publication pending: still running until a drain or resume publishes it;
+    5 already loaded: the slice holds exactly this content (--force loads it again).
     """
     from flows.import_s3_folder import import_s3_folder
 
     state = import_s3_folder(
-        tenant_id=tenant, folder=folder, delivery_key=delivery_key, return_state=True
+        tenant_id=tenant, folder=folder, delivery_key=delivery_key, force=force,
+        return_state=True,
     )
     _report(state)
 

@@ -21,6 +21,7 @@ from fleet_import import failpoints
 from fleet_import.batches import (
     Batch,
     BatchNotRunning,
+    BatchStatus,
     FailureKind,
     LeaseAcquired,
     LeaseHeld,
@@ -28,6 +29,7 @@ from fleet_import.batches import (
     ScopeBusy,
 )
 from fleet_import.context import (
+    AlreadyLoaded,
     Claimed,
     Failed,
     ImportContext,
@@ -41,7 +43,7 @@ from fleet_import.errors import FleetImportError
 from fleet_import.heartbeat import Heartbeat, leased
 from fleet_import.scope import Tenant, folder_of_scope
 from fleet_import.settle import publish_step, recover_committed, stamped
-from fleet_import.sources import discover
+from fleet_import.sources import Manifest, discover
 from fleet_import.warehouse import WarehouseSession
 
 log = logging.getLogger(__name__)
@@ -55,10 +57,21 @@ def new_owner() -> str:
 
 
 def claim(
-    ctx: ImportContext, tenant: Tenant, scope: str, delivery_key: str, owner: str
-) -> Claimed | Skipped | NotClaimed | NothingToDo:
+    ctx: ImportContext,
+    tenant: Tenant,
+    scope: str,
+    delivery_key: str,
+    owner: str,
+    *,
+    force: bool = False,
+) -> Claimed | Skipped | NotClaimed | NothingToDo | AlreadyLoaded:
     """Reserve the scope (or continue this delivery's batch), then its lease. A scope held
-    by an abandoned batch is taken over first."""
+    by an abandoned batch is taken over first. Content the slice already holds is not
+    loaded again unless `force`."""
+    if not force:
+        loaded = already_loaded(ctx, tenant, scope, delivery_key)
+        if loaded is not None:
+            return loaded
     reserved = ctx.repo.reserve(tenant, scope, delivery_key)
     if isinstance(reserved, ScopeBusy):
         continued = _take_over_holder(ctx, reserved.holder_batch_id, owner)
@@ -192,3 +205,43 @@ def _same_content(ctx: ImportContext, batch: Batch) -> bool:
     except FleetImportError:
         return False
     return listing.fingerprint == manifest["fingerprint"]
+
+
+def contract_versions(ctx: ImportContext, manifest: Manifest) -> dict[str, str]:
+    """The versions of the contracts a delivery's files are read with: with the manifest's
+    fingerprint, what makes two deliveries the same content."""
+    return {name: ctx.contracts[name].contract_version for name in sorted(manifest.by_dataset())}
+
+
+def already_loaded(
+    ctx: ImportContext, tenant: Tenant, scope: str, delivery_key: str
+) -> AlreadyLoaded | None:
+    """The slice's owner, when it succeeded with exactly the content the folder holds now
+    (manifest fingerprint and contract versions): then a new delivery has nothing to do.
+    Costs a registry read and one listing, before any row is written. A delivery that made
+    a batch already (a duplicate, a rerun) goes its usual way."""
+    try:
+        owner_id = ctx.warehouse.slice_owner(tenant.tenant_id, scope)
+    except FleetImportError:
+        return None  # the load itself will say what is wrong
+    if owner_id is None:
+        return None
+    owner = ctx.repo.get(owner_id)
+    if owner is None or owner.status != BatchStatus.SUCCEEDED or owner.delivery_key == delivery_key:
+        return None
+    if ctx.repo.delivery_batch(tenant.tenant_id, scope, delivery_key) is not None:
+        return None
+    loaded = owner.details.get("manifest") or {}
+    try:
+        manifest = discover(ctx.s3, folder_of_scope(scope), ctx.contracts)
+    except FleetImportError:
+        return None
+    if loaded.get("fingerprint") != manifest.fingerprint:
+        return None
+    if owner.details.get("contract_versions") != contract_versions(ctx, manifest):
+        return None
+    ctx.events(
+        "fleet.delivery.already_loaded",
+        event_payload(tenant.tenant_id, scope, owner_id, delivery_key=delivery_key),
+    )
+    return AlreadyLoaded(scope, owner_id)

@@ -89,6 +89,15 @@ class NothingToDo:
 
 
 @dataclass(frozen=True)
+class AlreadyLoaded:
+    """The scope's slice already holds this delivery's content (same files, same contract
+    versions), loaded by `owner_batch_id`: no batch was made and no warehouse work done."""
+
+    scope: str
+    owner_batch_id: uuid.UUID
+
+
+@dataclass(frozen=True)
 class Committed:
     """The slice is committed; `published` says whether the batch also succeeded (else a
     drain finishes its publication: a step is waiting out a backoff or claimed elsewhere)."""
@@ -112,7 +121,7 @@ class Failed:
     """A newer batch owns the slice: nothing of this batch's publication may run any more."""
 
 
-ImportOutcome = Skipped | NotClaimed | NothingToDo | Committed | Failed
+ImportOutcome = Skipped | NotClaimed | NothingToDo | AlreadyLoaded | Committed | Failed
 
 
 def event_payload(tenant_id: str, scope: str | None, batch_id: uuid.UUID, **extra: Any) -> dict:

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from fleet_import import failpoints
-from fleet_import.claiming import claim, new_owner
+from fleet_import.claiming import claim, contract_versions, new_owner
 from fleet_import.context import (
+    AlreadyLoaded,
     Claimed,
     Committed,
     EventSink,
@@ -42,6 +43,7 @@ from fleet_import.settle import publish_step, record_commit, recover_committed, 
 from fleet_import.sources import Manifest, discover
 
 __all__ = [  # what flows and tests use from here; each lives in the module named above
+    "AlreadyLoaded",
     "Claimed",
     "Committed",
     "CoreSteps",
@@ -145,9 +147,11 @@ def import_folder(
     *,
     owner: str | None = None,
     steps: StepRunner | None = None,
+    force: bool = False,
 ) -> ImportOutcome:
+    """`force` loads even content the slice already holds (see claiming.already_loaded)."""
     scope = source_scope(folder)  # invalid input is rejected before any row is written
-    claimed = claim(ctx, tenant, scope, delivery_key, owner or new_owner())
+    claimed = claim(ctx, tenant, scope, delivery_key, owner or new_owner(), force=force)
     if not isinstance(claimed, Claimed):
         return claimed
     return import_batch(ctx, tenant, claimed, steps or CoreSteps(ctx.normalize_workers))
@@ -186,7 +190,13 @@ def discover_step(ctx: ImportContext, batch_id: uuid.UUID, scope: str, owner: st
     manifest = discover(ctx.s3, folder, ctx.contracts)
     failpoints.hit("mid_discovery")
     ctx.repo.update_details(
-        batch_id, owner, {"phase": "discovered", "manifest": manifest.to_json()}
+        batch_id,
+        owner,
+        {
+            "phase": "discovered",
+            "manifest": manifest.to_json(),
+            "contract_versions": contract_versions(ctx, manifest),
+        },
     )
     return manifest
 

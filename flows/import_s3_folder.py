@@ -105,7 +105,9 @@ def _progress_artifact(scope: str) -> pipeline.Progress:
     retries=0,
     task_runner=ThreadPoolTaskRunner(max_workers=DEFAULT_NORMALIZE_WORKERS),
 )
-def import_s3_folder(tenant_id: str, folder: str, delivery_key: str | None = None) -> State:
+def import_s3_folder(
+    tenant_id: str, folder: str, delivery_key: str | None = None, force: bool = False
+) -> State:
     """Import one S3 folder of a tenant into its curated slices.
 
     Args:
@@ -117,6 +119,8 @@ def import_s3_folder(tenant_id: str, folder: str, delivery_key: str | None = Non
             run again, so it keeps the key: it continues the batch that is still running
             (its executor died) or starts a fresh batch after a failure. A new run of the
             deployment is a new delivery.
+        force: Load even when the slice already holds exactly this content (by default
+            such a delivery ends AlreadyLoaded, naming the batch that loaded it).
     """
     logger = get_run_logger()
     try:
@@ -127,7 +131,7 @@ def import_s3_folder(tenant_id: str, folder: str, delivery_key: str | None = Non
     tag_flow_run(f"tenant:{tenant.tenant_id}", f"scope:{scope}")
     rt = runtime_for_flow()
     key = delivery_key or f"flow-run:{flow_run.get_id() or uuid.uuid4()}"
-    claimed = pipeline.claim(rt.ctx, tenant, scope, key, lease_owner())
+    claimed = pipeline.claim(rt.ctx, tenant, scope, key, lease_owner(), force=force)
     if not isinstance(claimed, pipeline.Claimed):
         logger.info("no work for this delivery: %s", claimed)
         return state_for(claimed)

@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     USAGE_ERROR = 2  # click's own code for a bad command line; no flow state maps to it
     SKIPPED = 3  # another batch holds the scope, a live worker runs it, or it had finished
     PUBLICATION_PENDING = 4  # the slice is committed; the batch runs until it is published
+    ALREADY_LOADED = 5  # the slice already holds this content; nothing loaded (--force does)
 
 
 # The final state's name decides, not its type: "Committed" and "Skipped" are Completed
@@ -39,6 +40,7 @@ EXIT_CODES: Mapping[str, ExitCode] = MappingProxyType(
         "Skipped": ExitCode.SKIPPED,
         "NotClaimed": ExitCode.SKIPPED,
         "Committed": ExitCode.PUBLICATION_PENDING,
+        "AlreadyLoaded": ExitCode.ALREADY_LOADED,
     }
 )
 
@@ -81,6 +83,12 @@ def state_for(outcome: pipeline.ImportOutcome) -> State:
     if isinstance(outcome, pipeline.NothingToDo):
         message = f"batch {outcome.batch_id} is already {outcome.status}: nothing to do"
         return Completed(name="Skipped", message=message)
+    if isinstance(outcome, pipeline.AlreadyLoaded):
+        message = (
+            f"{outcome.scope} already holds this content, loaded by batch "
+            f"{outcome.owner_batch_id}: nothing to do (force reloads it)"
+        )
+        return Completed(name="AlreadyLoaded", message=message)
     raise TypeError(f"unexpected outcome {outcome!r}")
 
 

@@ -55,6 +55,13 @@ def test_run_show_and_exit_codes(flow_env: str, api_env, s3, landing_bucket: str
     assert again.stdout.startswith("Skipped: ") and "nothing to do" in again.stdout
     assert cli("run", folder, env=api_env).returncode == 2  # no --tenant
 
+    # A new delivery of the content the slice holds: already loaded (exit 5), unless forced.
+    loaded = cli("run", "--tenant", "acme", folder, env=api_env)
+    assert loaded.returncode == 5, loaded.stdout + loaded.stderr
+    assert loaded.stdout.startswith("AlreadyLoaded: ") and str(batch.id) in loaded.stdout
+    forced = cli("run", "--tenant", "acme", folder, "--force", env=api_env)
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+
     broken = cli("run", "--tenant", "acme", "s3://fleet-landing/acme/../x/", env=api_env)
     assert broken.returncode == 1 and "'..' path segments" in broken.stdout
 

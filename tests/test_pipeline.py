@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 import psycopg
 import pytest
@@ -13,6 +14,7 @@ from fleet_import.pipeline import (
     Failed,
     ImportContext,
     NotClaimed,
+    NothingToDo,
     Skipped,
     import_folder,
 )
@@ -70,7 +72,7 @@ def test_reload_replaces_only_its_own_slice_and_reuses_the_cache(
     globex = import_folder(import_ctx, GLOBEX, globex_folder, "d1")
     assert first.summary["cache_hits"] == 0
 
-    again = import_folder(import_ctx, ACME, folder, "d2")
+    again = import_folder(import_ctx, ACME, folder, "d2", force=True)  # same content
     assert isinstance(again, Committed) and again.batch_id != first.batch_id
     assert again.summary["cache_hits"] == len(again.summary["files"]) == 4
     assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(again.batch_id, 100)]
@@ -332,3 +334,32 @@ def test_a_reject_ratio_failure_names_file_lines_and_rejects_and_keeps_them(
     assert shown.exit_code == 0, shown.output
     assert f"first rejects of {rejects['count']}" in shown.output
     assert "exploded" in shown.output
+
+
+def test_a_delivery_of_the_content_the_slice_holds_is_already_loaded(
+    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str
+) -> None:
+    """Same files, same contract versions as the batch that owns the slice: no batch, no
+    warehouse work, the owner named; forced, or with other content, it loads."""
+    from fleet_import.pipeline import AlreadyLoaded
+
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=60))
+    first = import_folder(import_ctx, ACME, folder, "d1")
+    assert isinstance(first, Committed) and first.published
+    copies = import_ctx.warehouse.copies
+    again = import_folder(import_ctx, ACME, folder, "d2")
+    assert again == AlreadyLoaded(source_scope(folder), first.batch_id)
+    assert import_ctx.warehouse.copies == copies
+    assert [b.delivery_key for b in import_ctx.repo.list()] == ["d1"]
+    assert ("fleet.delivery.already_loaded", first.batch_id) in [
+        (name, uuid.UUID(payload["batch_id"])) for name, payload in import_ctx.recorded_events
+    ]
+    # The delivery's own key keeps its meaning: its batch finished, nothing to do.
+    assert isinstance(import_folder(import_ctx, ACME, folder, "d1"), NothingToDo)
+
+    forced = import_folder(import_ctx, ACME, folder, "d3", force=True)
+    assert isinstance(forced, Committed) and forced.batch_id != first.batch_id
+    upload(s3, folder, {"trips-3.csv": csv_bytes(trips_table(5, start=1000))})
+    changed = import_folder(import_ctx, ACME, folder, "d4")
+    assert isinstance(changed, Committed) and changed.row_counts["trips"] == 65

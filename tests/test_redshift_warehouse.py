@@ -368,7 +368,7 @@ def test_import_folder_end_to_end(
     assert redshift.slice_owner("acme", scope) == outcome.batch_id
     assert redshift.slice_counts("acme", scope) == outcome.row_counts
     assert stamps(db, "curated.fleet_trips") == {("acme", scope, str(outcome.batch_id)): 299}
-    again = import_folder(ctx, Tenant.named("acme"), folder, "delivery-2")
+    again = import_folder(ctx, Tenant.named("acme"), folder, "delivery-2", force=True)
     assert isinstance(again, Committed) and again.batch_id != outcome.batch_id
     assert stamps(db, "curated.fleet_trips") == {("acme", scope, str(again.batch_id)): 299}
 

@@ -55,7 +55,7 @@ def test_import_publishes_and_supersedes_the_previous_batch(
     upload(s3, folder, fleet_delivery(trips=40))
     first = import_folder(publishing_ctx, ACME, folder, "d1")
     assert isinstance(first, Committed) and first.published
-    second = import_folder(publishing_ctx, ACME, folder, "d2")
+    second = import_folder(publishing_ctx, ACME, folder, "d2", force=True)  # same content
     assert isinstance(second, Committed) and second.published
     assert publishing_ctx.repo.get(second.batch_id).status == BatchStatus.SUCCEEDED
     assert publishing_ctx.repo.get(first.batch_id).details["superseded_by"] == str(second.batch_id)

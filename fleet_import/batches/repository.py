@@ -102,6 +102,13 @@ class BatchRepository(SqlStore):
             f"could not reserve {scope!r}: its holder kept changing ({_RESERVE_ATTEMPTS} tries)"
         )
 
+    def delivery_batch(self, tenant_id: str, scope: str, delivery_key: str) -> Batch | None:
+        """The batch this delivery made for the scope, unless it failed (what `reserve`
+        would continue)."""
+        params = {"tenant_id": tenant_id, "source_scope": scope, "delivery_key": delivery_key}
+        row = self._one("delivery_batch", params)
+        return None if row is None else Batch.from_row(row)
+
     # -- execution leases -----------------------------------------------------------------
 
     def acquire_lease(self, batch_id: uuid.UUID, owner: str, ttl: float) -> LeaseOutcome:

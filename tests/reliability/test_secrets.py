@@ -167,7 +167,9 @@ def test_failing_imports_leak_no_secret_in_process(
     assert isinstance(failed, Failed) and "distance_mi" in failed.error
     texts.append(("pre-commit failure", failed.error))
 
-    published = import_folder(runtime(refresh_sql=["SELECT 1/0"]).ctx, ACME, good, "publish")
+    published = import_folder(
+        runtime(refresh_sql=["SELECT 1/0"]).ctx, ACME, good, "publish", force=True
+    )
     assert isinstance(published, Failed) and published.kind == "failed_publication", published
     texts.append(("publication failure", published.error))
 
@@ -249,7 +251,9 @@ def test_cli_and_prefect_records_leak_no_secret(
     upload(s3, folder, fleet_delivery(trips=60, bad_rows=True))
     assert cli("run", "--tenant", "acme", folder).returncode == 0
     assert (
-        cli("run", "--tenant", "acme", folder, FLEET_REFRESH_SQL='["SELECT 1/0"]').returncode == 1
+        cli("run", "--tenant", "acme", folder, "--force", FLEET_REFRESH_SQL='["SELECT 1/0"]')
+        .returncode
+        == 1
     )
     assert cli("run", "--tenant", "acme", folder, FLEET_WAREHOUSE_URL=unreachable).returncode == 1
     bucket, prefix = split_folder(folder)
