@@ -57,6 +57,7 @@ OUTCOMES: list[Any] = [
     pipeline.NotClaimed(BATCH, "worker-2", dt.datetime.now(dt.UTC)),
     pipeline.Skipped("fleet_s3:s3://b/a/", BATCH),
     pipeline.NothingToDo(BATCH, "succeeded"),
+    pipeline.AlreadyLoaded("fleet_s3:s3://b/a/", BATCH),
 ]
 
 
@@ -163,3 +164,9 @@ def test_the_resume_hint_follows_the_outcome_not_its_text() -> None:
     assert f"resume-publication deployment with batch_id={BATCH}" in state_for(resumable).message
     expired = pipeline.Failed(BATCH, FailureKind.FAILED_PUBLICATION, "a newer batch", expired=True)
     assert "resumable" not in state_for(expired).message
+
+
+def test_already_loaded_names_the_owner_and_has_its_own_code() -> None:
+    state = state_for(pipeline.AlreadyLoaded("fleet_s3:s3://b/a/", BATCH))
+    assert state.name == "AlreadyLoaded" and str(BATCH) in state.message
+    assert exit_code_for(state) == ExitCode.ALREADY_LOADED == 5
