@@ -230,6 +230,20 @@ def test_resume_is_refused_when_a_newer_batch_owns_the_slice(
     assert BatchRepository(flow_env).get(old.id) == superseded
 
 
+def test_an_expiry_found_while_resuming_ends_not_resumable(flow_env: str, monkeypatch) -> None:
+    """A batch that died after its commit is still running, so its stamp is read only once
+    it is leased; a newer owner found then refuses the resume like any other."""
+    from fleet_import.batches import FailureKind
+    from fleet_import.pipeline import Failed
+
+    batch_id = uuid.uuid4()
+    expired = Failed(batch_id, FailureKind.FAILED_PUBLICATION, "publication expired", expired=True)
+    monkeypatch.setattr("flows.resume_publication.resume_batch", lambda *a, **k: expired)
+    state, _ = run(resume_publication, batch_id=str(batch_id))
+    assert state.is_failed() and state.name == "NotResumable"
+    assert state.message == "publication expired"
+
+
 def test_drain_finishes_committed_batches(flow_env: str, s3, landing_bucket: str) -> None:
     state = drain_publications(limit=10, return_state=True)
     assert state.is_completed()
