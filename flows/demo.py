@@ -109,12 +109,20 @@ def run_demo(home: Path = DEMO_HOME) -> int:
             f"import {tenant}", import_s3_folder(tenant_id=tenant, folder=folder, return_state=True)
         )
     show(
-        "rerun acme (unchanged files: every one a cache hit)",
+        "rerun acme, unchanged (the slice holds it already: nothing to do)",
         import_s3_folder(tenant_id="acme", folder=folders["acme"], return_state=True),
+    )
+    show(
+        "rerun acme, forced (unchanged files: every one a cache hit)",
+        import_s3_folder(
+            tenant_id="acme", folder=folders["acme"], force=True, return_state=True
+        ),
     )
 
     os.environ["FLEET_REFRESH_SQL"] = _FAILING_REFRESH
-    failed = import_s3_folder(tenant_id="globex", folder=folders["globex"], return_state=True)
+    failed = import_s3_folder(
+        tenant_id="globex", folder=folders["globex"], force=True, return_state=True
+    )
     show("globex with a failing refresh_dependants step", failed)
     os.environ["FLEET_REFRESH_SQL"] = "[]"
     from fleet_import.batches import BatchRepository

@@ -93,5 +93,6 @@ def test_demo_runs_end_to_end(tmp_path) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     assert out.count("succeeded") >= 4 and "cache hit" in out
+    assert "AlreadyLoaded" in out  # the unchanged rerun
     assert "failed_publication (resumable" in out and "resume batch" in out
     assert "curated slices" in out and "prefect server start" in out
