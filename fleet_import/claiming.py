@@ -37,10 +37,10 @@ from fleet_import.context import (
     NotClaimed,
     NothingToDo,
     Skipped,
-    event_payload,
 )
 from fleet_import.errors import FleetImportError
 from fleet_import.heartbeat import Heartbeat, leased
+from fleet_import.publication import event_payload
 from fleet_import.scope import Tenant, folder_of_scope
 from fleet_import.settle import publish_step, recover_committed, stamped
 from fleet_import.sources import Manifest, discover

@@ -123,6 +123,3 @@ class Failed:
 
 ImportOutcome = Skipped | NotClaimed | NothingToDo | AlreadyLoaded | Committed | Failed
 
-
-def event_payload(tenant_id: str, scope: str | None, batch_id: uuid.UUID, **extra: Any) -> dict:
-    return {"tenant_id": tenant_id, "source_scope": scope, "batch_id": str(batch_id), **extra}

@@ -379,13 +379,15 @@ class Publisher:
             log.warning("event %s could not be emitted: %s", name, _describe(exc))
 
 
+def event_payload(
+    tenant_id: str, scope: str | None, batch_id: uuid.UUID, **extra: Any
+) -> dict[str, Any]:
+    """What every fleet.batch.* / fleet.slice.* event carries: whose batch, of which scope."""
+    return {"tenant_id": tenant_id, "source_scope": scope, "batch_id": str(batch_id), **extra}
+
+
 def _payload(batch: Batch, **extra: Any) -> dict[str, Any]:
-    return {
-        "tenant_id": batch.tenant_id,
-        "source_scope": batch.source_scope,
-        "batch_id": str(batch.id),
-        **extra,
-    }
+    return event_payload(batch.tenant_id, batch.source_scope, batch.id, **extra)
 
 
 def _source_keys(manifest: object) -> set[str] | None:

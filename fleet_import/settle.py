@@ -11,10 +11,15 @@ from typing import Any
 
 from fleet_import import failpoints
 from fleet_import.batches import FailureKind
-from fleet_import.context import Committed, Failed, ImportContext, ImportOutcome, event_payload
+from fleet_import.context import Committed, Failed, ImportContext, ImportOutcome
 from fleet_import.errors import FleetImportError, PreCommitError
 from fleet_import.heartbeat import Heartbeat
-from fleet_import.publication import PublicationExpired, PublicationFailed, Published
+from fleet_import.publication import (
+    PublicationExpired,
+    PublicationFailed,
+    Published,
+    event_payload,
+)
 from fleet_import.scope import Tenant
 
 log = logging.getLogger(__name__)
