@@ -17,15 +17,18 @@ from prefect.states import State
 
 from fleet_import.config import Settings
 from fleet_import.errors import is_transient
+from fleet_import.pipeline import STEP_RETRY_DELAYS_SECONDS, STEP_RETRY_JITTER
 from fleet_import.runtime import Runtime, build_runtime
 
 log = logging.getLogger(__name__)
 
 # Exponential backoff with jitter for transient failures (S3 throttling, dropped
 # connections, serialisation conflicts); contract violations are never retried.
-TASK_RETRIES = 3
-TASK_RETRY_DELAYS = [2, 8, 30]
-TASK_RETRY_JITTER = 0.5
+# The core's step retry policy (fleet_import.pipeline), so a step is retried alike under the
+# CLI's core path and as a Prefect task.
+TASK_RETRY_DELAYS = list(STEP_RETRY_DELAYS_SECONDS)
+TASK_RETRIES = len(TASK_RETRY_DELAYS)
+TASK_RETRY_JITTER = STEP_RETRY_JITTER
 
 
 def retry_if_transient(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:
