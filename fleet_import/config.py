@@ -13,6 +13,9 @@ DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 # delivery under 400 MB (benchmarks/README.md).
 DEFAULT_NORMALIZE_WORKERS = 2
 DEFAULT_LEASE_TTL_SECONDS = 120.0
+# The sweep enters folders dated from this many days ago through tomorrow, so its cost does
+# not grow with history; a delivery older than that is imported by a run with a longer lookback.
+DEFAULT_SWEEP_LOOKBACK_DAYS = 3
 
 
 class Settings(BaseSettings):
@@ -32,6 +35,11 @@ class Settings(BaseSettings):
     )
     lease_ttl_seconds: float = Field(
         DEFAULT_LEASE_TTL_SECONDS, gt=0, description="execution lease length"
+    )
+    sweep_lookback_days: int = Field(
+        DEFAULT_SWEEP_LOOKBACK_DAYS,
+        ge=0,
+        description="days back the sweep looks for dated landing folders (0: every folder)",
     )
     warehouse: Literal["postgres", "redshift"] = Field("postgres", description="warehouse backend")
     redshift_host: str | None = Field(None, description="Redshift endpoint host")
