@@ -6,7 +6,8 @@ What it changes on the way (everything else is forwarded byte for byte):
 - startup parameters PostgreSQL rejects (redshift_connector's driver_version, os_version,
   client_protocol_version, ...) are dropped;
 - ParameterStatus `server_version` reads `8.0.2`, as Redshift reports (the driver parses it);
-- `GETDATE()` becomes `LOCALTIMESTAMP` (Redshift-only function);
+- `GETDATE()` becomes `LOCALTIMESTAMP` (Redshift-only function); the table attributes that
+  lay rows out on a cluster (`DISTSTYLE`, `DISTKEY`, `SORTKEY`) are dropped;
 - `COPY t FROM 's3://...' IAM_ROLE '...' FORMAT AS PARQUET [MANIFEST]` is executed here, at
   Execute time (the driver prepares each SQL text once per connection and re-binds it):
   the Parquet objects are read from S3 (moto), their column count checked against the
@@ -63,7 +64,16 @@ _COPY_S3 = re.compile(
 )
 _COMMIT = re.compile(r"^\s*(COMMIT|END)\s*;?\s*$", re.IGNORECASE)
 _GETDATE = re.compile(r"\bGETDATE\s*\(\s*\)", re.IGNORECASE)
+_LAYOUT = re.compile(
+    r"\s+(DISTSTYLE\s+\w+|DISTKEY\s*\([^)]*\)|((COMPOUND|INTERLEAVED)\s+)?SORTKEY\s*\([^)]*\))",
+    re.IGNORECASE,
+)
 _CSV_CHUNK = 1 << 20
+
+
+def _postgres(sql: str) -> str:
+    """Redshift-only syntax in `sql` in PostgreSQL's words (see the module docstring)."""
+    return _GETDATE.sub("LOCALTIMESTAMP", _LAYOUT.sub("", sql))
 
 
 class CopyFailed(Exception):
@@ -222,11 +232,11 @@ class _Session:
             self.statements[name] = text
             self.local_statements.discard(name)  # the driver reuses names of failed ones
             self.emulator.queries.append(text)
-            return name + b"\0" + _GETDATE.sub("LOCALTIMESTAMP", text).encode() + b"\0" + params
+            return name + b"\0" + _postgres(text).encode() + b"\0" + params
         if kind == b"Q":
             text = body.rstrip(b"\0").decode()
             self.emulator.queries.append(text)
-            return _GETDATE.sub("LOCALTIMESTAMP", text).encode() + b"\0"
+            return _postgres(text).encode() + b"\0"
         if kind == b"B":
             portal, statement = _cstrings(body)[:2]
             self.portals[portal] = statement
