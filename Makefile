@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,redshift,demo]'
+	$(BIN)/pip install --quiet -e '.[dev,redshift,demo,workers]'
 	touch $(STAMP)
 
 test: $(STAMP)
