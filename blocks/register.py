@@ -1,7 +1,10 @@
 """Register the fleet block types with the Prefect API, and optionally their documents.
 
-    python -m blocks.register              # block types and schemas only
+    python -m blocks.register              # block types, schemas and the load limits
     python -m blocks.register --from-env   # ... and the three documents from FLEET_* variables
+
+Either also creates (or re-sizes) the global concurrency limit on warehouse loads, sized by
+FLEET_WAREHOUSE_LOAD_SLOTS, and the work pool's backfill queue (blocks.limits).
 
 Re-runnable: type registration is idempotent and documents are saved with overwrite=True.
 The Prefect API is the one PREFECT_API_URL (or the active profile) points at.
@@ -42,6 +45,8 @@ from blocks.fleet_blocks import (
     FleetWarehouse,
     describe_error,
 )
+from blocks.limits import ensure_limits
+from fleet_import.config import Settings
 
 EXIT_CONFIG_ERROR = 2
 # Stored by earlier versions; the sweep takes bucket and prefix as parameters, the relay as
@@ -148,8 +153,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ignored:
             print(f"note: not stored in blocks: {', '.join(ignored)}", file=sys.stderr)
 
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        print(f"error: {describe_error(exc)}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
     for slug in register_types():
         print(f"registered block type {slug}")
+    for line in ensure_limits(settings):
+        print(line)
     for document in save_documents(blocks):
         print(f"saved block document {document}")
     if not args.from_env:

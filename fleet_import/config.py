@@ -16,6 +16,10 @@ DEFAULT_LEASE_TTL_SECONDS = 120.0
 # The sweep enters folders dated from this many days ago through tomorrow, so its cost does
 # not grow with history; a delivery older than that is imported by a run with a longer lookback.
 DEFAULT_SWEEP_LOOKBACK_DAYS = 3
+# Warehouse loads at once across every worker, and of one tenant: a tenant's backfill takes
+# at most half the slots, so fresh deliveries of the others still load (deployments/README).
+DEFAULT_WAREHOUSE_LOAD_SLOTS = 4
+DEFAULT_TENANT_LOAD_SLOTS = 2
 
 
 class Settings(BaseSettings):
@@ -63,6 +67,15 @@ class Settings(BaseSettings):
     )
     normalize_workers: int = Field(
         DEFAULT_NORMALIZE_WORKERS, ge=1, le=32, description="files normalised at once"
+    )
+    warehouse_load_slots: int = Field(
+        DEFAULT_WAREHOUSE_LOAD_SLOTS, ge=1, description="slice loads at once, all workers"
+    )
+    tenant_load_slots: int = Field(
+        DEFAULT_TENANT_LOAD_SLOTS, ge=1, description="slice loads at once of one tenant"
+    )
+    dask_address: str | None = Field(
+        None, description="Dask scheduler (tcp://host:8786) flows normalise on; else threads"
     )
     refresh_sql: list[str] = Field(
         default_factory=list, description="warehouse SQL run by refresh_dependants (JSON list)"

@@ -1,16 +1,20 @@
 """What every flow shares: settings (environment, then blocks), the event sink, the retry
-rule, and Prefect-visible state helpers."""
+rule, the warehouse load slots, and Prefect-visible state helpers."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import random
 import uuid
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from prefect import Task
 from prefect.client.schemas.objects import TaskRun
+from prefect.concurrency.sync import concurrency
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 from prefect.states import State
@@ -21,6 +25,11 @@ from fleet_import.pipeline import STEP_RETRY_DELAYS_SECONDS, STEP_RETRY_JITTER
 from fleet_import.runtime import Runtime, build_runtime
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# A load slot is leased: a worker killed mid-load gives its slot back when the lease runs
+# out (Prefect's minimum is 60 s); a live one renews it in the background.
+LOAD_SLOT_LEASE_SECONDS = 60.0
 
 # Exponential backoff with jitter for transient failures (S3 throttling, dropped
 # connections, serialisation conflicts); contract violations are never retried.
@@ -49,6 +58,43 @@ def load_settings() -> Settings:
         return settings
     overrides = settings_overrides()
     return settings.model_copy(update=overrides) if overrides else settings
+
+
+@contextmanager
+def warehouse_load_slots(tenant_id: str, settings: Settings | None = None) -> Iterator[None]:
+    """Hold a slot of the global load limit and one of the tenant's while a slice loads;
+    waits while either is full. A missing limit is created, sized by the settings."""
+    from blocks.limits import WAREHOUSE_LOADS_LIMIT, ensure_limit, tenant_limit
+
+    settings = settings or Settings()
+    names = [WAREHOUSE_LOADS_LIMIT, tenant_limit(tenant_id)]
+    for name, size in zip(names, (settings.warehouse_load_slots, settings.tenant_load_slots),
+                          strict=True):
+        if ensure_limit(name, size):
+            log.warning("created the missing concurrency limit %s (%d slots)", name, size)
+    # strict: a limit deleted since is an error, not a silent pass. A failed lease renewal
+    # is not: the slot only throttles, the batch's lease in PostgreSQL guards the load.
+    with concurrency(
+        names,
+        occupy=1,
+        strict=True,
+        lease_duration=LOAD_SLOT_LEASE_SECONDS,
+        raise_on_lease_renewal_failure=False,
+    ):
+        yield
+
+
+def holding_load_slots(load: Callable[..., T]) -> Callable[..., T]:
+    """The slice load step (`load_step(ctx, tenant, ...)`) inside `warehouse_load_slots`."""
+    signature = inspect.signature(load)
+
+    @functools.wraps(load)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        tenant = signature.bind(*args, **kwargs).arguments["tenant"]
+        with warehouse_load_slots(tenant.tenant_id):
+            return load(*args, **kwargs)
+
+    return wrapper
 
 
 def prefect_event_sink(name: str, payload: Mapping[str, Any]) -> None:

@@ -17,22 +17,22 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 from prefect.states import Failed, State
-from prefect.task_runners import ThreadPoolTaskRunner
 
 from fleet_import import pipeline
-from fleet_import.config import DEFAULT_NORMALIZE_WORKERS
 from fleet_import.errors import InvalidInput, LeaseLost
 from fleet_import.scope import Tenant, source_scope
 from flows.common import (
     TASK_RETRIES,
     TASK_RETRY_DELAYS,
     TASK_RETRY_JITTER,
+    holding_load_slots,
     lease_owner,
     retry_if_transient,
     runtime_for_flow,
     tag_flow_run,
 )
 from flows.reporting import publish_artifacts, state_for
+from flows.task_runner import SettingsTaskRunner
 
 T = TypeVar("T")
 # Task run names: the normalise step's shows the file it reads.
@@ -63,6 +63,8 @@ class PrefectSteps:
                     "retry_jitter_factor": TASK_RETRY_JITTER,
                     "retry_condition_fn": retry_if_transient,
                 }
+            if step.name == "commit-slice":  # one warehouse load slot, one of the tenant's
+                fn = holding_load_slots(fn)
             self._tasks[key] = task(
                 fn,
                 name=step.name,
@@ -103,7 +105,7 @@ def _progress_artifact(scope: str) -> pipeline.Progress:
     name="import-s3-folder",
     flow_run_name=_run_name,
     retries=0,
-    task_runner=ThreadPoolTaskRunner(max_workers=DEFAULT_NORMALIZE_WORKERS),
+    task_runner=SettingsTaskRunner(),  # threads, or Dask: the run's settings decide
 )
 def import_s3_folder(
     tenant_id: str, folder: str, delivery_key: str | None = None, force: bool = False
