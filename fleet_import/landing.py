@@ -16,13 +16,18 @@ Write `{yyyy-mm-dd}`; `{date}` stays accepted because deployments and commands a
 carry it (`{prefix}{tenant}/fleet/{date}/`, the sweep's former spelling, is the default
 layout). Any other `{...}` is refused, so that a typo fails when the layout is made instead
 of matching nothing.
+
+The date in a folder's name is what makes a bounded sweep possible: given the dates of a
+lookback window, `folders` enters `acme/fleet/2026-07-22/` by name instead of listing
+`acme/fleet/` (which holds every day of the tenant's history), so old folders are never
+listed. A layout without a date cannot tell old folders from new ones by name.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -31,14 +36,19 @@ from fleet_import.scope import canonical_folder, validate_tenant_id
 
 __all__ = [
     "DEFAULT_LAYOUT",
+    "DELIVERY_SKIPPED_EVENT",
     "DEFAULT_PATTERN",
     "LandingFolder",
     "LandingLayout",
     "Segment",
     "Unimportable",
+    "lookback_dates",
+    "skipped_payload",
 ]
 
 DEFAULT_PATTERN = "{tenant}/fleet/{yyyy-mm-dd}/"
+# What the relay and the sweep emit when they leave a delivery (or an S3 object) alone.
+DELIVERY_SKIPPED_EVENT = "fleet.delivery.skipped"
 
 _PREFIX = "{prefix}"
 _TENANT = "{tenant}"
@@ -57,6 +67,21 @@ class Segment:
     literal: str | None
     exact: re.Pattern[str] | None = None  # dates as yyyy-mm-dd
     near: re.Pattern[str] | None = None  # dates as any text, so a near miss can be named
+    pieces: tuple[tuple[str, bool], ...] = ()  # (text, is a placeholder), for dated names
+
+    @property
+    def dated(self) -> bool:
+        return any(placeholder and text in _DATES for text, placeholder in self.pieces)
+
+    def dated_head(self, day: dt.date) -> tuple[str, bool]:
+        """The segment's name up to its first placeholder other than the date, the date
+        written in; and whether that is the whole name (then it is entered unlisted)."""
+        head = []
+        for text, placeholder in self.pieces:
+            if placeholder and text not in _DATES:
+                return "".join(head), False
+            head.append(day.isoformat() if placeholder else text)
+        return "".join(head), True
 
     def match(self, name: str) -> dict[str, str] | None:
         """The placeholders' values in `name`, or None when `name` is not this segment. A
@@ -77,10 +102,38 @@ class LandingFolder(NamedTuple):
 
 
 class Unimportable(NamedTuple):
-    """A folder of the layout's shape that cannot be imported, and why."""
+    """A folder of the layout's shape that cannot be imported, and why (with the tenant
+    segment's text when the layout got that far, valid or not, for the operator)."""
 
     folder: str
     reason: str
+    tenant_id: str | None = None
+
+
+def lookback_dates(days: int, today: dt.date) -> list[dt.date] | None:
+    """The folder dates a sweep with a lookback of `days` enters: from `days` before today
+    through tomorrow (a producer ahead of UTC names tomorrow's folder already). 0 means no
+    window: every folder, however old."""
+    if days < 0:
+        raise InvalidInput(f"the sweep's lookback cannot be negative, got {days} days")
+    if days == 0:
+        return None
+    return [today + dt.timedelta(days=n) for n in range(-days, 2)]
+
+
+def skipped_payload(
+    source: str, tenant_id: str | None, folder: str | None, reason: str, kind: str, **more: str
+) -> dict[str, str | None]:
+    """The payload of a DELIVERY_SKIPPED_EVENT, the same shape from the relay and the sweep:
+    `kind` is a short word to filter on, `reason` the sentence an operator reads."""
+    return {
+        "source": source,
+        "tenant_id": tenant_id,
+        "folder": folder,
+        "kind": kind,
+        "reason": reason,
+        **more,
+    }
 
 
 @dataclass(frozen=True)
@@ -98,45 +151,69 @@ class LandingLayout:
         object.__setattr__(self, "prefix", prefix)
         object.__setattr__(self, "segments", _segments(prefix, self.pattern))
 
+    @property
+    def dated(self) -> bool:
+        """Whether folder names carry a date (so a lookback window can be applied)."""
+        return any(segment.dated for segment in self.segments)
+
     def locate(self, bucket: str, key: str) -> tuple[str, str] | None:
         """(tenant id, canonical folder) of the delivery folder holding `key` directly, or
         None when no importable delivery folder holds it."""
+        placed = self.place(bucket, key)
+        return (placed.tenant_id, placed.folder) if isinstance(placed, LandingFolder) else None
+
+    def place(self, bucket: str, key: str) -> LandingFolder | Unimportable:
+        """The delivery folder holding `key` directly, or why none does (what an operator
+        reads when an S3 event was ignored)."""
         folder_prefix, slash, leaf = key.rpartition("/")
+        where = f"s3://{bucket}/{folder_prefix}{slash}"
+        outside = f"not in a delivery folder of the layout {self.prefix}{self.pattern}"
         if not slash or not leaf:  # bucket root, or a "folder" placeholder object
-            return None
+            return Unimportable(where, outside)
         names = folder_prefix.split("/")
         if len(names) != len(self.segments):
-            return None
+            return Unimportable(where, outside)
         values: dict[str, str] = {}
         for segment, name in zip(self.segments, names, strict=True):
             found = segment.match(name)
             if found is None:
-                return None
+                return Unimportable(where, outside, values.get("tenant"))
             values.update(found)
-        folder = f"s3://{bucket}/{folder_prefix}/"
-        if _problem(values) is not None or _folder_problem(folder) is not None:
-            return None
-        return values["tenant"], folder
+        problem = _problem(values) or _folder_problem(where)
+        if problem is not None:
+            return Unimportable(where, problem, values.get("tenant"))
+        return LandingFolder(values["tenant"], where, folder_prefix + "/")
 
     def folders(
-        self, bucket: str, sub_folders: Callable[[str], Iterable[str]]
+        self,
+        bucket: str,
+        sub_folders: Callable[[str], Iterable[str]],
+        dates: Collection[dt.date] | None = None,
     ) -> Iterator[LandingFolder | Unimportable]:
         """Every folder of `bucket` the layout names, found level by level: `sub_folders`
         gives the key prefixes of the folders directly under a key prefix (as S3 lists
         them), and is only asked where a segment has placeholders. A folder of the layout's
         shape that cannot be imported (an invalid tenant id or date, a name that does not
-        canonicalise) is Unimportable, and nothing below it is looked at."""
+        canonicalise) is Unimportable, and nothing below it is looked at.
+
+        With `dates`, only folders of those dates: a dated segment is entered by name (or
+        listed from its dated head), so folders of other dates are never listed. A folder
+        entered by name may not exist; the caller's listing of it finds it empty."""
         level: list[tuple[str, dict[str, str]]] = [("", {})]
         for segment in self.segments:
             following: list[tuple[str, dict[str, str]]] = []
             for key_prefix, values in level:
-                for name in _names(segment, key_prefix, sub_folders):
+                for name in _names(segment, key_prefix, sub_folders, dates):
                     found = segment.match(name)
                     if found is None:
                         continue  # not part of the layout (another dataset, a README folder)
+                    tenant = {**values, **found}.get("tenant")
                     problem = _problem(found)
                     if problem is not None:
-                        yield Unimportable(f"s3://{bucket}/{key_prefix}{name}/", problem)
+                        where = f"s3://{bucket}/{key_prefix}{name}/"
+                        yield Unimportable(where, problem, tenant)
+                        continue
+                    if _outside(found, dates):
                         continue
                     following.append((f"{key_prefix}{name}/", {**values, **found}))
             level = following
@@ -144,18 +221,40 @@ class LandingLayout:
             folder = f"s3://{bucket}/{key_prefix}"
             problem = _folder_problem(folder)
             if problem is not None:
-                yield Unimportable(folder, problem)
+                yield Unimportable(folder, problem, values["tenant"])
             else:
                 yield LandingFolder(values["tenant"], folder, key_prefix)
 
 
 def _names(
-    segment: Segment, key_prefix: str, sub_folders: Callable[[str], Iterable[str]]
+    segment: Segment,
+    key_prefix: str,
+    sub_folders: Callable[[str], Iterable[str]],
+    dates: Collection[dt.date] | None,
 ) -> list[str]:
-    """The names to try below key_prefix: a literal segment's own, else what S3 lists."""
+    """The names to try below key_prefix: a literal segment's own; with dates, a dated
+    segment's names for those dates (listed from their dated heads where the name holds
+    more placeholders); else what S3 lists."""
     if segment.literal is not None:
         return [segment.literal]
-    return [p[len(key_prefix) :].removesuffix("/") for p in sub_folders(key_prefix)]
+    if dates is None or not segment.dated:
+        return _listed(key_prefix, "", sub_folders)
+    names: list[str] = []
+    heads: list[str] = []
+    for day in sorted(dates):
+        head, whole = segment.dated_head(day)
+        if whole:
+            names.append(head)
+        elif head not in heads:
+            heads.append(head)
+    for head in heads:
+        names.extend(_listed(key_prefix, head, sub_folders))
+    return names
+
+
+def _listed(key_prefix: str, head: str, sub_folders: Callable[[str], Iterable[str]]) -> list[str]:
+    """The names of the folders below key_prefix that start with head, as S3 lists them."""
+    return [p[len(key_prefix) :].removesuffix("/") for p in sub_folders(key_prefix + head)]
 
 
 def _segments(prefix: str, pattern: str) -> tuple[Segment, ...]:
@@ -202,6 +301,7 @@ def _segment(pieces: list[tuple[str, bool]]) -> Segment:
         re.compile(
             "".join(_regex(text, placeholder, _ONE_SEGMENT) for text, placeholder in pieces)
         ),
+        tuple(pieces),
     )
 
 
@@ -231,6 +331,15 @@ def _problem(values: Mapping[str, str]) -> str | None:
         except ValueError:
             return f"{date!r} is not a yyyy-mm-dd date"
     return None
+
+
+def _outside(values: Mapping[str, str], dates: Collection[dt.date] | None) -> bool:
+    """Whether a listed folder's date is outside the window (`*` may match other dates)."""
+    return (
+        dates is not None
+        and "date" in values
+        and dt.date.fromisoformat(values["date"]) not in dates
+    )
 
 
 def _folder_problem(folder: str) -> str | None:

@@ -34,7 +34,7 @@ from fleet_import.errors import (
     TransientError,
     error_of_kind,
 )
-from fleet_import.s3client import S3Client, list_children
+from fleet_import.s3client import Children, S3Client, list_children
 from fleet_import.s3client import s3_client as s3_client  # re-exported: callers build it here
 from fleet_import.scope import canonical_folder, split_folder
 
@@ -195,12 +195,19 @@ def _names(names: Sequence[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def discover(s3: S3Client, folder: str, contracts: ContractSet) -> Manifest:
-    """List a folder and match its files to datasets; refuse a delivery that cannot load."""
+def discover(
+    s3: S3Client, folder: str, contracts: ContractSet, listing: Children | None = None
+) -> Manifest:
+    """List a folder and match its files to datasets; refuse a delivery that cannot load.
+
+    `listing` is the folder's listing when the caller already has it (the sweep), so a
+    folder costs one LIST."""
     canonical = canonical_folder(folder)
     bucket, prefix = split_folder(canonical)
-    with _s3_errors(f"list {canonical}", DiscoveryError):
-        contents, sub_folders = list_children(s3, bucket, prefix)
+    if listing is None:
+        with _s3_errors(f"list {canonical}", DiscoveryError):
+            listing = list_children(s3, bucket, prefix)
+    contents, sub_folders = listing
 
     objects: list[SourceObject] = []
     ignored: list[str] = list(sub_folders)

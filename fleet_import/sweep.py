@@ -10,6 +10,11 @@ Every path that starts an import for a folder's content uses the same key for it
 index on the server, so overlapping sweeps create one run) and as the batch's delivery key
 (so a duplicate run continues the same batch instead of making a second one).
 
+The sweep's cost does not grow with history: with a lookback window of N days it enters
+only the folders dated from N days ago through tomorrow (the date in the folder's name, see
+fleet_import.landing), and each folder costs one LIST (its listing gives both completion and
+the manifest).
+
 This module imports no Prefect; `marker_event_matches` mirrors the glob matching Prefect's
 server applies to a trigger's `match`, for tests where no server evaluates triggers.
 """
@@ -20,6 +25,7 @@ import datetime as dt
 import fnmatch
 import hashlib
 import json
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +36,15 @@ from fleet_import.batches.sweep_repository import FolderBatches, SweepRepository
 from fleet_import.config import DEFAULT_LEASE_TTL_SECONDS
 from fleet_import.contracts import FLEET_DATASETS, ContractSet
 from fleet_import.errors import InvalidInput, TransientError
-from fleet_import.landing import DEFAULT_PATTERN, LandingLayout, Unimportable
+from fleet_import.landing import (
+    DEFAULT_PATTERN,
+    DELIVERY_SKIPPED_EVENT,
+    LandingLayout,
+    Unimportable,
+    lookback_dates,
+    skipped_payload,
+)
+from fleet_import.publication import EventSink
 from fleet_import.s3client import Children, S3Client, list_children
 from fleet_import.scope import source_scope
 from fleet_import.sources import DiscoveryError, _s3_errors, discover
@@ -111,18 +125,29 @@ class ReadyFolder:
 
 
 class Skip(NamedTuple):
-    """A folder the sweep does not start, and why (shown in the sweep's artifact)."""
+    """A folder the sweep does not start, and why (shown in the sweep's artifact, and
+    announced as a fleet.delivery.skipped event unless it is the steady "loaded")."""
 
     folder: str
     reason: str
+    tenant_id: str | None = None
+    kind: str = "refused"  # unimportable, incomplete, refused, transient, running, loaded, failed
+
+
+# Every folder in the window that was loaded is skipped again each sweep: not news.
+QUIET_SKIPS = frozenset({"loaded"})
 
 
 @dataclass(frozen=True)
 class Scan:
-    """What the landing zone holds: complete folders, and folders left alone with a reason."""
+    """What the landing zone holds: complete folders, and folders left alone with a reason;
+    the dates it looked at (None: every folder), its LISTs and how long it took."""
 
     ready: list[ReadyFolder] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
+    window: tuple[dt.date, dt.date] | None = None
+    listings: int = 0
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -207,10 +232,16 @@ def resource_matches(resource: Mapping[str, str], match: Mapping[str, Any]) -> b
 # -- finding complete folders ----------------------------------------------------------------
 
 
-def _list(s3: S3Client, bucket: str, key_prefix: str) -> Children:
-    """What key_prefix holds directly, its listing errors sorted as discovery's are."""
-    with _s3_errors(f"list s3://{bucket}/{key_prefix}", DiscoveryError):
-        return list_children(s3, bucket, key_prefix)
+class _Lister:
+    """list_children with discovery's error sorting, counting what it asked S3."""
+
+    def __init__(self, s3: S3Client, bucket: str) -> None:
+        self.s3, self.bucket, self.calls = s3, bucket, 0
+
+    def __call__(self, key_prefix: str) -> Children:
+        self.calls += 1
+        with _s3_errors(f"list s3://{self.bucket}/{key_prefix}", DiscoveryError):
+            return list_children(self.s3, self.bucket, key_prefix)
 
 
 def _completion(
@@ -247,40 +278,70 @@ def find_ready_folders(
     completion: CompletionRule | None = None,
     contracts: ContractSet = FLEET_DATASETS,
     now: dt.datetime | None = None,
+    lookback_days: int = 0,
 ) -> Scan:
     """List the tenant delivery folders of a landing bucket (with Delimiter, every page) and
     keep the complete ones with their current fingerprint.
 
+    With `lookback_days` (and a layout whose folder names carry a date), only the folders
+    dated within the window are entered; older ones are never listed. A folder holding
+    nothing (a date in the window without a delivery) is no folder and not reported.
     Folders the layout names but that cannot be imported (an invalid tenant id or date, a
     folder that does not canonicalise, a delivery discovery refuses) are skipped with the
     reason. Listing the landing zone itself raises (TransientError when S3 is struggling);
     a transient failure on one folder only skips that folder until the next sweep.
     """
+    started = time.monotonic()
     rule = completion if completion is not None else Marker()
     now = now if now is not None else dt.datetime.now(dt.UTC)
     landing = LandingLayout(prefix, layout)
-    scan = Scan()
-    for found in landing.folders(bucket, lambda key_prefix: _list(s3, bucket, key_prefix).folders):
+    dates = lookback_dates(lookback_days, now.date()) if landing.dated else None
+    lister = _Lister(s3, bucket)
+    ready: list[ReadyFolder] = []
+    skipped: list[Skip] = []
+    for found in landing.folders(bucket, lambda key_prefix: lister(key_prefix).folders, dates):
         if isinstance(found, Unimportable):
-            scan.skipped.append(Skip(found.folder, found.reason))
+            skipped.append(Skip(found.folder, found.reason, found.tenant_id, "unimportable"))
             continue
         tenant_id, folder, key_prefix = found
         try:
             source_scope(folder)
-            objects = _list(s3, bucket, key_prefix).objects
-            completed_at, waiting = _completion(objects, key_prefix, rule, now)
-            if waiting is not None:
-                scan.skipped.append(Skip(folder, f"not complete: {waiting}"))
+            listing = lister(key_prefix)
+            if not listing.objects and not listing.folders:
                 continue
-            manifest = discover(s3, folder, contracts)
+            completed_at, waiting = _completion(listing.objects, key_prefix, rule, now)
+            if waiting is not None:
+                skipped.append(Skip(folder, f"not complete: {waiting}", tenant_id, "incomplete"))
+                continue
+            manifest = discover(s3, folder, contracts, listing)
         except (InvalidInput, DiscoveryError) as exc:
-            scan.skipped.append(Skip(folder, str(exc)))
+            skipped.append(Skip(folder, str(exc), tenant_id, "refused"))
             continue
         except TransientError as exc:
-            scan.skipped.append(Skip(folder, f"transient, retried next sweep: {exc}"))
+            reason = f"transient, retried next sweep: {exc}"
+            skipped.append(Skip(folder, reason, tenant_id, "transient"))
             continue
-        scan.ready.append(ReadyFolder(tenant_id, folder, manifest.fingerprint, completed_at))
-    return scan
+        ready.append(ReadyFolder(tenant_id, folder, manifest.fingerprint, completed_at))
+    return Scan(
+        ready,
+        skipped,
+        (dates[0], dates[-1]) if dates else None,
+        lister.calls,
+        time.monotonic() - started,
+    )
+
+
+def announce_skips(skips: Iterable[Skip], events: EventSink) -> int:
+    """Emit a fleet.delivery.skipped event for each skip an operator may look for (all but
+    QUIET_SKIPS); the number emitted."""
+    emitted = 0
+    for skip in skips:
+        if skip.kind in QUIET_SKIPS:
+            continue
+        payload = skipped_payload("sweep", skip.tenant_id, skip.folder, skip.reason, skip.kind)
+        events(DELIVERY_SKIPPED_EVENT, payload)
+        emitted += 1
+    return emitted
 
 
 # -- planning --------------------------------------------------------------------------------
@@ -307,9 +368,10 @@ def plan_sweep(
     plan = SweepPlan(skip=list(scan.skipped))
     for folder, key in keys.items():
         state = known.get(key) or FolderBatches(*key)
-        reason = _skip_reason(state)
-        if reason is not None:
-            plan.skip.append(Skip(folder.folder, reason))
+        skipped = _skip_reason(state)
+        if skipped is not None:
+            reason, kind = skipped
+            plan.skip.append(Skip(folder.folder, reason, folder.tenant_id, kind))
             continue
         plan.start.append(
             PlannedImport(
@@ -317,7 +379,9 @@ def plan_sweep(
                 folder=folder.folder,
                 fingerprint=folder.fingerprint,
                 idempotency_key=idempotency_key(
-                    folder.scope, folder.fingerprint, state.latest_succeeded_id,
+                    folder.scope,
+                    folder.fingerprint,
+                    state.latest_succeeded_id,
                     after=_abandoned_batch(state),
                 ),
             )
@@ -333,14 +397,15 @@ def _abandoned_batch(state: FolderBatches) -> uuid.UUID | None:
     return None
 
 
-def _skip_reason(state: FolderBatches) -> str | None:
+def _skip_reason(state: FolderBatches) -> tuple[str, str] | None:
+    """(reason, kind) when the sweep must not start this content."""
     if state.running_id is not None and not state.running_abandoned:
-        return f"batch {state.running_id} is running for this scope"
+        return f"batch {state.running_id} is running for this scope", "running"
     if (
         state.latest_succeeded_id is not None
         and state.latest_succeeded_fingerprint == state.fingerprint
     ):
-        return f"already loaded by batch {state.latest_succeeded_id}"
+        return f"already loaded by batch {state.latest_succeeded_id}", "loaded"
     if state.running_id is None and (
         state.same_content_status == "failed"
         and state.same_content_failure_kind
@@ -352,5 +417,5 @@ def _skip_reason(state: FolderBatches) -> str | None:
             if kind == FailureKind.FAILED_PUBLICATION
             else "fix the files (new content is a new delivery) or rerun the import manually"
         )
-        return f"batch {state.same_content_id} failed ({kind}) on this content: {hint}"
+        return f"batch {state.same_content_id} failed ({kind}) on this content: {hint}", "failed"
     return None

@@ -98,15 +98,25 @@ def holding_load_slots(load: Callable[..., T]) -> Callable[..., T]:
 
 
 def prefect_event_sink(name: str, payload: Mapping[str, Any]) -> None:
-    """Core events become Prefect events on the batch resource, related to the flow run. A
-    payload's `event_id` becomes the event's id (Prefect keeps one event per id)."""
-    batch_id = str(payload.get("batch_id", "unknown"))
-    resource = {
-        "prefect.resource.id": f"fleet.batch.{batch_id}",
-        "prefect.resource.name": f"batch {batch_id}",
-    }
-    if "tenant_id" in payload:
+    """Core events become Prefect events on the batch resource (a delivery that made no
+    batch, such as a `fleet.delivery.skipped` one, on its folder), related to the flow run.
+    A payload's `event_id` becomes the event's id (Prefect keeps one event per id)."""
+    if "batch_id" in payload or "folder" not in payload:
+        batch_id = str(payload.get("batch_id", "unknown"))
+        resource = {
+            "prefect.resource.id": f"fleet.batch.{batch_id}",
+            "prefect.resource.name": f"batch {batch_id}",
+        }
+    else:
+        folder = str(payload["folder"])
+        resource = {
+            "prefect.resource.id": f"fleet.delivery.{folder}",
+            "prefect.resource.name": folder,
+        }
+    if payload.get("tenant_id") is not None:
         resource["fleet.tenant"] = str(payload["tenant_id"])
+    if payload.get("folder") is not None:
+        resource["fleet.folder"] = str(payload["folder"])
     try:
         event_id = payload.get("event_id")
         emit_event(

@@ -2,11 +2,13 @@
 
 Thin: completeness, fingerprints and the start/skip decision live in fleet_import.sweep.
 This flow lists, plans, starts `import-s3-folder` runs through their deployment, and shows
-what it did as a table artifact.
+what it did (every row with its tenant, and how long the sweep took) as a table artifact;
+the skips an operator may look for are also `fleet.delivery.skipped` events.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger, task
@@ -24,6 +26,7 @@ from flows.common import (
     TASK_RETRY_DELAYS,
     TASK_RETRY_JITTER,
     load_settings,
+    prefect_event_sink,
     retry_if_transient,
 )
 
@@ -42,9 +45,9 @@ _ARTIFACT_MAX_ROWS = 500
     cache_policy=NO_CACHE,
 )
 def find_ready_folders(
-    bucket: str, prefix: str, layout: str, rule: sweep.CompletionRule
+    bucket: str, prefix: str, layout: str, rule: sweep.CompletionRule, lookback_days: int
 ) -> sweep.Scan:
-    """List the landing zone and fingerprint its complete folders."""
+    """List the landing zone's folders of the window and fingerprint the complete ones."""
     settings = load_settings()
     return sweep.find_ready_folders(
         s3_client(settings.s3_endpoint_url),
@@ -53,6 +56,7 @@ def find_ready_folders(
         layout=layout,
         completion=rule,
         contracts=contracts_in_force(settings.contracts),
+        lookback_days=lookback_days,
     )
 
 
@@ -109,6 +113,7 @@ def sweep_landing_zone(
     marker_grace_seconds: int = 0,
     layout: str = DEFAULT_PATTERN,
     deployment: str = DEFAULT_IMPORT_DEPLOYMENT,
+    lookback_days: int | None = None,
 ) -> dict[str, int]:
     """Start an import for every complete landing folder whose current content has not
     been loaded, at most one run per delivery however many sweeps and events overlap.
@@ -126,15 +131,23 @@ def sweep_landing_zone(
         layout: Where delivery folders are below the prefix, with {tenant}, {yyyy-mm-dd}
             and * placeholders (fleet_import.landing describes them).
         deployment: The import deployment to start, as flow-name/deployment-name.
+        lookback_days: Only folders dated from this many days ago through tomorrow, by the
+            layout's {yyyy-mm-dd}; older folders are never listed. Unset: the
+            FLEET_SWEEP_LOOKBACK_DAYS setting (3). 0: every folder (a one-off catch-up).
     """
+    started_at = time.monotonic()
     logger = get_run_logger()
+    if lookback_days is None:
+        lookback_days = load_settings().sweep_lookback_days
     rule = sweep.completion_rule(
         completion,
         marker=marker,
         quiet_seconds=quiet_seconds,
         marker_grace_seconds=marker_grace_seconds,
     )
-    scan = find_ready_folders(bucket, prefix, layout, rule)
+    scan = find_ready_folders(bucket, prefix, layout, rule, lookback_days)
+    if lookback_days and scan.window is None:
+        logger.warning("layout %r names no date: the lookback window cannot apply", layout)
     plan = plan_sweep(scan)
     started = [(planned, start_import(deployment, planned)) for planned in plan.start]
     rows = [
@@ -148,16 +161,27 @@ def sweep_landing_zone(
         for planned, run in started
     ]
     rows += [
-        {"action": "skip", "tenant": "", "folder": folder, "detail": reason, "fingerprint": ""}
-        for folder, reason in plan.skip
+        {
+            "action": "skip",
+            "tenant": skip.tenant_id or "",
+            "folder": skip.folder,
+            "detail": f"{skip.kind}: {skip.reason}",
+            "fingerprint": "",
+        }
+        for skip in plan.skip
     ]
+    sweep.announce_skips(plan.skip, prefect_event_sink)
     counts = {
         "ready": len(scan.ready),
         "started": len(plan.start),
         "skipped": len(plan.skip),
     }
-    description = f"sweep of s3://{bucket}/{prefix}: " + ", ".join(
-        f"{n} {what}" for what, n in counts.items()
+    window = f"folders dated {scan.window[0]}..{scan.window[1]}" if scan.window else "every folder"
+    description = (
+        f"sweep of s3://{bucket}/{prefix} ({window}): "
+        + ", ".join(f"{n} {what}" for what, n in counts.items())
+        + f"; {scan.listings} listings in {scan.seconds:.1f} s,"
+        f" whole sweep {time.monotonic() - started_at:.1f} s"
     )
     if len(rows) > _ARTIFACT_MAX_ROWS:
         description += f" (first {_ARTIFACT_MAX_ROWS} of {len(rows)} rows)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
 
 import pytest
@@ -37,11 +38,13 @@ class Tree:
         )
 
 
-def walk(layout: LandingLayout, tree: Tree) -> tuple[dict[str, str], dict[str, str]]:
+def walk(
+    layout: LandingLayout, tree: Tree, dates: list[dt.date] | None = None
+) -> tuple[dict[str, str], dict[str, str]]:
     """({folder: tenant}, {unimportable folder: reason})."""
     found: dict[str, str] = {}
     skipped: dict[str, str] = {}
-    for item in layout.folders(BUCKET, tree):
+    for item in layout.folders(BUCKET, tree, dates):
         if isinstance(item, Unimportable):
             skipped[item.folder] = item.reason
         else:
@@ -197,3 +200,74 @@ def test_a_folder_that_does_not_canonicalise_is_unimportable() -> None:
 def test_invalid_layouts_are_refused_when_made(pattern: str, prefix: str, message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
         LandingLayout(prefix=prefix, pattern=pattern)
+
+
+def test_place_says_why_a_key_is_in_no_delivery_folder() -> None:
+    def place(key: str) -> Unimportable:
+        placed = DEFAULT_LAYOUT.place(BUCKET, key)
+        assert isinstance(placed, Unimportable)
+        return placed
+
+    assert place("acme/fleet/2026-02-30/x.csv") == Unimportable(
+        f"s3://{BUCKET}/acme/fleet/2026-02-30/", "'2026-02-30' is not a yyyy-mm-dd date", "acme"
+    )
+    outside = place("acme/other/2026-07-22/x.csv")
+    assert outside.reason == "not in a delivery folder of the layout {tenant}/fleet/{yyyy-mm-dd}/"
+    assert outside.tenant_id == "acme"
+    assert "invalid tenant id 'Bad_Tenant'" in place("Bad_Tenant/fleet/2026-07-22/x").reason
+    assert place("README.txt").tenant_id is None
+    assert DEFAULT_LAYOUT.place(BUCKET, "acme/fleet/2026-07-22/x.csv") == LandingFolder(
+        "acme", f"s3://{BUCKET}/acme/fleet/2026-07-22/", "acme/fleet/2026-07-22/"
+    )
+
+
+DAYS = [dt.date(2026, 7, 21), dt.date(2026, 7, 22)]
+
+
+def test_with_dates_a_dated_folder_is_entered_by_name_and_other_dates_never_listed() -> None:
+    tree = Tree(
+        "acme/fleet/2026-07-22/a",
+        "acme/fleet/2026-06-01/a",
+        "acme/fleet/latest/a",
+        "globex/fleet/2026-07-21/a",
+        "Bad_Tenant/fleet/2026-07-22/a",
+    )
+    found, skipped = walk(DEFAULT_LAYOUT, tree, DAYS)
+    # Entered whether or not they exist: the sweep's one LIST of each finds out.
+    assert found == {
+        f"s3://{BUCKET}/{tenant}/fleet/{day}/": tenant
+        for tenant in ("acme", "globex")
+        for day in DAYS
+    }
+    assert set(skipped) == {f"s3://{BUCKET}/Bad_Tenant/"}
+    assert tree.listed == [""]  # the tenants only: never acme/fleet/
+    assert DEFAULT_LAYOUT.dated and not LandingLayout(pattern="{tenant}/*/").dated
+
+
+@pytest.mark.parametrize(
+    ("pattern", "listed"),
+    [
+        ("{tenant}/dt={yyyy-mm-dd}/", [""]),  # the date with text: still entered by name
+        ("{tenant}/{yyyy-mm-dd}-*/", ["", "acme/2026-07-21-", "acme/2026-07-22-"]),
+        ("{tenant}/*-{yyyy-mm-dd}/", ["", "acme/"]),  # listed once, filtered by date
+        ("{yyyy-mm-dd}/{tenant}/", ["2026-07-21/", "2026-07-22/"]),
+    ],
+)
+def test_with_dates_a_name_with_more_placeholders_is_listed_from_its_dated_head(
+    pattern: str, listed: list[str]
+) -> None:
+    layout = LandingLayout(pattern=pattern)
+    names = {
+        "{tenant}/dt={yyyy-mm-dd}/": ["acme/dt=2026-07-22/", "acme/dt=2026-07-01/"],
+        "{tenant}/{yyyy-mm-dd}-*/": ["acme/2026-07-22-v2/", "acme/2026-07-01-v1/"],
+        "{tenant}/*-{yyyy-mm-dd}/": ["acme/export-2026-07-22/", "acme/export-2026-07-01/"],
+        "{yyyy-mm-dd}/{tenant}/": ["2026-07-22/acme/", "2026-07-01/acme/"],
+    }[pattern]
+    tree = Tree(*(name + "a" for name in names))
+    found, skipped = walk(layout, tree, DAYS)
+    if "dt=" in pattern:  # entered by name, both days
+        assert found == {f"s3://{BUCKET}/acme/dt={day}/": "acme" for day in DAYS}
+    else:
+        assert found == {f"s3://{BUCKET}/{names[0]}": "acme"}
+    assert skipped == {}
+    assert tree.listed == listed

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import json
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,7 @@ import yaml
 from fleet_import import failpoints
 from fleet_import.batches import BatchRepository, BatchStatus
 from fleet_import.batches.sweep_repository import SweepRepository
+from fleet_import.errors import InvalidInput
 from fleet_import.pipeline import (
     Committed,
     Failed,
@@ -35,6 +37,7 @@ from fleet_import.sweep import (
     Marker,
     Quiet,
     Scan,
+    announce_skips,
     completion_rule,
     find_ready_folders,
     idempotency_key,
@@ -63,7 +66,32 @@ def ready_folders(scan: Scan) -> dict[str, str]:
 
 
 def reasons(skipped) -> dict[str, str]:
-    return {folder: reason for folder, reason in skipped}
+    return {skip.folder: skip.reason for skip in skipped}
+
+
+def tenants(skipped) -> dict[str, str | None]:
+    return {skip.folder: skip.tenant_id for skip in skipped}
+
+
+class ListCalls:
+    """Counts the LIST requests (every page) a client sends, by a botocore event hook."""
+
+    def __init__(self, s3) -> None:
+        self.count = 0
+        s3.meta.events.register("before-call.s3.ListObjectsV2", self._seen)
+
+    def _seen(self, **kwargs: Any) -> None:
+        self.count += 1
+
+
+class Sink:
+    """An event sink that records what it is given."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, name: str, payload: Any) -> None:
+        self.events.append((name, dict(payload)))
 
 
 def import_trigger() -> dict[str, Any]:
@@ -118,6 +146,14 @@ def test_marker_rule_lists_tenants_and_dates_and_skips_what_it_cannot_import(
         "no file for required dataset" in skipped[f"s3://{landing_bucket}/acme/fleet/2026-07-24/"]
     )
     assert not any("/acme/other/" in folder for folder in skipped)
+    # Every skip names its tenant (an invalid one as written), for the plan's tenant column.
+    assert tenants(scan.skipped) == {
+        unmarked: "acme",
+        f"s3://{landing_bucket}/Bad_Tenant/": "Bad_Tenant",
+        f"s3://{landing_bucket}/acme/fleet/latest/": "acme",
+        f"s3://{landing_bucket}/acme/fleet/2026-02-30/": "acme",
+        f"s3://{landing_bucket}/acme/fleet/2026-07-24/": "acme",
+    }
 
 
 def _contracts():
@@ -195,6 +231,65 @@ def test_prefix_and_layout_are_configurable(s3, landing_bucket: str) -> None:
         completion=completion_rule("marker"),
     )
     assert ready_folders(scan) == {folder: "acme"}
+
+
+# -- the lookback window ---------------------------------------------------------------------
+
+
+def test_the_lookback_window_never_lists_old_folders_and_each_folder_costs_one_list(
+    s3, landing_bucket: str
+) -> None:
+    today = dt.datetime.now(dt.UTC).date()
+
+    def folder(tenant: str, days_ago: int) -> str:
+        return today_folder(landing_bucket, tenant, today - dt.timedelta(days=days_ago))
+
+    # Three days back through tomorrow (a producer ahead of UTC) are in the window.
+    recent = {folder(t, d): t for t in ("acme", "globex") for d in (-1, 0, 3)}
+    for delivery in recent:
+        deliver(s3, delivery)
+    history = [folder(t, d) for t in ("acme", "globex") for d in (4, 30, 400)]
+    put_objects(s3, landing_bucket, {split_folder(f)[1] + "_SUCCESS": b"" for f in history})
+    put_objects(s3, landing_bucket, {"acme/fleet/latest/_SUCCESS": b""})
+
+    calls = ListCalls(s3)
+    scan = find_ready_folders(s3, landing_bucket, lookback_days=3)
+    assert ready_folders(scan) == recent
+    assert scan.window == (today - dt.timedelta(days=3), today + dt.timedelta(days=1))
+    assert scan.skipped == []  # old folders and `latest` were never seen
+    # One LIST of the tenants, then each tenant's five dates entered by name, one LIST each
+    # (a date without a folder lists empty); `acme/fleet/` itself is never listed.
+    assert calls.count == scan.listings == 1 + 2 * 5
+
+    # More history costs the windowed sweep nothing.
+    more = [folder("acme", d) for d in range(31, 91)]
+    put_objects(s3, landing_bucket, {split_folder(f)[1] + "_SUCCESS": b"" for f in more})
+    calls.count = 0
+    assert ready_folders(find_ready_folders(s3, landing_bucket, lookback_days=3)) == recent
+    assert calls.count == 1 + 2 * 5
+
+    # Without a window every folder is looked at, still with one LIST each.
+    calls.count = 0
+    every = find_ready_folders(s3, landing_bucket, lookback_days=0)
+    assert every.window is None and ready_folders(every) == recent
+    folders = len(recent) + len(history) + len(more)
+    assert calls.count == every.listings == 1 + 2 + folders
+
+
+def test_the_lookback_default_is_a_documented_setting() -> None:
+    from fleet_import.config import DEFAULT_SWEEP_LOOKBACK_DAYS, Settings
+    from fleet_import.landing import lookback_dates
+    from flows.sweep_landing_zone import sweep_landing_zone
+
+    assert Settings.model_fields["sweep_lookback_days"].default == DEFAULT_SWEEP_LOOKBACK_DAYS == 3
+    readme = (PREFECT_YAML.parent / "README.md").read_text()
+    assert "| `FLEET_SWEEP_LOOKBACK_DAYS` | 3 |" in readme
+    assert "FLEET_SWEEP_LOOKBACK_DAYS" in (sweep_landing_zone.fn.__doc__ or "")
+    day = dt.date(2026, 7, 22)
+    assert lookback_dates(1, day) == [dt.date(2026, 7, d) for d in (21, 22, 23)]
+    assert lookback_dates(0, day) is None
+    with pytest.raises(InvalidInput, match="cannot be negative"):
+        lookback_dates(-1, day)
 
 
 # -- keys and trigger matching ---------------------------------------------------------------
@@ -321,6 +416,8 @@ def test_plan_skips_loaded_or_running_content_and_replans_a_changed_folder(
     again = _plan(s3, landing_bucket, database_url)
     assert again.start == []
     assert reasons(again.skip)[folder] == f"already loaded by batch {first.batch_id}"
+    assert tenants(again.skip) == {folder: "acme"}
+    assert announce_skips(again.skip, Sink()) == 0  # the steady state is not news
 
     # Files arriving after the load: a new fingerprint, a new key, a new batch.
     bucket, prefix = split_folder(folder)
@@ -362,6 +459,17 @@ def test_plan_leaves_failed_content_to_a_manual_rerun(
     plan = _plan(s3, landing_bucket, database_url)
     assert plan.start == []
     assert "failed (failed_pre_commit) on this content" in reasons(plan.skip)[folder]
+    sink = Sink()
+    assert announce_skips(plan.skip, sink) == 1
+    [(name, payload)] = sink.events
+    assert name == "fleet.delivery.skipped"
+    assert payload == {
+        "source": "sweep",
+        "tenant_id": "acme",
+        "folder": folder,
+        "kind": "failed",
+        "reason": reasons(plan.skip)[folder],
+    }
 
 
 # -- sweep and event racing on one delivery --------------------------------------------------
@@ -485,7 +593,13 @@ def test_overlapping_sweeps_start_one_run_per_delivery(
     flow_env: str, s3, landing_bucket: str
 ) -> None:
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        ArtifactFilterKey,
+        DeploymentFilter,
+        DeploymentFilterId,
+    )
 
     from flows.import_s3_folder import import_s3_folder
     from flows.sweep_landing_zone import sweep_landing_zone
@@ -496,9 +610,15 @@ def test_overlapping_sweeps_start_one_run_per_delivery(
     globex = today_folder(landing_bucket, "globex")
     deliver(s3, acme)
     deliver(s3, globex)
-    deliver(s3, today_folder(landing_bucket, "acme", dt.date(2026, 7, 23)), marker=False)
+    unmarked = today_folder(landing_bucket, "acme", dt.date(2026, 7, 23))
+    deliver(s3, unmarked, marker=False)
 
-    parameters = {"bucket": landing_bucket, "deployment": f"import-s3-folder/{name}"}
+    # These folders are dated July 2026: no window, every folder.
+    parameters = {
+        "bucket": landing_bucket,
+        "deployment": f"import-s3-folder/{name}",
+        "lookback_days": 0,
+    }
     # No worker runs the imports, so the second sweep finds the same folders unloaded, as
     # a sweep overlapping a slow one (or an event's run) would.
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -513,11 +633,59 @@ def test_overlapping_sweeps_start_one_run_per_delivery(
         runs = client.read_flow_runs(
             deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
         )
-        artifact = client.read_latest_artifacts()
+        [artifact] = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=["sweep-plan"]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[states[0].state_details.flow_run_id]),
+            )
+        )
     assert sorted(r.parameters["folder"] for r in runs) == sorted([acme, globex])
     for run in runs:
         assert run.idempotency_key == run.parameters["delivery_key"]
         assert run.idempotency_key.startswith("sweep:")
         assert run.parent_task_run_id is None  # not a subflow: outlives the sweep
         assert f"tenant:{run.parameters['tenant_id']}" in run.tags
-    assert any(a.key == "sweep-plan" for a in artifact)
+    # The plan names the tenant of every row, skips included, and how long the sweep took.
+    rows = json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data
+    assert {(r["action"], r["folder"], r["tenant"]) for r in rows} == {
+        ("start", acme, "acme"),
+        ("start", globex, "globex"),
+        ("skip", unmarked, "acme"),
+    }
+    assert "every folder" in artifact.description and " listings in " in artifact.description
+    # Each sweep's skip is an event an operator finds by tenant, folder or name.
+    skipped = _read_events("fleet.delivery.skipped", f"fleet.delivery.{unmarked}", count=2)
+    for event in skipped:
+        assert event.resource["fleet.tenant"] == "acme"
+        assert event.resource["fleet.folder"] == unmarked
+        assert event.payload["kind"] == "incomplete"
+        assert "waiting for its _SUCCESS marker" in event.payload["reason"]
+
+
+def _read_events(name: str, resource_id: str, count: int) -> list[Any]:
+    """The events of this name on this resource, once `count` of them are stored (events
+    are persisted asynchronously after they were sent)."""
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import (
+        EventFilter,
+        EventNameFilter,
+        EventOccurredFilter,
+        EventResourceFilter,
+    )
+
+    now = dt.datetime.now(dt.UTC)
+    query = EventFilter(
+        event=EventNameFilter(name=[name]),
+        resource=EventResourceFilter(id=[resource_id]),
+        occurred=EventOccurredFilter(
+            since=now - dt.timedelta(hours=1), until=now + dt.timedelta(hours=1)
+        ),
+    )
+    deadline = time.monotonic() + 30
+    with get_client(sync_client=True) as client:
+        while True:
+            events = client.read_events(query, limit=50).events
+            if len(events) >= count:
+                return events
+            assert time.monotonic() < deadline, f"{len(events)} of {count} {name} events stored"
+            time.sleep(0.25)

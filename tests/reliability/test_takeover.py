@@ -290,7 +290,7 @@ def test_the_sweep_restarts_a_folder_whose_import_died(
 
     [first] = plan().start
     d1 = _die_at(config, old.folder, first.delivery_key, "after_normalized_file")
-    [(_, reason)] = plan().skip
+    [(_, reason, *_)] = plan().skip
     assert f"batch {d1.id} is running" in reason
 
     time.sleep(_TTL + _EXPIRY_MARGIN)
@@ -304,6 +304,6 @@ def test_the_sweep_restarts_a_folder_whose_import_died(
         assert result["batch_id"] == str(d1.id)  # the same content: continued
     else:
         _assert_abandoned(repo, d1.id)
-    [(_, reason)] = plan().skip
+    [(_, reason, *_)] = plan().skip
     assert "already loaded" in reason
     assert invariant_violations(database_url, final=True) == []
