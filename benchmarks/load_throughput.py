@@ -1,293 +1,81 @@
-"""End-to-end load throughput: our `import_folder` against a plain pyarrow + COPY loader.
+"""End-to-end load throughput: our `import_folder` against the strongest plain loaders and dlt.
 
 Generates a deterministic trips delivery (CSV and Parquet variants of the same rows) into a
-moto S3 server, then measures in one run, each part in a child process of its own:
+moto S3 server, then measures in one run, each part in a child process of its own, on the
+same objects:
 
-(a) ours: `import_folder` end to end (reserve, lease, list, normalise to typed Parquet,
-    stage it in S3, duplicate check, one slice transaction of DELETE + COPY BINARY, record);
-(b) baseline: the same objects streamed from S3 into a plain unindexed table on one
-    connection: CSV bytes straight into `COPY (FORMAT CSV, HEADER)`; Parquet read with
-    pyarrow and re-encoded by pyarrow's CSV writer into `COPY (FORMAT CSV)`.
+- ours: `import_folder` end to end (reserve, lease, list, normalise to typed Parquet, stage
+  it in S3, duplicate check, one slice transaction of DELETE + COPY BINARY, record);
+- the baselines (_baselines.py): Parquet through a vectorised Arrow -> COPY BINARY encoder,
+  CSV bytes straight into COPY CSV, both into a plain table; dlt's fastest configuration
+  when the `bench` extra is installed;
+- on the Parquet folder, after the first load: the rerun of the unchanged folder (it must
+  end AlreadyLoaded), then the replacement of the slice by different content;
+- a run at `--large-rows` (5M) for peak RSS; with `--prefect-server`, `fleet-import run`
+  against a `prefect server start` of its own.
 
-Prints rows/s and peak RSS of each, ours/baseline per variant, and last:
-`ratio parquet=X.XX csv=Y.YY`.
+The last line is exactly
+`ratio parquet=X.XX csv=Y.YY dlt=Z.ZZ rerun=R.RR replace=P.PP rss_5m_over_1m=M.MM`.
 
     .venv/bin/python benchmarks/load_throughput.py [--rows 1000000] [--files 8]
-        [--repeat 1] [--database-url postgresql://postgres@127.0.0.1:5432/postgres]
+        [--repeat 1] [--large-rows 5000000] [--prefect-server] [--database-url URL]
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
 import psycopg
 import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
+from _baselines import baseline_table_sql, dlt_missing, measure_baseline, measure_dlt
+from _delivery import TENANT, replaced_only, replacement_bodies, same_rows, upload_delivery
 from _harness import (
     REPO,
     Measurement,
-    Window,
     checkpoint,
     fresh_database,
     moto_s3,
-    prefetch,
+    prefect_server,
     progress,
     run_child,
 )
+from _ours import measure_ours
 from psycopg import sql
 
-from fleet_import.batches import BatchRepository
 from fleet_import.config import libpq_url
-from fleet_import.contracts import TRIPS, ContractSet
-from fleet_import.pipeline import Committed, ImportContext, import_folder
-from fleet_import.sample_data import csv_bytes, parquet_bytes, trips_table
-from fleet_import.scope import Tenant, source_scope, split_folder
-from fleet_import.sources import s3_client
-from fleet_import.staging import StagingArea
+from fleet_import.contracts import TRIPS
+from fleet_import.sample_data import fleet_delivery
+from fleet_import.scope import source_scope, split_folder
 from fleet_import.warehouse import PostgresWarehouse
-from fleet_import.warehouse.postgres.ddl import PG_TYPES, table_identifier
+from fleet_import.warehouse.postgres.ddl import table_identifier
 
 VARIANTS = ("parquet", "csv")
-TARGETS = {"parquet": 0.7, "csv": 0.6}
-TENANT = "bench"
+TARGETS = {"parquet": 0.85, "csv": 1.0}
 LEASE_TTL_SECONDS = 120.0
 CHILD_TIMEOUT_SECONDS = 600.0
-# Baseline tuning: Arrow batches of the size our loader uses, S3 reads in 1 MiB chunks,
-# and a few encoded chunks in flight between the reader thread and the COPY.
-_BASELINE_BATCH_ROWS = 65_536
-_BASELINE_CHUNK_BYTES = 1 << 20
-_BASELINE_PREFETCH_DEPTH = 4
-# (name, from mark, to mark): a mark is the first or last progress message of a kind.
-_PHASES = (
-    ("reserve + lease", "start", "first listing"),
-    ("list, open the slice, normalise the first file", "first listing", "first normalised"),
-    ("COPY of every file (normalising the rest overlaps)", "first normalised", "last loaded"),
-    ("duplicate check + COMMIT + record commit + succeed", "last loaded", "end"),
-)
-
-
-# -- the delivery ----------------------------------------------------------------------------
-
-
-def object_name(index: int, variant: str) -> str:
-    return f"trips-{index:03d}.{variant}"
-
-
-def upload_delivery(
-    s3: Any, folders: dict[tuple[str, int], str], rows: int, files: int
-) -> dict[tuple[str, int], list[str]]:
-    """The same rows as CSV (text timestamps, as producers send them) and as typed Parquet,
-    in one folder per variant and repetition; the keys per folder."""
-    per_file = -(-rows // files)
-    keys: dict[tuple[str, int], list[str]] = {place: [] for place in folders}
-    sizes = dict.fromkeys(VARIANTS, 0)
-    for index in range(files):
-        start = index * per_file
-        count = min(per_file, rows - start)
-        if count <= 0:
-            break
-        table = trips_table(count, start=start)
-        bodies = {"csv": csv_bytes(table), "parquet": parquet_bytes(table, TRIPS)}
-        for variant, body in bodies.items():
-            sizes[variant] += len(body)
-        for (variant, repeat), folder in folders.items():
-            bucket, prefix = split_folder(folder)
-            key = prefix + object_name(index, variant)
-            s3.put_object(Bucket=bucket, Key=key, Body=bodies[variant])
-            keys[(variant, repeat)].append(key)
-    written = len(next(iter(keys.values())))
-    for variant, size in sizes.items():
-        progress(f"{variant}: {written} objects, {size / 2**20:.1f} MiB per folder")
-    return keys
-
-
-# -- (a) ours --------------------------------------------------------------------------------
-
-
-class TimedStaging(StagingArea):
-    """The staging area, adding up the seconds spent uploading (summed over workers)."""
-
-    def __init__(self, uri: str, s3: Any) -> None:
-        super().__init__(uri, s3)
-        self._lock = threading.Lock()
-        self.put_seconds = 0.0
-        self.put_bytes = 0
-
-    def put_file(self, local: Path, name: str) -> str:
-        started = time.perf_counter()
-        try:
-            return super().put_file(local, name)
-        finally:
-            with self._lock:
-                self.put_seconds += time.perf_counter() - started
-                self.put_bytes += local.stat().st_size
-
-
-def measure_ours(spec: dict[str, Any]) -> Measurement:
-    s3 = s3_client(spec["endpoint"])
-    staging = TimedStaging(spec["staging_uri"], s3)
-    marks: dict[str, float] = {}
-    variant = spec["variant"]
-
-    def on_progress(message: str, fraction: float | None) -> None:
-        now = time.perf_counter()
-        kind = message.split(" ", 1)[0]
-        marks.setdefault(f"first {kind}", now)
-        marks[f"last {kind}"] = now
-        if kind != "loaded":
-            progress(f"ours {variant}: {message}")
-
-    ctx = ImportContext(
-        repo=BatchRepository(spec["database_url"]),
-        warehouse=PostgresWarehouse(spec["database_url"]),
-        s3=s3,
-        staging=staging,
-        contracts=ContractSet([TRIPS]),
-        lease_ttl=LEASE_TTL_SECONDS,
-        workdir=Path(spec["workdir"]),
-        progress=on_progress,
-    )
-    with Window() as window:
-        marks["start"] = time.perf_counter()
-        outcome = import_folder(ctx, Tenant.named(TENANT), spec["folder"], spec["delivery_key"])
-        marks["end"] = time.perf_counter()
-    if not isinstance(outcome, Committed) or not outcome.published:
-        raise RuntimeError(f"import did not succeed: {outcome}")
-    files = outcome.summary["files"]
-    if any(entry["cache_hit"] for entry in files):
-        raise RuntimeError("a normalised file came from the cache: measure the cold path")
-    phases = {
-        name: round(marks[end] - marks[begin], 3)
-        for name, begin, end in _PHASES
-        if begin in marks and end in marks
-    }
-    return window.measurement(
-        "ours",
-        outcome.row_counts[TRIPS.name],
-        phases=phases,
-        normalise_seconds_per_file=[entry["seconds"] for entry in files],
-        stage_upload_seconds_summed=round(staging.put_seconds, 3),
-        staged_mib=round(staging.put_bytes / 2**20, 1),
-    )
-
-
-# -- (b) the baseline ------------------------------------------------------------------------
-
-
-def baseline_table_sql(table: str) -> sql.Composed:
-    """A plain table with the trips columns and types: no stamps, no index, no constraint."""
-    columns = [
-        sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(PG_TYPES[c.type]))
-        for c in TRIPS.columns
-    ]
-    return sql.SQL("CREATE TABLE {} ({})").format(
-        sql.Identifier(table), sql.SQL(", ").join(columns)
-    )
-
-
-def csv_chunks(s3: Any, bucket: str, keys: list[str]) -> Iterator[tuple[int, bytes]]:
-    """Each object's bytes as S3 sends them: no parsing in Python."""
-    for index, key in enumerate(keys):
-        body = s3.get_object(Bucket=bucket, Key=key)["Body"]
-        for chunk in body.iter_chunks(_BASELINE_CHUNK_BYTES):
-            yield index, chunk
-
-
-def parquet_chunks(s3: Any, bucket: str, keys: list[str]) -> Iterator[tuple[int, pa.Buffer]]:
-    """Each object read by pyarrow a batch at a time and written back as CSV by pyarrow.
-
-    Timestamps are cast to naive UTC first (the session's time zone is UTC): pyarrow's CSV
-    writer formats tz-aware timestamps about eight times slower (NOTES.md)."""
-    options = pacsv.WriteOptions(include_header=False)
-    for index, key in enumerate(keys):
-        data = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-        parquet = pq.ParquetFile(pa.BufferReader(data))
-        for batch in parquet.iter_batches(batch_size=_BASELINE_BATCH_ROWS):
-            columns = [
-                column.cast(pa.timestamp(column.type.unit))
-                if pa.types.is_timestamp(column.type)
-                else column
-                for column in batch.columns
-            ]
-            sink = pa.BufferOutputStream()
-            pacsv.write_csv(
-                pa.RecordBatch.from_arrays(columns, names=batch.schema.names), sink, options
-            )
-            yield index, sink.getvalue()
-
-
-def measure_baseline(spec: dict[str, Any]) -> Measurement:
-    s3 = boto3.client("s3", endpoint_url=spec["endpoint"])
-    bucket, keys, variant = spec["bucket"], spec["keys"], spec["variant"]
-    table = sql.Identifier(spec["table"])
-    columns = sql.SQL(", ").join(map(sql.Identifier, TRIPS.column_names))
-    if variant == "csv":
-        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT CSV, HEADER)").format(table, columns)
-        chunks = csv_chunks
-    else:
-        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT CSV)").format(table, columns)
-        chunks = parquet_chunks  # type: ignore[assignment]
-    rows = 0
-    with (
-        Window() as window,
-        psycopg.connect(libpq_url(spec["database_url"])) as conn,
-        conn.cursor() as cursor,
-    ):
-        cursor.execute("SET TIME ZONE 'UTC'")
-        produced = prefetch(lambda: chunks(s3, bucket, keys), _BASELINE_PREFETCH_DEPTH)
-        # One COPY per object (each CSV object has its own header line).
-        for index, items in itertools.groupby(produced, key=lambda item: item[0]):
-            with cursor.copy(statement) as copy:
-                for _, data in items:
-                    copy.write(memoryview(data))
-            rows += cursor.rowcount
-            progress(f"baseline {variant}: copied {keys[index].rsplit('/', 1)[-1]}")
-    return window.measurement("baseline", rows)
 
 
 # -- the run ---------------------------------------------------------------------------------
 
 
-def same_rows(url: str, scope: str, table: str) -> None:
-    """Both loaders must have loaded the same values, not merely the same number of rows."""
-    aggregates = sql.SQL(
-        "SELECT count(*), count(driver_id), count(ended_at), round(sum(distance_km)::numeric, 3),"
-        " round(sum(end_odometer_km)::numeric, 1), min(started_at), max(ended_at),"
-        " count(DISTINCT trip_id), count(DISTINCT status) FROM {}"
-    )
-    with psycopg.connect(libpq_url(url)) as conn:
-        ours = conn.execute(
-            aggregates.format(table_identifier(TRIPS.target_table))
-            + sql.SQL(" WHERE tenant_id = %s AND source_scope = %s"),
-            (TENANT, scope),
-        ).fetchone()
-        theirs = conn.execute(aggregates.format(sql.Identifier(table))).fetchone()
-    if ours != theirs:
-        raise RuntimeError(f"loaded rows differ: ours {ours}, baseline {theirs}")
-
-
-def empty_tables(url: str, baseline_table: str) -> None:
-    """Each loader writes into an empty table. Slices already in the curated table change
-    the cost of the next load (its slice index grows; a scope that sorts before theirs
-    splits index pages in the middle): the CSV run must not pay for the Parquet run's rows."""
+def empty_tables(url: str) -> None:
+    """Each load writes into empty tables: slices already in the curated table change the
+    cost of the next load, so one variant must not pay for the other's rows."""
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         conn.execute(
-            sql.SQL("TRUNCATE {}, curated.ingestion_slices, {}").format(
-                table_identifier(TRIPS.target_table), sql.Identifier(baseline_table)
+            sql.SQL("TRUNCATE {}, curated.ingestion_slices, baseline_parquet, baseline_csv").format(
+                table_identifier(TRIPS.target_table)
             )
         )
 
@@ -297,15 +85,55 @@ def server_version(url: str) -> str:
         return str(conn.execute("SHOW server_version").fetchone()[0]).split()[0]  # type: ignore[index]
 
 
-def child_argv(role: str, spec: dict[str, Any]) -> list[str]:
-    return [str(Path(__file__).resolve()), "--child", role, "--spec", json.dumps(spec)]
+class Bench:
+    """One run's shared state: the database, the S3 server, the buckets, the results."""
+
+    def __init__(self, args: argparse.Namespace, url: str, endpoint: str, workdir: str) -> None:
+        self.args, self.url, self.endpoint, self.workdir = args, url, endpoint, workdir
+        self.run_id = uuid.uuid4().hex[:8]
+        self.s3 = boto3.client("s3", endpoint_url=endpoint)
+        self.landing, self.stage = f"fleet-bench-{self.run_id}", f"fleet-bench-stage-{self.run_id}"
+        for bucket in (self.landing, self.stage):
+            self.s3.create_bucket(Bucket=bucket)
+        self.results: dict[str, list[Measurement]] = {}
+        self.extra: dict[str, Any] = {}
+
+    def folder(self, name: str) -> str:
+        return f"s3://{self.landing}/{TENANT}/fleet/{self.run_id}-{name}/"
+
+    def measure(self, part: str, role: str, spec: dict[str, Any], rows: int) -> Measurement:
+        checkpoint(self.url)
+        progress(f"measuring {part}")
+        spec = {"database_url": self.url, "endpoint": self.endpoint, "label": part, **spec}
+        argv = [str(Path(__file__).resolve()), "--child", role, "--spec", json.dumps(spec)]
+        measured = run_child(argv, CHILD_TIMEOUT_SECONDS)
+        progress(f"{part}: {measured.rows:,} rows in {measured.seconds:.2f} s")
+        if measured.rows != rows:
+            raise RuntimeError(f"{part} loaded {measured.rows} rows, expected {rows}")
+        self.results.setdefault(part, []).append(measured)
+        return measured
+
+    def ours(self, part: str, folder: str, rows: int, **spec: Any) -> Measurement:
+        name = f"{part}-{uuid.uuid4().hex[:6]}"
+        return self.measure(
+            part,
+            "ours",
+            {
+                "folder": folder,
+                "staging_uri": f"s3://{self.stage}/{name}/",
+                "delivery_key": f"bench-{name}",
+                "workdir": str(Path(self.workdir) / name),
+                **spec,
+            },
+            rows,
+        )
+
+    def baseline(self, part: str, variant: str, keys: list[str], rows: int) -> Measurement:
+        spec = {"variant": variant, "bucket": self.landing, "keys": keys}
+        return self.measure(part, "baseline", {**spec, "table": f"baseline_{variant}"}, rows)
 
 
-Results = dict[str, dict[str, list[Measurement]]]
-
-
-def run(args: argparse.Namespace) -> Results:
-    run_id = uuid.uuid4().hex[:8]
+def run(args: argparse.Namespace) -> Bench:
     with (
         fresh_database(args.database_url) as url,
         moto_s3() as endpoint,
@@ -315,60 +143,105 @@ def run(args: argparse.Namespace) -> Results:
             f"PostgreSQL {server_version(url)}, {os.cpu_count()} CPUs, Python "
             f"{platform.python_version()}, pyarrow {pa.__version__}, psycopg {psycopg.__version__}"
         )
-        s3 = boto3.client("s3", endpoint_url=endpoint)
-        landing, stage = f"fleet-bench-{run_id}", f"fleet-bench-stage-{run_id}"
-        for bucket in (landing, stage):
-            s3.create_bucket(Bucket=bucket)
+        bench = Bench(args, url, endpoint, workdir)
         # A folder per variant and repetition: the first import of a folder is the cold path
         # (the normalised-file cache is keyed by object), and each folder is imported once.
         folders = {
-            (variant, repeat): f"s3://{landing}/{TENANT}/fleet/{run_id}-{variant}-{repeat}/"
+            (variant, repeat): bench.folder(f"{variant}-{repeat}")
             for repeat in range(args.repeat)
             for variant in VARIANTS
         }
         progress(f"generating {args.rows:,} trips in {args.files} files per folder")
-        keys = upload_delivery(s3, folders, args.rows, args.files)
-        PostgresWarehouse(url).ensure_tables([TRIPS])  # not timed, for either side
+        keys = upload_delivery(bench.s3, folders, args.rows, args.files)
+        replacement = replacement_bodies(args.rows, args.files)
+        PostgresWarehouse(url).ensure_tables([TRIPS])  # not timed, for anyone
         with psycopg.connect(libpq_url(url), autocommit=True) as conn:
             for variant in VARIANTS:
                 conn.execute(baseline_table_sql(f"baseline_{variant}"))
-        results: Results = {variant: {"ours": [], "baseline": []} for variant in VARIANTS}
+        bench.extra["dlt_missing"] = dlt_missing()
+        curated = table_identifier(TRIPS.target_table)
         for (variant, repeat), folder in folders.items():
-            baseline_table = f"baseline_{variant}"
-            specs = {
-                "ours": {
-                    "variant": variant,
-                    "database_url": url,
-                    "endpoint": endpoint,
-                    "folder": folder,
-                    "staging_uri": f"s3://{stage}/{variant}-{repeat}/",
-                    "delivery_key": f"bench-{run_id}-{variant}-{repeat}",
-                    "workdir": str(Path(workdir) / f"{variant}-{repeat}"),
-                },
-                "baseline": {
-                    "variant": variant,
-                    "database_url": url,
-                    "endpoint": endpoint,
-                    "bucket": landing,
-                    "keys": keys[(variant, repeat)],
-                    "table": baseline_table,
-                },
-            }
-            empty_tables(url, baseline_table)
-            for role, spec in specs.items():
-                checkpoint(url)
-                progress(f"measuring {role} on {variant} (run {repeat + 1} of {args.repeat})")
-                measured = run_child(child_argv(role, spec), CHILD_TIMEOUT_SECONDS)
-                progress(
-                    f"{role} {variant}: {measured.rows:,} rows in {measured.seconds:.2f} s "
-                    f"({measured.rows_per_second:,.0f} rows/s)"
+            progress(f"-- {variant}, run {repeat + 1} of {args.repeat}")
+            empty_tables(url)
+            bench.baseline(f"baseline {variant}", variant, keys[(variant, repeat)], args.rows)
+            bench.ours(f"ours {variant}", folder, args.rows)
+            same_rows(url, (curated, source_scope(folder)), sql.Identifier(f"baseline_{variant}"))
+            if variant != "parquet":
+                continue
+            if bench.extra["dlt_missing"] is None:
+                dataset = f"dlt_{repeat}"
+                spec = {"bucket": bench.landing, "keys": keys[(variant, repeat)]}
+                bench.measure("dlt", "dlt", {**spec, "dataset": dataset}, args.rows)
+                same_rows(
+                    url,
+                    (sql.Identifier(dataset, "trips"), None),
+                    sql.Identifier("baseline_parquet"),
                 )
-                if measured.rows != args.rows:
-                    raise RuntimeError(f"{role} {variant} loaded {measured.rows} rows")
-                results[variant][role].append(measured)
-            same_rows(url, source_scope(folder), baseline_table)
-        progress("both loaders loaded the same values in every run")
-    return results
+            bench.ours("rerun unchanged", folder, 0, expect="already_loaded")
+            for key, body in zip(keys[(variant, repeat)], replacement, strict=True):
+                bench.s3.put_object(Bucket=bench.landing, Key=key, Body=body)
+            bench.ours("replace slice", folder, args.rows)
+            replaced_only(url, source_scope(folder), args.rows)
+        progress("ours, the baselines and dlt loaded the same values in every run")
+        if args.prefect_server:
+            measure_prefect(bench)
+        if args.large_rows:
+            measure_large(bench)
+    return bench
+
+
+def measure_large(bench: Bench) -> None:
+    """Ours and the Parquet baseline at `--large-rows`, files of the default run's size."""
+    args = bench.args
+    files = max(1, round(args.files * args.large_rows / args.rows))
+    folder = bench.folder("large")
+    progress(f"generating {args.large_rows:,} trips in {files} files")
+    keys = upload_delivery(bench.s3, {("parquet", 0): folder}, args.large_rows, files)
+    empty_tables(bench.url)
+    bench.baseline("baseline parquet large", "parquet", keys[("parquet", 0)], args.large_rows)
+    empty_tables(bench.url)
+    bench.ours("ours parquet large", folder, args.large_rows)
+
+
+def measure_prefect(bench: Bench) -> None:
+    """`fleet-import run` (the import-s3-folder flow) against a running Prefect server, on a
+    fresh Parquet folder, timed from the command's start to its exit, beside the same load
+    by `import_folder` in a child of ours."""
+    args = bench.args
+    folders = {("parquet", 0): bench.folder("prefect"), ("parquet", 1): bench.folder("core")}
+    upload_delivery(bench.s3, folders, args.rows, args.files)
+    # The flow loads every Fleet dataset, and requires vehicles and fuel transactions.
+    others = fleet_delivery(trips=0)
+    for folder in folders.values():
+        bucket, prefix = split_folder(folder)
+        for name in ("vehicles.csv", "fuel_transactions.parquet"):
+            bench.s3.put_object(Bucket=bucket, Key=prefix + name, Body=others[name])
+    with prefect_server(Path(bench.workdir) / "prefect") as server:
+        empty_tables(bench.url)
+        core = bench.ours(
+            "ours, every Fleet dataset", folders[("parquet", 1)], args.rows, all_datasets=True
+        )
+        empty_tables(bench.url)
+        checkpoint(bench.url)
+        env = server.env(
+            FLEET_DATABASE_URL=bench.url,
+            FLEET_S3_ENDPOINT_URL=bench.endpoint,
+            FLEET_STAGING_URI=f"s3://{bench.stage}/prefect/",
+            FLEET_WORKDIR=str(Path(bench.workdir) / "prefect-work"),
+        )
+        command = [str(Path(sys.executable).with_name("fleet-import")), "run"]
+        command += [folders[("parquet", 0)], "--tenant", TENANT, "--delivery-key", "bench-prefect"]
+        progress("measuring fleet-import run against the Prefect server")
+        started = time.perf_counter()
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"fleet-import run failed ({done.returncode}): {done.stdout[-2000:]}"
+            f"{done.stderr[-2000:]}"
+        )
+    bench.extra["prefect"] = {"cli_seconds": seconds, "core_seconds": core.seconds}
+    progress(f"fleet-import run: {seconds:.2f} s (import_folder beside it: {core.seconds:.2f} s)")
 
 
 def median(runs: list[Measurement]) -> Measurement:
@@ -376,37 +249,70 @@ def median(runs: list[Measurement]) -> Measurement:
     return sorted(runs, key=lambda run: run.seconds)[(len(runs) - 1) // 2]
 
 
-def report(results: Results) -> None:
-    ratios = {}
-    for variant, measured in results.items():
-        print(f"\n{variant}")
+def report(bench: Bench) -> None:
+    results = bench.results
+    print(
+        f"\n  {'part':38s} {'rows':>10s} {'seconds':>8s} {'rows/s':>10s} {'peak RSS MB':>12s}"
+        f"   CPU s: {'client':>6s} {'db':>5s} {'s3':>5s}   host busy"
+    )
+    for part, runs in results.items():
+        for number, measured in enumerate(runs, 1):
+            cpu = measured.details["cpu_seconds"]
+            label = part if len(runs) == 1 else f"{part} #{number}"
+            rate = measured.rows_per_second if measured.rows else 0.0
+            print(
+                f"  {label:38s} {measured.rows:>10,} {measured.seconds:>8.2f} {rate:>10,.0f}"
+                f" {measured.peak_rss_mb:>12.0f}          {cpu['client']:>6.2f}"
+                f" {cpu['database']:>5.2f} {cpu['s3']:>5.2f}"
+                f"   {measured.details['host_cpu_busy']:>9.0%}"
+            )
+    seconds = {part: median(runs).seconds for part, runs in results.items()}
+    of = " (medians)" if bench.args.repeat > 1 else ""
+    ratio = {v: seconds[f"baseline {v}"] / seconds[f"ours {v}"] for v in VARIANTS}
+    print(
+        f"\nours / baseline{of}: "
+        + ", ".join(f"{v} {ratio[v]:.2f} (target >= {TARGETS[v]:.2f})" for v in VARIANTS)
+    )
+    figures = {f"{v}": f"{ratio[v]:.2f}" for v in VARIANTS}
+    if "dlt" in results:
+        dlt = seconds["baseline parquet"] / seconds["dlt"]
         print(
-            f"  {'loader':12s} {'rows':>11s} {'seconds':>8s} {'rows/s':>10s} {'peak RSS MB':>12s}"
-            f"   CPU s: {'client':>6s} {'db':>5s} {'s3':>5s}   host busy"
+            f"dlt / Parquet baseline {dlt:.2f}; ours / dlt {ratio['parquet'] / dlt:.2f}"
+            " (target >= 2)"
         )
-        for role, runs in measured.items():
-            for number, part in enumerate(runs, 1):
-                cpu = part.details["cpu_seconds"]
-                label = role if len(runs) == 1 else f"{role} #{number}"
-                print(
-                    f"  {label:12s} {part.rows:>11,} {part.seconds:>8.2f} "
-                    f"{part.rows_per_second:>10,.0f} {part.peak_rss_mb:>12.0f}"
-                    f"          {cpu['client']:>6.2f} {cpu['database']:>5.2f} {cpu['s3']:>5.2f}"
-                    f"   {part.details['host_cpu_busy']:>9.0%}"
-                )
-        ours, baseline = median(measured["ours"]), median(measured["baseline"])
-        ratios[variant] = ours.rows_per_second / baseline.rows_per_second
-        of = " of the median runs" if len(measured["ours"]) > 1 else ""
-        print(f"  ours/baseline{of} {ratios[variant]:.2f} (target >= {TARGETS[variant]:.2f})")
-        print(f"  ours by phase{of} (wall seconds):")
-        for name, seconds in ours.details["phases"].items():
-            print(f"    {name:55s} {seconds:7.2f}")
+        figures["dlt"] = f"{dlt:.2f}"
+    else:
+        print(f"dlt: not measured, {bench.extra['dlt_missing']}")
+        figures["dlt"] = "n/a"
+    for part, key in (("rerun unchanged", "rerun"), ("replace slice", "replace")):
+        figures[key] = f"{seconds[part] / seconds['ours parquet']:.2f}"
+    print(
+        f"rerun / first load {figures['rerun']} (target <= 0.10), replace / first load "
+        f"{figures['replace']} (target <= 1.20)"
+    )
+    if "ours parquet large" in results:
+        large, small = median(results["ours parquet large"]), median(results["ours parquet"])
+        rss = large.peak_rss_mb / small.peak_rss_mb
+        at_large = seconds["baseline parquet large"] / seconds["ours parquet large"]
         print(
-            f"    (stage upload, summed over normalise workers: "
-            f"{ours.details['stage_upload_seconds_summed']:.2f} s for "
-            f"{ours.details['staged_mib']} MiB)"
+            f"at {large.rows:,} rows: ours / baseline {at_large:.2f}, peak RSS "
+            f"{large.peak_rss_mb:.0f} MB = {rss:.2f}x the {small.rows:,}-row peak "
+            "(target <= 1.05 and <= 400 MB)"
         )
-    print(f"ratio parquet={ratios['parquet']:.2f} csv={ratios['csv']:.2f}")
+        figures["rss_5m_over_1m"] = f"{rss:.2f}"
+    else:
+        figures["rss_5m_over_1m"] = "n/a"
+    if "prefect" in bench.extra:
+        cli, core = bench.extra["prefect"]["cli_seconds"], bench.extra["prefect"]["core_seconds"]
+        print(
+            f"fleet-import run against a Prefect server: {cli:.2f} s, import_folder "
+            f"{core:.2f} s: +{cli - core:.2f} s (target <= +1.5 s)"
+        )
+    for part in ("ours parquet", "ours csv", "replace slice"):
+        print(f"{part} by phase{of} (wall seconds):")
+        for name, value in median(results[part]).details["phases"].items():
+            print(f"    {name:55s} {value:7.2f}")
+    print("ratio " + " ".join(f"{k}={v}" for k, v in figures.items()))
 
 
 def main() -> None:
@@ -420,24 +326,35 @@ def main() -> None:
         help="measure each part this many times (alternating) and compare the median runs",
     )
     parser.add_argument(
+        "--large-rows",
+        type=int,
+        default=5_000_000,
+        help="rows of the peak-RSS run, in files of the default run's size (0: skip it)",
+    )
+    parser.add_argument(
+        "--prefect-server",
+        action="store_true",
+        help="also time `fleet-import run` against a `prefect server start` of its own",
+    )
+    parser.add_argument(
         "--database-url",
         help="admin URL of a PostgreSQL where a scratch database may be created "
         "(default: FLEET_TEST_DATABASE_URL, 127.0.0.1:5432, else the embedded pgserver)",
     )
-    parser.add_argument("--child", choices=("ours", "baseline"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("ours", "baseline", "dlt"), help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        measure = measure_ours if args.child == "ours" else measure_baseline
-        measure(json.loads(args.spec)).emit()
+        measure = {"ours": measure_ours, "baseline": measure_baseline, "dlt": measure_dlt}
+        measure[args.child](json.loads(args.spec)).emit()
         return
-    if min(args.rows, args.files, args.repeat) < 1:
+    if min(args.rows, args.files, args.repeat) < 1 or args.large_rows < 0:
         parser.error("--rows, --files and --repeat must be positive")
     os.chdir(REPO)  # alembic.ini and tests.pgtools live at the repository root
     started = time.perf_counter()
-    results = run(args)
+    bench = run(args)
     progress(f"whole run: {time.perf_counter() - started:.0f} s")
-    report(results)
+    report(bench)
 
 
 if __name__ == "__main__":

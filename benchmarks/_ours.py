@@ -1,0 +1,102 @@
+"""Our side of load_throughput.py, run in a child process: one `import_folder` of a folder,
+timed from just before it starts to its return, with its phases from the progress callback."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from _delivery import TENANT
+from _harness import Measurement, Window, progress
+
+from fleet_import.batches import BatchRepository
+from fleet_import.contracts import TRIPS, ContractSet, contracts_in_force
+from fleet_import.pipeline import AlreadyLoaded, Committed, ImportContext, import_folder
+from fleet_import.scope import Tenant
+from fleet_import.sources import s3_client
+from fleet_import.staging import StagingArea
+from fleet_import.warehouse import PostgresWarehouse
+
+LEASE_TTL_SECONDS = 120.0
+# (name, from mark, to mark): a mark is the first or last progress message of a kind.
+_PHASES = (
+    ("reserve + lease", "start", "first listing"),
+    ("list, open the slice, normalise the first file", "first listing", "first normalised"),
+    ("COPY of every file (normalising the rest overlaps)", "first normalised", "last loaded"),
+    ("duplicate check + COMMIT + record commit + succeed", "last loaded", "end"),
+)
+
+
+class TimedStaging(StagingArea):
+    """The staging area, adding up the seconds spent uploading (summed over workers)."""
+
+    def __init__(self, uri: str, s3: Any) -> None:
+        super().__init__(uri, s3)
+        self._lock = threading.Lock()
+        self.put_seconds = 0.0
+        self.put_bytes = 0
+
+    def put_file(self, local: Path, name: str) -> str:
+        started = time.perf_counter()
+        try:
+            return super().put_file(local, name)
+        finally:
+            with self._lock:
+                self.put_seconds += time.perf_counter() - started
+                self.put_bytes += local.stat().st_size
+
+
+def measure_ours(spec: dict[str, Any]) -> Measurement:
+    """One `import_folder`: a cold load (`expect` "committed") or the rerun of an unchanged
+    folder (`expect` "already_loaded": no batch, no warehouse work)."""
+    s3 = s3_client(spec["endpoint"])
+    staging = TimedStaging(spec["staging_uri"], s3)
+    marks: dict[str, float] = {}
+    label = spec["label"]
+
+    def on_progress(message: str, fraction: float | None) -> None:
+        now = time.perf_counter()
+        kind = message.split(" ", 1)[0]
+        marks.setdefault(f"first {kind}", now)
+        marks[f"last {kind}"] = now
+        if kind != "loaded":
+            progress(f"{label}: {message}")
+
+    warehouse = PostgresWarehouse(spec["database_url"])
+    ctx = ImportContext(
+        repo=BatchRepository(spec["database_url"]),
+        warehouse=warehouse,
+        s3=s3,
+        staging=staging,
+        contracts=contracts_in_force() if spec.get("all_datasets") else ContractSet([TRIPS]),
+        lease_ttl=LEASE_TTL_SECONDS,
+        workdir=Path(spec["workdir"]),
+        progress=on_progress,
+    )
+    with Window() as window:
+        marks["start"] = time.perf_counter()
+        outcome = import_folder(ctx, Tenant.named(TENANT), spec["folder"], spec["delivery_key"])
+        marks["end"] = time.perf_counter()
+    if spec.get("expect") == "already_loaded":
+        if not isinstance(outcome, AlreadyLoaded) or warehouse.copies:
+            raise RuntimeError(f"the unchanged rerun did not end AlreadyLoaded: {outcome}")
+        return window.measurement(label, 0, phases={}, stage_upload_seconds_summed=0.0)
+    if not isinstance(outcome, Committed) or not outcome.published:
+        raise RuntimeError(f"import did not succeed: {outcome}")
+    files = outcome.summary["files"]
+    if any(entry["cache_hit"] for entry in files):
+        raise RuntimeError("a normalised file came from the cache: measure the cold path")
+    phases = {
+        name: round(marks[end] - marks[begin], 3)
+        for name, begin, end in _PHASES
+        if begin in marks and end in marks
+    }
+    return window.measurement(
+        label,
+        outcome.row_counts[TRIPS.name],
+        phases=phases,
+        stage_upload_seconds_summed=round(staging.put_seconds, 3),
+        staged_mib=round(staging.put_bytes / 2**20, 1),
+    )
