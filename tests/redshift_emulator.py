@@ -1,21 +1,44 @@
 """A Redshift stand-in for tests: a PostgreSQL wire-protocol proxy in front of the test
-PostgreSQL that makes redshift_connector and Redshift's S3 COPY work offline.
+PostgreSQL that makes redshift_connector and Redshift's S3 COPY work offline, with Redshift's
+concurrency semantics on the paths fleet-import uses.
 
 What it changes on the way (everything else is forwarded byte for byte):
 - SSLRequest is answered `N` (the test server speaks plain TCP);
 - startup parameters PostgreSQL rejects (redshift_connector's driver_version, os_version,
-  client_protocol_version, ...) are dropped;
+  client_protocol_version, ...) are dropped; sessions run in UTC at REPEATABLE READ;
 - ParameterStatus `server_version` reads `8.0.2`, as Redshift reports (the driver parses it);
 - `GETDATE()` becomes `LOCALTIMESTAMP` (Redshift-only function); the table attributes that
   lay rows out on a cluster (`DISTSTYLE`, `DISTKEY`, `SORTKEY`) are dropped;
 - `COPY t FROM 's3://...' IAM_ROLE '...' FORMAT AS PARQUET [MANIFEST]` is executed here, at
   Execute time (the driver prepares each SQL text once per connection and re-binds it):
   the Parquet objects are read from S3 (moto), their column count checked against the
-  target table (Redshift matches Parquet columns by position), and the rows sent upstream
-  with `COPY t FROM STDIN (FORMAT csv)` in the client's own transaction. Failures become
-  ErrorResponses raised upstream, so the transaction is aborted as Redshift would abort it;
-- with `fail_commits = n`, the next n COMMITs fail with SQLSTATE 40001 and Redshift's
-  "1023 Serializable isolation violation" text (the transaction is then aborted).
+  target table (Redshift matches Parquet columns by position), string values checked in
+  **bytes** against the VARCHAR widths (AWS "Character types": VARCHAR lengths are bytes;
+  COPY from Parquet has no TRUNCATECOLUMNS or MAXERROR, so one long value fails it), and the
+  rows sent upstream with `COPY t FROM STDIN (FORMAT csv)` in the client's own transaction.
+  Failures become ErrorResponses raised upstream, so the transaction is aborted as Redshift
+  would abort it;
+- `TRUNCATE` commits the open transaction first, and itself (AWS "Serializable isolation":
+  TRUNCATE and VACUUM commit all outstanding changes).
+
+Concurrency, in a transaction block (the driver's default, autocommit off):
+- the snapshot is taken at the first statement other than LOCK, SET and transaction control
+  (AWS "Serializable isolation": "on the first occurrence of most SELECT statements, DML
+  commands ... and the following DDL"): PostgreSQL at REPEATABLE READ, asked for
+  `pg_current_snapshot()` before that statement;
+- the first write (INSERT, DELETE, UPDATE, COPY) to a table takes a table-level write lock
+  held to COMMIT/ROLLBACK that readers do not wait for (AWS `LOCK`: "less restrictive table
+  locks are acquired implicitly by commands that refer to tables, such as write
+  operations"): `LOCK TABLE t IN SHARE ROW EXCLUSIVE MODE` upstream, before the write;
+- `LOCK t, ...` is PostgreSQL's: ACCESS EXCLUSIVE, readers wait too (AWS `LOCK`);
+- a statement that cannot be serialised fails with Redshift's 1023 (tests/redshift_isolation.py
+  has the rule and its sources): SQLSTATE XX000, message `1023`, detail "Serializable isolation
+  violation on table - <table id>, transactions forming the cycle are: ..." (AWS
+  "Troubleshooting serializable isolation errors");
+- with `fail_commits = n`, the next n COMMITs of transactions that wrote a table fail with
+  that same error (the transaction is then aborted).
+`lock_holds` records, per transaction that held a table lock, the seconds from its first
+lock to its end.
 
 The client's messages are handled per batch (up to Sync, Query or Terminate), which is
 how redshift_connector sends them. A batch that touches a COPY (or an injected COMMIT
@@ -28,18 +51,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
-import json
 import re
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
+from tests import redshift_isolation as isolation
+from tests.redshift_copy import COPY_S3, CopyFailed, check_columns, csv_chunks, read_copy
 
 SERVER_VERSION = "8.0.2"
 _SSL_REQUEST, _GSS_REQUEST, _PROTOCOL_3 = 80877103, 80877104, 196608
@@ -57,27 +79,22 @@ _STARTUP_KEEP = frozenset(
         "replication",
     }
 )
-_COPY_S3 = re.compile(
-    r"^\s*COPY\s+(?P<table>(?:\"(?:[^\"]|\"\")+\"|[\w$]+)(?:\.(?:\"(?:[^\"]|\"\")+\"|[\w$]+))?)"
-    r"\s*(?:\((?P<columns>[^)]*)\))?\s+FROM\s+'(?P<uri>s3://(?:[^']|'')*)'(?P<options>.*)$",
-    re.IGNORECASE | re.DOTALL,
-)
-_COMMIT = re.compile(r"^\s*(COMMIT|END)\s*;?\s*$", re.IGNORECASE)
 _GETDATE = re.compile(r"\bGETDATE\s*\(\s*\)", re.IGNORECASE)
 _LAYOUT = re.compile(
     r"\s+(DISTSTYLE\s+\w+|DISTKEY\s*\([^)]*\)|((COMPOUND|INTERLEAVED)\s+)?SORTKEY\s*\([^)]*\))",
     re.IGNORECASE,
 )
-_CSV_CHUNK = 1 << 20
+_EXECUTES = (b"E", b"Q")
+_VIOLATION = "1023"
+_VIOLATION_DETAIL = (
+    "Serializable isolation violation on table - %s, transactions forming the cycle are: "
+    "%s, %s (pid:%s)"
+)
 
 
 def _postgres(sql: str) -> str:
     """Redshift-only syntax in `sql` in PostgreSQL's words (see the module docstring)."""
     return _GETDATE.sub("LOCALTIMESTAMP", _LAYOUT.sub("", sql))
-
-
-class CopyFailed(Exception):
-    """A COPY the emulator could not run; becomes an ErrorResponse (SQLSTATE XX000)."""
 
 
 def _message(kind: bytes, body: bytes = b"") -> bytes:
@@ -90,6 +107,18 @@ def _cstrings(body: bytes) -> list[bytes]:
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+def _error_fields(body: bytes) -> dict[str, str]:
+    return {f[:1].decode(): f[1:].decode() for f in body.split(b"\0") if f}
+
+
+def _error_from(fields: dict[str, str]) -> bytes:
+    return b"".join(k.encode() + v.encode() + b"\0" for k, v in fields.items()) + b"\0"
+
+
+def _identifier(key: str) -> str:
+    return ".".join('"' + part.replace('"', '""') + '"' for part in key.split(".", 1))
 
 
 @dataclass
@@ -114,6 +143,12 @@ class _Session:
         self.idle.set()
         self.divert: asyncio.Queue[tuple[bytes, bytes]] | None = None
         self.status = b"I"
+        self.temp: set[str] = set()  # session temp tables: private, never locked
+        self._tx: isolation.Transaction | None = None
+        self._locked: set[str] = set()  # tables this transaction holds write locks on
+        self._lock_since: float | None = None
+        self._ended: bytes | None = None  # COMMIT or ROLLBACK, as the server tagged the end
+        self._failed = False
 
     # -- upstream -> client --------------------------------------------------------------
 
@@ -123,13 +158,13 @@ class _Session:
         except asyncio.IncompleteReadError:
             # The upstream session ended (PG_TERMINATE_BACKEND, a crash): Redshift closes
             # the client's connection then, after its FATAL error, and so do we.
+            self._end_transaction(committed=False)
             self.client_writer.close()
 
     async def _relay_messages(self) -> None:
         while True:
             kind, body = await _read_message(self.up_reader)
-            if kind == b"Z":
-                self.status = body[:1]
+            self._observe(kind, body)
             if self.divert is not None:
                 await self.divert.put((kind, body))
                 continue
@@ -144,6 +179,30 @@ class _Session:
                     self.pending = 0
                     self.idle.set()
             await self.client_writer.drain()
+
+    def _observe(self, kind: bytes, body: bytes) -> None:
+        """Follow the transaction from what the server answers: its locks, its end."""
+        if kind == b"E":
+            self._failed = True
+        elif kind == b"C":
+            tag = body.rstrip(b"\0")
+            if tag in (b"COMMIT", b"ROLLBACK"):
+                self._ended = tag
+            elif tag == b"LOCK TABLE" and self._lock_since is None:
+                self._lock_since = time.monotonic()
+        elif kind == b"Z":
+            self.status = body[:1]
+            if self.status == b"I":
+                committed = self._ended == b"COMMIT" or (self._ended is None and not self._failed)
+                self._end_transaction(committed=committed)
+
+    def _end_transaction(self, *, committed: bool) -> None:
+        if self._tx is not None:
+            self.emulator.isolation.end(self._tx, committed=committed)
+        if self._lock_since is not None:
+            self.emulator.lock_holds.append(time.monotonic() - self._lock_since)
+        self._tx, self._locked, self._lock_since = None, set(), None
+        self._ended, self._failed = None, False
 
     async def query(self, sql: str, copy_data: Iterator[bytes] | None = None) -> _Result:
         """Run one simple query upstream (relay diverted to us); feed COPY FROM STDIN."""
@@ -171,19 +230,34 @@ class _Session:
             elif kind == b"C":
                 result.tag = body.rstrip(b"\0")
             elif kind == b"E":
-                result.error = body
+                result.error = result.error or body
             elif kind == b"Z":
                 return result
 
-    async def raise_upstream(self, message: str, sqlstate: str) -> bytes:
-        """Fail the client's transaction upstream, as the real error would; the ErrorResponse."""
+    async def raise_upstream(self, message: str, sqlstate: str, detail: str = "") -> bytes:
+        """Fail the client's transaction upstream, as the real error would; the ErrorResponse
+        (without PL/pgSQL's context, which Redshift would not send). `detail` is SQL."""
         text = message.replace("$", "")
+        detail = f", DETAIL = {detail}" if detail else ""
         result = await self.query(
-            f"DO $$BEGIN RAISE EXCEPTION USING MESSAGE = {_literal(text)}, "
+            f"DO $$BEGIN RAISE EXCEPTION USING MESSAGE = {_literal(text)}{detail}, "
             f"ERRCODE = {_literal(sqlstate)}; END$$"
         )
         assert result.error is not None
-        return result.error
+        fields = _error_fields(result.error)
+        for internal in ("W", "F", "L", "R"):
+            fields.pop(internal, None)
+        return _error_from(fields)
+
+    async def violation(self, table: str, other: isolation.Transaction | None) -> bytes:
+        """Redshift's serializable isolation violation, on `table`, as it reports it."""
+        ours = self._tx.xid if self._tx is not None else None
+        detail = (
+            f"format({_literal(_VIOLATION_DETAIL)}, "
+            f"coalesce(to_regclass({_literal(_identifier(table))})::oid, 0), "
+            f"{ours or 0}, {(other.xid if other else None) or 0}, pg_backend_pid())"
+        )
+        return await self.raise_upstream(_VIOLATION, "XX000", detail.replace("$", ""))
 
     # -- client -> upstream --------------------------------------------------------------
 
@@ -194,9 +268,12 @@ class _Session:
                 batch = await self._read_batch()
                 if batch is None:
                     return
-                if self._is_local(batch):
+                sql, runs = self._statement(batch)
+                if sql is not None:
                     await self.idle.wait()
-                    await self._answer_locally(batch)
+                error = await self._before(sql, runs=runs) if sql is not None else None
+                if error is not None or self._is_local(batch, sql if runs else None):
+                    await self._answer_locally(batch, error)
                 else:
                     if batch[-1][0] in (b"S", b"Q"):
                         self.pending += 1
@@ -223,6 +300,82 @@ class _Session:
             if kind in (b"S", b"Q", b"X", b"d", b"c", b"f", b"p"):
                 return batch
 
+    def _statement(self, batch: list[tuple[bytes, bytes]]) -> tuple[str | None, bool]:
+        """(SQL text, whether it runs) of the statement the batch prepares or runs. Parsing
+        counts: PostgreSQL takes a REPEATABLE READ snapshot already when it parses a
+        statement that needs one, so what comes before the snapshot must come before that."""
+        parsed: dict[bytes, str] = {}
+        bound = None
+        for kind, body in batch:
+            if kind == b"P":
+                name, rest = body.split(b"\0", 1)
+                parsed[name] = rest.split(b"\0", 1)[0].decode()
+            elif kind == b"B":
+                bound = _cstrings(body)[1]
+            elif kind == b"E" and bound is not None:
+                return parsed.get(bound, self.statements.get(bound)), True
+            elif kind == b"Q":
+                return body.rstrip(b"\0").decode(), True
+        return next(iter(parsed.values()), None), False
+
+    async def _before(self, sql: str, *, runs: bool) -> bytes | None:
+        """What Redshift does before a statement of a transaction block runs: take the
+        snapshot, take the write locks, check serializability. An ErrorResponse if the
+        statement fails (the transaction is then aborted upstream)."""
+        kind = isolation.kind(sql)
+        if self.status != b"T" or kind in ("begin", "rollback", "session", "lock", "truncate"):
+            return None
+        tx = self._tx = self._tx or self.emulator.isolation.begin()
+        self.divert = asyncio.Queue()
+        try:
+            if kind == "commit":
+                if runs and self.emulator.fail_commits and tx.writes:
+                    self.emulator.fail_commits -= 1
+                    return await self.violation(sorted(tx.writes)[0], None)
+                return None
+            created = isolation.temp_table_created(sql)
+            if created:
+                self.temp.add(created)
+            reads, writes = isolation.tables(sql, self.temp)
+            error = await self._lock_and_snapshot(tx, writes - self._locked)
+            if error is not None:
+                return error
+            try:
+                self.emulator.isolation.access(tx, reads, writes)
+            except isolation.Violation as exc:
+                return await self.violation(exc.table, exc.other)
+            return None
+        finally:
+            self.divert = None
+
+    async def _lock_and_snapshot(self, tx: isolation.Transaction, tables: set[str]) -> bytes | None:
+        """Take the write locks of `tables`, then the snapshot if there is none yet: a
+        transaction whose first statement writes gets its snapshot once it holds the lock
+        (AWS "Write and read/write operations": "the second transaction does not obtain its
+        snapshot of data until after the first transaction has released its lock")."""
+        statements = [
+            f"LOCK TABLE {_identifier(t)} IN SHARE ROW EXCLUSIVE MODE" for t in sorted(tables)
+        ]
+        wanted = []
+        if tx.snapshot is None:
+            wanted.append("pg_current_snapshot()::text")
+        if tables and tx.xid is None:
+            wanted.append("txid_current()")
+        if wanted:
+            statements.append(f"SELECT {', '.join(wanted)}")
+        if not statements:
+            return None
+        result = await self.query("; ".join(statements))
+        if result.error is not None:
+            return result.error
+        self._locked |= tables
+        values = [v.decode() for v in result.rows[-1]] if wanted else []
+        if tx.snapshot is None:
+            tx.snapshot = isolation.Snapshot.parse(values.pop(0))
+        if tables and tx.xid is None:
+            tx.xid = int(values.pop(0))
+        return None
+
     def _rewrite(self, kind: bytes, body: bytes) -> bytes:
         """Record SQL texts and replace Redshift-only functions PostgreSQL lacks."""
         if kind == b"P":
@@ -242,22 +395,24 @@ class _Session:
             self.portals[portal] = statement
         return body
 
-    def _is_local(self, batch: list[tuple[bytes, bytes]]) -> bool:
+    def _is_local(self, batch: list[tuple[bytes, bytes]], sql: str | None) -> bool:
+        """Whether the batch is answered here: it parses or runs a COPY from S3, or runs a
+        TRUNCATE."""
+        if sql is not None and (COPY_S3.match(sql) or isolation.kind(sql) == "truncate"):
+            return True
         for kind, body in batch:
             if kind == b"P":
                 name, rest = body.split(b"\0", 1)
-                if _COPY_S3.match(rest.split(b"\0", 1)[0].decode()):
+                if COPY_S3.match(rest.split(b"\0", 1)[0].decode()):
                     return True
-            if kind == b"B":
-                statement = _cstrings(body)[1]
-                if statement in self.local_statements:
-                    return True
-                sql = self.statements.get(statement, "")
-                if self.emulator.fail_commits and _COMMIT.match(sql):
-                    return True
+            if kind == b"B" and _cstrings(body)[1] in self.local_statements:
+                return True
         return False
 
-    async def _answer_locally(self, batch: list[tuple[bytes, bytes]]) -> None:
+    async def _answer_locally(
+        self, batch: list[tuple[bytes, bytes]], error: bytes | None = None
+    ) -> None:
+        """Answer the batch as the server would; `error` fails its statement."""
         out = self.client_writer
         failed = False
         self.divert = asyncio.Queue()
@@ -267,6 +422,10 @@ class _Session:
                     out.write(_message(b"Z", self.status))
                 elif failed or kind == b"H":
                     continue
+                elif kind == b"P" and error is not None:
+                    self._rewrite(kind, body)  # recorded, never prepared
+                    out.write(_message(b"E", error))
+                    failed = True
                 elif kind == b"P":
                     name, rest = body.split(b"\0", 1)
                     text = rest.split(b"\0", 1)[0].decode()
@@ -284,15 +443,22 @@ class _Session:
                 elif kind == b"C":
                     self.local_statements.discard(body[1:].split(b"\0")[0])
                     out.write(_message(b"3"))
-                elif kind == b"E":
-                    portal = body.split(b"\0")[0]
-                    sql = self.statements[self.portals.get(portal, b"")]
-                    error, tag = await self._execute(sql)
+                elif kind in _EXECUTES:
+                    if kind == b"Q":
+                        self._rewrite(kind, body)
+                        sql = body.rstrip(b"\0").decode()
+                    else:
+                        portal = body.split(b"\0")[0]
+                        sql = self.statements[self.portals.get(portal, b"")]
+                    if error is None:
+                        error, tag = await self._execute(sql)
                     if error is not None:
                         out.write(_message(b"E", error))
                         failed = True
                     else:
                         out.write(_message(b"C", tag + b"\0"))
+                    if kind == b"Q":
+                        out.write(_message(b"Z", self.status))
                 else:
                     out.write(_message(b"E", _error_body("0A000", f"emulator: {kind!r} here")))
                     failed = True
@@ -301,103 +467,41 @@ class _Session:
             self.divert = None
 
     async def _execute(self, sql: str) -> tuple[bytes | None, bytes]:
-        if _COMMIT.match(sql) and self.emulator.fail_commits:
-            self.emulator.fail_commits -= 1
-            error = await self.raise_upstream(
-                "1023 Serializable isolation violation on table (emulated)", "40001"
-            )
-            return error, b""
+        if isolation.kind(sql) == "truncate":
+            # TRUNCATE commits the open transaction, then runs in one of its own.
+            if self.status != b"I":
+                await self.query("COMMIT")
+            result = await self.query(_postgres(sql))
+            return result.error, result.tag
         try:
-            table, columns, chunks = await asyncio.to_thread(self._read_copy, sql)
-            expected = len(columns) if columns else await self._column_count(table)
-            if chunks.num_columns != expected:
-                raise CopyFailed(
-                    f"Spectrum Scan Error: the Parquet files have {chunks.num_columns} columns,"
-                    f" table {table} has {expected}"
-                )
+            table, columns, rows = await asyncio.to_thread(read_copy, sql, self.emulator.get_object)
+            target = await self._columns(table)
+            if columns:
+                widths = dict(target)
+                target = [(c, widths.get(c.strip('"'))) for c in columns]
+            check_columns(table, rows, target)
+            chunks = await asyncio.to_thread(lambda: list(csv_chunks(rows)))
         except CopyFailed as exc:
             return await self.raise_upstream(str(exc), "XX000"), b""
         column_list = f" ({', '.join(columns)})" if columns else ""
-        result = await self.query(
-            f"COPY {table}{column_list} FROM STDIN (FORMAT csv)", _csv_chunks(chunks)
-        )
+        result = await self.query(f"COPY {table}{column_list} FROM STDIN (FORMAT csv)", chunks)
         if result.error is not None:
             return result.error, b""
         self.emulator.copies.append(sql)
         return None, result.tag
 
-    async def _column_count(self, table: str) -> int:
+    async def _columns(self, table: str) -> list[tuple[str, int | None]]:
+        """(name, VARCHAR/CHAR width or None) of the table's columns, in order."""
         result = await self.query(
-            "SELECT count(*) FROM pg_attribute WHERE attrelid = "
-            f"{_literal(table)}::regclass AND attnum > 0 AND NOT attisdropped"
+            "SELECT attname, CASE WHEN atttypid IN (1042, 1043) AND atttypmod > 4 "
+            "THEN atttypmod - 4 END FROM pg_attribute WHERE attrelid = "
+            f"{_literal(table)}::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
         )
         if result.error is not None:
             raise CopyFailed(f"table {table} does not exist")
-        return int(result.rows[0][0] or 0)
-
-    def _read_copy(self, sql: str) -> tuple[str, list[str], Any]:
-        """Parse the COPY and read its Parquet objects (in a worker thread: boto3 blocks)."""
-        match = _COPY_S3.match(sql)
-        assert match is not None
-        options = match["options"].upper()
-        if not re.search(r"\bFORMAT\s+(AS\s+)?PARQUET\b", options):
-            raise CopyFailed("the emulator only loads FORMAT AS PARQUET")
-        if not re.search(r"\bIAM_ROLE\s+'", options) or re.search(
-            r"\b(CREDENTIALS|ACCESS_KEY_ID|SECRET_ACCESS_KEY|SESSION_TOKEN)\b", options
-        ):
-            raise CopyFailed("COPY must authorise with IAM_ROLE only")
-        uri = match["uri"].replace("''", "'")
-        objects = [uri]
-        if re.search(r"\bMANIFEST\b", options):
-            manifest = json.loads(self.emulator.get_object(uri))
-            objects = []
-            for entry in manifest["entries"]:
-                length = entry.get("meta", {}).get("content_length")
-                if length is None:
-                    raise CopyFailed("manifest entries of Parquet files need meta.content_length")
-                objects.append(entry["url"])
-        bodies = [self.emulator.get_object(o) for o in objects]
-        if re.search(r"\bMANIFEST\b", options):
-            for entry, body in zip(manifest["entries"], bodies, strict=True):
-                if len(body) != entry["meta"]["content_length"]:
-                    raise CopyFailed(f"content_length of {entry['url']} is wrong")
-        try:
-            tables = [pq.read_table(io.BytesIO(body)) for body in bodies]
-        except Exception as exc:  # noqa: BLE001 - an unreadable file fails the COPY
-            raise CopyFailed(f"cannot read Parquet: {exc}") from None
-        widths = {t.num_columns for t in tables}
-        if len(widths) > 1:
-            raise CopyFailed(f"Parquet files of one COPY differ in column count: {widths}")
-        columns = [c.strip() for c in (match["columns"] or "").split(",") if c.strip()]
-        return match["table"], columns, _concat_positionally(tables)
-
-
-def _concat_positionally(tables: list[Any]) -> Any:
-    """One table of all files, by position (names are ignored, as Redshift ignores them)."""
-    import pyarrow as pa
-
-    if not tables:
-        return pa.table({})
-    names = [f"c{i}" for i in range(tables[0].num_columns)]
-    return pa.concat_tables([t.rename_columns(names) for t in tables], promote_options="permissive")
-
-
-def _csv_chunks(table: Any) -> Iterator[bytes]:
-    import pyarrow as pa
-
-    if not table.num_rows:
-        return
-    # Naive UTC timestamps: PostgreSQL reads them in the session zone, set to UTC below.
-    columns = [
-        c.cast(pa.timestamp(c.type.unit)) if pa.types.is_timestamp(c.type) and c.type.tz else c
-        for c in table.columns
-    ]
-    table = pa.table(columns, names=table.column_names)
-    sink = io.BytesIO()
-    pacsv.write_csv(table, sink, pacsv.WriteOptions(include_header=False))
-    data = sink.getvalue()
-    for start in range(0, len(data), _CSV_CHUNK):
-        yield data[start : start + _CSV_CHUNK]
+        return [
+            (name.decode(), None if width is None else int(width)) for name, width in result.rows
+        ]
 
 
 def _error_body(sqlstate: str, message: str) -> bytes:
@@ -432,7 +536,11 @@ class RedshiftEmulator:
         self.copies: list[str] = []
         """COPY statements that loaded rows."""
         self.fail_commits = 0
-        """How many coming COMMITs fail with a serializable isolation violation."""
+        """How many coming COMMITs (of transactions that wrote a table) fail with a
+        serializable isolation violation."""
+        self.isolation = isolation.Isolation()
+        self.lock_holds: list[float] = []
+        """Seconds from each transaction's first table lock to its end."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.AbstractServer | None = None
@@ -485,8 +593,12 @@ class RedshiftEmulator:
         async def stop() -> None:
             assert self._server is not None
             self._server.close()
-            for task in asyncio.all_tasks() - {asyncio.current_task()}:
+            tasks = asyncio.all_tasks() - {asyncio.current_task()}
+            for task in tasks:
                 task.cancel()
+            # Let every session close its sockets before the loop stops.
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.sleep(0.05)
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -512,6 +624,8 @@ class RedshiftEmulator:
             for w in (writer, upstream[1] if upstream else None):
                 if w is not None:
                     w.close()
+                    with contextlib.suppress(Exception, asyncio.CancelledError):
+                        await w.wait_closed()
 
     async def _startup(self, reader: Any, writer: Any) -> bytes | None:
         """Answer SSL/GSS requests `N`; return the startup packet without foreign parameters."""
@@ -530,9 +644,12 @@ class RedshiftEmulator:
             kept = b"".join(
                 k + b"\0" + v + b"\0"
                 for k, v in pairs.items()
-                if k and k.decode() in _STARTUP_KEEP - {"TimeZone"}
+                if k and k.decode() in _STARTUP_KEEP - {"TimeZone", "options"}
             )
-            # Redshift sessions run in UTC; COPY sends timestamps as naive UTC.
-            kept += b"TimeZone\0UTC\0"
+            # Redshift sessions run in UTC; COPY sends timestamps as naive UTC. A snapshot
+            # per transaction, not per statement: REPEATABLE READ.
+            options = [pairs[b"options"]] if pairs.get(b"options") else []
+            options.append(b"-c default_transaction_isolation=repeatable\\ read")
+            kept += b"TimeZone\0UTC\0options\0" + b" ".join(options) + b"\0"
             packet = struct.pack("!i", _PROTOCOL_3) + kept + b"\0"
             return struct.pack("!i", len(packet) + 4) + packet

@@ -28,6 +28,8 @@ def column_values(column: Column, rows: int, first: int, tag: str) -> pa.Array:
     """Deterministic values of the column's type; nullable columns get a NULL every 7th row."""
     numbers = np.arange(first, first + rows, dtype=np.int64)
     match column.type:
+        case "string" if column.allowed:  # a contract's allowed value: it fits the column
+            values = pa.array([column.allowed[n % len(column.allowed)] for n in numbers])
         case "string":
             values: pa.Array = pc.binary_join_element_wise(
                 f"{tag}{column.name}-", pa.array(numbers).cast(pa.string()), ""

@@ -1,0 +1,115 @@
+"""Redshift's `COPY ... FROM 's3://...' FORMAT AS PARQUET`, as the emulator
+(tests/redshift_emulator.py) runs it: parse the statement, read the Parquet objects (or a
+manifest's), check them the way Redshift would, and turn the rows into CSV for PostgreSQL's
+`COPY FROM STDIN`.
+
+Checks (AWS "COPY from columnar data formats", "Character types"): only IAM_ROLE authorises;
+Parquet columns match the table by position and count; manifest entries of Parquet files
+carry `meta.content_length`; VARCHAR(n) holds n **bytes** (UTF-8), and COPY from Parquet has
+neither TRUNCATECOLUMNS nor MAXERROR, so one value longer in bytes fails the whole COPY.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+COPY_S3 = re.compile(
+    r"^\s*COPY\s+(?P<table>(?:\"(?:[^\"]|\"\")+\"|[\w$]+)(?:\.(?:\"(?:[^\"]|\"\")+\"|[\w$]+))?)"
+    r"\s*(?:\((?P<columns>[^)]*)\))?\s+FROM\s+'(?P<uri>s3://(?:[^']|'')*)'(?P<options>.*)$",
+    re.IGNORECASE | re.DOTALL,
+)
+_CSV_CHUNK = 1 << 20
+
+
+class CopyFailed(Exception):
+    """A COPY the emulator could not run; becomes an ErrorResponse (SQLSTATE XX000)."""
+
+
+def read_copy(sql: str, get_object: Callable[[str], bytes]) -> tuple[str, list[str], pa.Table]:
+    """(target table, its column list if given, the rows by position) of a COPY."""
+    match = COPY_S3.match(sql)
+    assert match is not None
+    options = match["options"].upper()
+    if not re.search(r"\bFORMAT\s+(AS\s+)?PARQUET\b", options):
+        raise CopyFailed("the emulator only loads FORMAT AS PARQUET")
+    if not re.search(r"\bIAM_ROLE\s+'", options) or re.search(
+        r"\b(CREDENTIALS|ACCESS_KEY_ID|SECRET_ACCESS_KEY|SESSION_TOKEN)\b", options
+    ):
+        raise CopyFailed("COPY must authorise with IAM_ROLE only")
+    uri = match["uri"].replace("''", "'")
+    objects = [uri]
+    manifest = None
+    if re.search(r"\bMANIFEST\b", options):
+        manifest = json.loads(get_object(uri))
+        objects = []
+        for entry in manifest["entries"]:
+            if entry.get("meta", {}).get("content_length") is None:
+                raise CopyFailed("manifest entries of Parquet files need meta.content_length")
+            objects.append(entry["url"])
+    bodies = [get_object(o) for o in objects]
+    if manifest is not None:
+        for entry, body in zip(manifest["entries"], bodies, strict=True):
+            if len(body) != entry["meta"]["content_length"]:
+                raise CopyFailed(f"content_length of {entry['url']} is wrong")
+    try:
+        tables = [pq.read_table(io.BytesIO(body)) for body in bodies]
+    except Exception as exc:  # noqa: BLE001 - an unreadable file fails the COPY
+        raise CopyFailed(f"cannot read Parquet: {exc}") from None
+    widths = {t.num_columns for t in tables}
+    if len(widths) > 1:
+        raise CopyFailed(f"Parquet files of one COPY differ in column count: {widths}")
+    columns = [c.strip() for c in (match["columns"] or "").split(",") if c.strip()]
+    return match["table"], columns, _concat_positionally(tables)
+
+
+def check_columns(table: str, rows: pa.Table, target: Sequence[tuple[str, int | None]]) -> None:
+    """`target`: (column, VARCHAR width in bytes or None) of the columns COPY fills, in order."""
+    if rows.num_columns != len(target):
+        raise CopyFailed(
+            f"Spectrum Scan Error: the Parquet files have {rows.num_columns} columns,"
+            f" table {table} has {len(target)}"
+        )
+    for position, (name, width) in enumerate(target):
+        column = rows.column(position)
+        if width is None or not (
+            pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        ):
+            continue
+        longest = pc.max(pc.binary_length(column)).as_py() or 0
+        if longest > width:
+            raise CopyFailed(
+                f"Spectrum Scan Error: the length of the data column {name} is longer than the"
+                f" length defined in the table. Table: {width}, Data: {longest}"
+            )
+
+
+def _concat_positionally(tables: list[pa.Table]) -> pa.Table:
+    """One table of all files, by position (names are ignored, as Redshift ignores them)."""
+    if not tables:
+        return pa.table({})
+    names = [f"c{i}" for i in range(tables[0].num_columns)]
+    return pa.concat_tables([t.rename_columns(names) for t in tables], promote_options="permissive")
+
+
+def csv_chunks(table: pa.Table) -> Iterator[bytes]:
+    if not table.num_rows:
+        return
+    # Naive UTC timestamps: PostgreSQL reads them in the session zone, which is UTC.
+    columns = [
+        c.cast(pa.timestamp(c.type.unit)) if pa.types.is_timestamp(c.type) and c.type.tz else c
+        for c in table.columns
+    ]
+    table = pa.table(columns, names=table.column_names)
+    sink = io.BytesIO()
+    pacsv.write_csv(table, sink, pacsv.WriteOptions(include_header=False))
+    data = sink.getvalue()
+    for start in range(0, len(data), _CSV_CHUNK):
+        yield data[start : start + _CSV_CHUNK]
