@@ -36,6 +36,11 @@ EXPECTED_DEPLOYMENTS = {
         "import-s3-folder",
         {"tenant_id", "folder"},
     ),
+    "backfill": (
+        "flows/import_s3_folder.py:import_s3_folder",
+        "import-s3-folder",
+        {"tenant_id", "folder"},
+    ),
     "resume-publication": (
         "flows/resume_publication.py:resume_publication",
         "resume-publication",
@@ -57,6 +62,15 @@ EXPECTED_DEPLOYMENTS = {
 # The others have no Prefect limit: the scope reservation lives in PostgreSQL (prefect.yaml).
 ONE_AT_A_TIME = {"drain-publications", "sweep-landing-zone"}
 _ONE_AT_A_TIME_LIMIT = {"limit": 1, "collision_strategy": "CANCEL_NEW"}
+
+# Every deployment's pull steps: into the checkout (or the image's copy), then the pin.
+PULL_STEPS = [
+    {"prefect.deployments.steps.set_working_directory": {"directory": "{{ $FLEET_PROJECT_DIR }}"}},
+    {"flows.code_version.require_code_version": {"expected": "{{ $FLEET_CODE_VERSION }}"}},
+]
+# Backfills wait in their own queue; everything else runs from the pool's default one.
+QUEUES = {"backfill": "backfill"}
+JOB_ENV = {"FLEET_NORMALIZE_WORKERS", "FLEET_WAREHOUSE_LOAD_SLOTS", "FLEET_TENANT_LOAD_SLOTS"}
 
 _SERVER_START_TIMEOUT = 90.0
 _SERVER_STOP_TIMEOUT = 15.0
@@ -94,6 +108,8 @@ def test_prefect_yaml_pool_tags_and_concurrency_only_on_schedules() -> None:
     for name, deployment in deployments.items():
         assert deployment["entrypoint"] == EXPECTED_DEPLOYMENTS[name][0]
         assert deployment["work_pool"]["name"] == WORK_POOL
+        assert deployment["work_pool"]["work_queue_name"] == QUEUES.get(name, "default")
+        assert set(deployment["work_pool"]["job_variables"]["env"]) == JOB_ENV
         assert "fleet" in deployment["tags"]
         if name not in ONE_AT_A_TIME:
             # The scope reservation lives in PostgreSQL; see the comment in prefect.yaml.
@@ -105,13 +121,186 @@ def test_prefect_yaml_pool_tags_and_concurrency_only_on_schedules() -> None:
         assert limit == _ONE_AT_A_TIME_LIMIT, name
         ConcurrencyLimitStrategy(limit["collision_strategy"])
         assert deployment["schedules"], f"{name}: a limit of one is for scheduled runs"
-    assert config["pull"] == [
+    assert config["pull"] == PULL_STEPS
+
+
+# --- Kubernetes and ECS pools, statically (no cluster runs here) --------------------------
+
+DEPLOYMENTS_DIR = REPO / "deployments"
+_IMAGE_PROJECT_DIR = "/opt/fleet-import"
+
+
+def _job_template(name: str) -> dict[str, Any]:
+    return json.loads((DEPLOYMENTS_DIR / name).read_text())
+
+
+def _job_configuration(cls: Any, template: dict[str, Any], values: dict[str, Any]) -> Any:
+    """What a worker of that type builds for a flow run of one of our deployments: the
+    pool's template filled with the deployment's job variables, then prepared for a run."""
+    import asyncio
+    import uuid
+
+    from prefect.client.schemas.objects import FlowRun
+    from prefect.utilities.schema_tools.validation import validate
+
+    # As the server checks a deployment's job variables against the pool's schema.
+    validate(values, template["variables"], raise_on_error=True, ignore_required=True)
+    # No block or variable references in these templates: the client is never called.
+    configuration = asyncio.run(cls.from_template_and_values(template, values, client=object()))
+    configuration.prepare_for_flow_run(FlowRun(flow_id=uuid.uuid4(), name="import/acme/x"))
+    return configuration
+
+
+def _deployment_job_variables() -> list[dict[str, Any]]:
+    return [d["work_pool"]["job_variables"] for d in _prefect_yaml()["deployments"]]
+
+
+def test_kubernetes_job_template_runs_our_deployments() -> None:
+    pytest.importorskip("prefect_kubernetes", reason="the workers extra")
+    from prefect_kubernetes.worker import KubernetesWorker, KubernetesWorkerJobConfiguration
+
+    template = _job_template("kubernetes-job-template.json")
+    # The worker's own template, with our defaults: nothing of its shape was lost.
+    default = KubernetesWorker.get_default_base_job_template()
+    assert template["job_configuration"] == default["job_configuration"]
+    assert set(template["variables"]["properties"]) == set(default["variables"]["properties"])
+    for values in _deployment_job_variables():
+        configuration = _job_configuration(KubernetesWorkerJobConfiguration, template, values)
+        manifest = configuration.job_manifest
+        assert manifest["metadata"]["namespace"] == "fleet-import"
+        # Prefect, not Kubernetes, retries a run: an evicted pod is rescheduled by Prefect.
+        assert manifest["spec"]["backoffLimit"] == 0
+        pod = manifest["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == "fleet-import"
+        [container] = pod["containers"]
+        assert container["image"].startswith("fleet-import-worker:")
+        env = {item["name"]: item.get("value") for item in container["env"]}
+        assert env["FLEET_PROJECT_DIR"] == _IMAGE_PROJECT_DIR
+        assert values["env"].items() <= env.items()
+        assert "PREFECT__FLOW_RUN_ID" in env
+        assert container["resources"]["requests"] == {"cpu": "500m", "memory": "1Gi"}
+    # A release pins its image through the same variable.
+    pinned = _job_configuration(
+        KubernetesWorkerJobConfiguration,
+        template,
+        {**_deployment_job_variables()[0], "image": "registry.example.com/fleet-worker:abc123"},
+    )
+    [container] = pinned.job_manifest["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/fleet-worker:abc123"
+
+
+def test_ecs_job_template_runs_our_deployments() -> None:
+    pytest.importorskip("prefect_aws", reason="the workers extra")
+    from prefect_aws.workers.ecs_worker import ECSJobConfiguration, ECSWorker
+
+    template = _job_template("ecs-job-template.json")
+    default = ECSWorker.get_default_base_job_template()
+    assert template["job_configuration"] == default["job_configuration"]
+    assert set(template["variables"]["properties"]) == set(default["variables"]["properties"])
+    for values in _deployment_job_variables():
+        configuration = _job_configuration(ECSJobConfiguration, template, values)
+        [container] = configuration.task_definition["containerDefinitions"]
+        assert container["image"].startswith("fleet-import-worker:")
+        assert container["name"] == "fleet-import"
+        assert configuration.task_run_request["launchType"] == "FARGATE"
+        assert configuration.env["FLEET_PROJECT_DIR"] == _IMAGE_PROJECT_DIR
+        assert values["env"].items() <= configuration.env.items()
+    # Production values: a cluster, the roles, logs to CloudWatch (which needs the
+    # execution role: the worker model refuses logs without one).
+    production = _job_configuration(
+        ECSJobConfiguration,
+        template,
         {
-            "prefect.deployments.steps.set_working_directory": {
-                "directory": "{{ $FLEET_PROJECT_DIR }}"
-            }
-        }
-    ]
+            **_deployment_job_variables()[0],
+            "cluster": "fleet",
+            "execution_role_arn": "arn:aws:iam::123456789012:role/fleet-import-execution",
+            "task_role_arn": "arn:aws:iam::123456789012:role/fleet-import-task",
+            "configure_cloudwatch_logs": True,
+            "image": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/fleet-import-worker:abc123",
+        },
+    )
+    assert production.task_run_request["cluster"] == "fleet"
+    assert production.configure_cloudwatch_logs
+    with pytest.raises(ValueError, match="execution_role_arn"):
+        _job_configuration(
+            ECSJobConfiguration,
+            template,
+            {**_deployment_job_variables()[0], "configure_cloudwatch_logs": True},
+        )
+
+
+def _dockerfile() -> list[tuple[str, str]]:
+    """(instruction, arguments) of deployments/Dockerfile, continuation lines joined."""
+    text = (DEPLOYMENTS_DIR / "Dockerfile").read_text().replace("\\\n", " ")
+    instructions = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            instructions.append((word.upper(), rest.strip()))
+    return instructions
+
+
+def test_worker_image_recipe_matches_the_project() -> None:
+    """docker does not run here: what can be checked without building is checked."""
+    import tomllib
+
+    instructions = _dockerfile()
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    [base] = [args for word, args in instructions if word == "FROM"]
+    assert base.startswith("python:3.11")  # requires-python >= 3.11, the CI's version
+    assert pyproject["project"]["requires-python"] == ">=3.11"
+    [workdir] = [args for word, args in instructions if word == "WORKDIR"]
+    assert workdir == _IMAGE_PROJECT_DIR
+    copied = set()
+    for word, args in instructions:
+        if word == "COPY":
+            *sources, _ = args.split()
+            copied.update(sources)
+    for source in copied:
+        assert (REPO / source).exists(), f"COPY {source}: not in the repository"
+    packages = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert {package.rstrip("*") for package in packages} <= copied
+    assert "prefect.yaml" in copied and "migrations" in copied
+    [install] = [args for word, args in instructions if word == "RUN" and "pip install" in args]
+    extras = install.split("[", 1)[1].split("]", 1)[0].split(",")
+    assert set(extras) <= set(pyproject["project"]["optional-dependencies"])
+    assert "workers" in extras and "redshift" in extras
+    env = " ".join(args for word, args in instructions if word == "ENV")
+    assert f"FLEET_PROJECT_DIR={_IMAGE_PROJECT_DIR}" in env
+    assert "FLEET_CODE_VERSION=${FLEET_CODE_VERSION}" in env
+    for name in ("kubernetes-job-template.json", "ecs-job-template.json"):
+        defaults = _job_template(name)["variables"]["properties"]["env"]["default"]
+        assert defaults["FLEET_PROJECT_DIR"] == _IMAGE_PROJECT_DIR
+    assert any(word == "USER" and args != "root" for word, args in instructions)
+    # BuildKit's per-Dockerfile ignore file keeps everything else out of the context.
+    ignore = (DEPLOYMENTS_DIR / "Dockerfile.dockerignore").read_text().split()
+    assert ignore[ignore.index("**") + 1 :].count("!prefect.yaml") == 1
+    for source in copied - {"./"}:
+        assert f"!{source}" in ignore or f"!{source}/**" in ignore, source
+
+
+def test_code_version_pull_step_pins_the_worker(monkeypatch, tmp_path: Path) -> None:
+    from flows.code_version import CodeVersionMismatch, require_code_version
+
+    monkeypatch.setenv("FLEET_CODE_VERSION", "0123456789abcdef")
+    assert require_code_version("0123456789abcdef") == {"code_version": "0123456789abcdef"}
+    assert require_code_version("0123456") == {"code_version": "0123456789abcdef"}
+    with pytest.raises(CodeVersionMismatch, match="pins code version fedcba9"):
+        require_code_version("fedcba9")
+    # Deployed without FLEET_CODE_VERSION: the placeholder was dropped, nothing is pinned.
+    assert require_code_version() == {"code_version": "0123456789abcdef"}
+    assert require_code_version("{{ $FLEET_CODE_VERSION }}")["code_version"]
+    # A checkout: git says which commit it holds.
+    monkeypatch.delenv("FLEET_CODE_VERSION")
+    monkeypatch.chdir(REPO)
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert require_code_version(head) == {"code_version": head}
+    monkeypatch.chdir(tmp_path)  # no repository, no variable: an unknown version
+    with pytest.raises(CodeVersionMismatch, match="an unknown version"):
+        require_code_version(head)
 
 
 # --- a real server --------------------------------------------------------------------------
@@ -273,13 +462,9 @@ def test_deploy_all_registers_every_deployment(
         else:
             assert deployment.global_concurrency_limit is None
         assert deployment.enforce_parameter_schema is True
-        assert deployment.pull_steps == [
-            {
-                "prefect.deployments.steps.set_working_directory": {
-                    "directory": "{{ $FLEET_PROJECT_DIR }}"
-                }
-            }
-        ]
+        assert deployment.pull_steps == PULL_STEPS
+        assert deployment.work_queue_name == QUEUES.get(name, "default")
+        assert set(deployment.job_variables["env"]) == JOB_ENV
         schema = deployment.parameter_openapi_schema
         assert set(schema.get("required", [])) == required
 
@@ -295,7 +480,7 @@ def test_deploy_all_registers_every_deployment(
     assert schedule.active
     assert schedule.schedule.cron == "*/5 * * * *"
     assert schedule.schedule.timezone == "UTC"
-    for name in ("import-s3-folder", "resume-publication"):
+    for name in ("import-s3-folder", "backfill", "resume-publication"):
         assert deployments[name].schedules == []
 
 
