@@ -1,8 +1,9 @@
 """Named points where a test can kill or hold the process: FLEET_FAILPOINTS=spec[,spec].
 
 `name` kills the process there (os._exit); `name=wait:PATH` holds it there until PATH
-exists (at most a minute), so a test can overlap two runs deterministically. Off by
-default; when off, `hit` is one truthiness check.
+exists (at most a minute), so a test can overlap two runs deterministically; `name=raise`
+raises a RuntimeError there, a stand-in for a bug. Off by default; when off, `hit` is one
+truthiness check.
 """
 
 from __future__ import annotations
@@ -41,4 +42,6 @@ def hit(name: str, detail: str = "") -> None:
         while not release.exists() and time.monotonic() < deadline:
             time.sleep(_WAIT_POLL_SECONDS)
         return
+    if action == "raise":
+        raise RuntimeError(f"failpoint {name}{detail}")
     os._exit(_EXIT_CODE)

@@ -8,6 +8,7 @@ artifacts a data engineer reads in the UI.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -19,7 +20,7 @@ from prefect.runtime import flow_run
 from prefect.states import Failed, State
 
 from fleet_import import pipeline
-from fleet_import.errors import InvalidInput, LeaseLost
+from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
 from fleet_import.scope import Tenant, source_scope
 from flows.common import (
     TASK_RETRIES,
@@ -31,7 +32,7 @@ from flows.common import (
     runtime_for_flow,
     tag_flow_run,
 )
-from flows.reporting import publish_artifacts, state_for
+from flows.reporting import failed, publish_artifacts, state_for
 from flows.task_runner import SettingsTaskRunner
 
 T = TypeVar("T")
@@ -46,11 +47,32 @@ def _run_name() -> str:
     return f"import/{parameters.get('tenant_id', '?')}/{leaf}"
 
 
+def _foreseen_as_state(fn: Callable[..., T]) -> Callable[..., T | State]:
+    """A foreseen failure of a step (a fleet-import error Prefect is not to retry) becomes
+    the task's Failed state: raised, Prefect's engine would log it with a traceback, as a
+    crash, in this task and again in each task waiting on it. A transient error is still
+    raised (Prefect retries it); anything else is a bug, raised and logged in full."""
+
+    @functools.wraps(fn)
+    def step(*args: Any, **kwargs: Any) -> T | State:
+        try:
+            return fn(*args, **kwargs)
+        except FleetImportError as exc:
+            if exc.transient:
+                raise
+            return Failed(message=f"{type(exc).__name__}: {exc}", data=exc)
+
+    return step
+
+
 class PrefectSteps:
-    """The driver's steps as Prefect tasks, on the flow's task runner."""
+    """The driver's steps as Prefect tasks, on the flow's task runner. A step's error
+    reaches the driver as the step's exception, as under CoreSteps; `crash` keeps the first
+    one that is not a fleet-import error (a bug), so the run's state can say so."""
 
     def __init__(self) -> None:
         self._tasks: dict[tuple[str, Callable[..., Any]], Task[..., Any]] = {}
+        self.crash: BaseException | None = None
 
     def _task(self, step: pipeline.Step, fn: Callable[..., T]) -> Task[..., T]:
         key = (step.name, fn)
@@ -66,7 +88,7 @@ class PrefectSteps:
             if step.name == "commit-slice":  # one warehouse load slot, one of the tenant's
                 fn = holding_load_slots(fn)
             self._tasks[key] = task(
-                fn,
+                _foreseen_as_state(fn),
                 name=step.name,
                 task_run_name=_RUN_NAMES.get(step.name),
                 cache_policy=NO_CACHE,
@@ -75,7 +97,9 @@ class PrefectSteps:
         return self._tasks[key]
 
     def run(self, step: pipeline.Step, fn: Callable[..., T], *args: Any) -> T:
-        return self._task(step, fn)(*args)
+        # The state, not the call's value: a task that returned a Failed state would hand
+        # back that state; its result() raises the step's exception.
+        return self._raised(self._task(step, fn)(*args, return_state=True).result)
 
     def map(
         self, step: pipeline.Step, fn: Callable[..., T], args: Sequence[tuple]
@@ -84,7 +108,16 @@ class PrefectSteps:
             return
         columns = [list(column) for column in zip(*args, strict=True)]
         for future in self._task(step, fn).map(*columns):
-            yield future.result()
+            yield self._raised(future.result)
+
+    def _raised(self, result: Callable[[], T]) -> T:
+        try:
+            return result()
+        except FleetImportError:
+            raise
+        except Exception as exc:
+            self.crash = self.crash or exc
+            raise
 
 
 def _progress_artifact(scope: str) -> pipeline.Progress:
@@ -129,7 +162,7 @@ def import_s3_folder(
         tenant = Tenant.named(tenant_id)
         scope = source_scope(folder)
     except InvalidInput as exc:
-        return Failed(message=f"invalid input: {exc}")
+        return failed(f"invalid input: {exc}")
     tag_flow_run(f"tenant:{tenant.tenant_id}", f"scope:{scope}")
     rt = runtime_for_flow()
     key = delivery_key or f"flow-run:{flow_run.get_id() or uuid.uuid4()}"
@@ -139,9 +172,10 @@ def import_s3_folder(
         return state_for(claimed)
     logger.info("batch %s holds %s (lease %s)", claimed.batch_id, scope, claimed.owner)
     rt.ctx.progress = _progress_artifact(scope)
+    steps = PrefectSteps()
     try:
-        outcome = pipeline.import_batch(rt.ctx, tenant, claimed, PrefectSteps())
+        outcome = pipeline.import_batch(rt.ctx, tenant, claimed, steps)
     except LeaseLost as exc:
-        return Failed(message=f"lost the lease on batch {claimed.batch_id}: {exc}")
+        return failed(f"lost the lease on batch {claimed.batch_id}: {exc}")
     publish_artifacts(rt, claimed.batch_id)
-    return state_for(outcome)
+    return state_for(outcome, crash=steps.crash)

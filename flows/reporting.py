@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from collections.abc import Mapping
@@ -52,7 +53,39 @@ def exit_code_for(state: State) -> ExitCode:
     return EXIT_CODES.get(state.name, ExitCode.FAILED)
 
 
-def state_for(outcome: pipeline.ImportOutcome) -> State:
+class BusinessFailure(Exception):
+    """A failure the flow foresaw and reported: its state's message says all there is to say.
+
+    A failed run's state carries one as its data, so when a worker's engine raises the
+    state's result (as it does for every failed run) it raises this, and
+    `quiet_business_failures` keeps Prefect's "unexpected exception" and its traceback out
+    of the run's log. A crash (a bug) carries its own exception and is logged in full.
+    """
+
+
+def failed(message: str, *, name: str = "Failed", crash: BaseException | None = None) -> State:
+    """A Failed state that is quiet in a worker's log, unless `crash` says it is a bug."""
+    return Failed(name=name, message=message, data=crash or BusinessFailure(message))
+
+
+class _DropBusinessFailures(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], BusinessFailure))
+
+
+def quiet_business_failures() -> None:
+    """Drop the engine's record of a business failure re-raised from the run's final state
+    ("Engine execution exited with unexpected exception" and a traceback): the run already
+    logged its Failed state and message. Idempotent; the flow modules call it on import."""
+    run_logger = logging.getLogger("prefect.flow_runs")
+    if not any(isinstance(f, _DropBusinessFailures) for f in run_logger.filters):
+        run_logger.addFilter(_DropBusinessFailures())
+
+
+quiet_business_failures()
+
+
+def state_for(outcome: pipeline.ImportOutcome, crash: BaseException | None = None) -> State:
     if isinstance(outcome, pipeline.Committed):
         rows = ", ".join(f"{n:,} {dataset}" for dataset, n in outcome.row_counts.items())
         if outcome.published:
@@ -73,7 +106,7 @@ def state_for(outcome: pipeline.ImportOutcome) -> State:
             if outcome.resumable
             else ""
         )
-        return Failed(message=f"{outcome.kind}{hint}: {outcome.error}")
+        return failed(f"{outcome.kind}{hint}: {outcome.error}", crash=crash)
     if isinstance(outcome, pipeline.NotClaimed):
         message = f"batch {outcome.batch_id} is executed by {outcome.holder}"
         return Completed(name="NotClaimed", message=message)

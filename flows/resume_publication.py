@@ -5,13 +5,13 @@ from __future__ import annotations
 import uuid
 
 from prefect import flow, get_run_logger
-from prefect.states import Failed, State
+from prefect.states import State
 
 from fleet_import import pipeline
 from fleet_import.batches import NotResumable
 from fleet_import.resume import resume_batch
 from flows.common import lease_owner, runtime_for_flow
-from flows.reporting import publish_artifacts, state_for
+from flows.reporting import failed, publish_artifacts, state_for
 
 
 @flow(name="resume-publication", flow_run_name="resume/{batch_id}", retries=0)
@@ -25,15 +25,15 @@ def resume_publication(batch_id: str) -> State:
     try:
         parsed = uuid.UUID(batch_id)
     except ValueError:
-        return Failed(message=f"{batch_id!r} is not a batch id")
+        return failed(f"{batch_id!r} is not a batch id")
     rt = runtime_for_flow()
     outcome = resume_batch(rt.ctx, rt.outbox, parsed, owner=lease_owner())
     get_run_logger().info("resume of %s: %s", batch_id, type(outcome).__name__)
     if isinstance(outcome, NotResumable):
-        return Failed(name="NotResumable", message=outcome.reason)
+        return failed(outcome.reason, name="NotResumable")
     publish_artifacts(rt, parsed)
     if isinstance(outcome, pipeline.Failed) and outcome.expired:
         # Found only after the batch was running (it died after its commit, or a newer
         # batch committed during the resume): refused all the same.
-        return Failed(name="NotResumable", message=outcome.error)
+        return failed(outcome.error, name="NotResumable")
     return state_for(outcome)

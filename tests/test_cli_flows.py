@@ -66,6 +66,30 @@ def test_run_show_and_exit_codes(flow_env: str, api_env, s3, landing_bucket: str
     assert broken.returncode == 1 and "'..' path segments" in broken.stdout
 
 
+def test_a_business_failure_prints_its_reason_not_a_traceback(
+    flow_env: str, api_env, s3, landing_bucket: str
+) -> None:
+    """A bad delivery is a foreseen failure: the run ends with one clean line. A bug (a
+    failpoint raising inside the commit step) still shows its traceback."""
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=20)
+    broken = files["trips-1.csv"].replace(b'"status"', b'"state"', 1)
+    upload(s3, folder, dict(files, **{"trips-1.csv": broken}))
+    failed = cli("run", "--tenant", "acme", folder, env=api_env)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert failed.stdout.startswith("Failed: failed_pre_commit: ") and "trips-1" in failed.stdout
+    output = failed.stdout + failed.stderr
+    assert "Traceback" not in output and "unexpected exception" not in output, output
+
+    other = today_folder(landing_bucket, "globex")
+    upload(s3, other, files)
+    crash = {**api_env, "FLEET_FAILPOINTS": "after_normalized_file=raise"}
+    crashed = cli("run", "--tenant", "globex", other, env=crash)
+    assert crashed.returncode == 1, crashed.stdout + crashed.stderr
+    assert "RuntimeError: failpoint after_normalized_file" in crashed.stdout
+    assert "Traceback" in crashed.stderr + crashed.stdout
+
+
 def test_resume_from_the_cli(flow_env: str, api_env, s3, landing_bucket: str) -> None:
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, fleet_delivery(trips=40))

@@ -127,6 +127,57 @@ def test_a_reject_ratio_failure_shows_its_rejects_on_the_run(
     assert "exploded" in str(artifacts["batch-rejects"])
 
 
+def test_a_business_failure_runs_quietly_under_a_worker(
+    flow_env: str, s3, landing_bucket: str
+) -> None:
+    """What a process worker runs for a deployment's flow run (`python -m prefect.engine`):
+    a bad delivery ends Failed with its reason, and neither the process's output nor the
+    run's log in the API says "unexpected exception" or shows a traceback."""
+    from pathlib import Path
+
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.settings import PREFECT_API_URL
+
+    repo_root = Path(__file__).resolve().parent.parent
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=20)
+    upload(s3, folder, dict(files, **{"trips-1.csv": files["trips-1.csv"].replace(b"id", b"x")}))
+    with get_client(sync_client=True) as client:
+        deployment_id = client.create_deployment(
+            flow_id=client.create_flow_from_name("import-s3-folder"),
+            name="worker-log",
+            entrypoint="flows/import_s3_folder.py:import_s3_folder",
+        )
+        flow_run = client.create_flow_run_from_deployment(
+            deployment_id, parameters={"tenant_id": "acme", "folder": folder}
+        )
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": PREFECT_API_URL.value(),
+        "PREFECT__FLOW_RUN_ID": str(flow_run.id),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "prefect.engine"],
+        env=env,
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(flow_run.id).state
+        logs = client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run.id]))
+        )
+    assert state.is_failed() and state.message.startswith("failed_pre_commit: "), state
+    assert "failed_pre_commit" in output
+    logged = "\n".join(log.message for log in logs)
+    for text in (output, logged):
+        assert "Traceback" not in text and "unexpected exception" not in text, text
+
+
 _RUN_IN_CHILD = """
 import sys
 from flows.import_s3_folder import import_s3_folder
