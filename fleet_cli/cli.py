@@ -289,6 +289,9 @@ def relay(
     from flows.events import PrefectEventEmitter
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # After basicConfig: importing flows.common sets up Prefect's logging, which would
+    # otherwise take the root logger first and hide the relay's INFO lines.
+    from flows.common import prefect_event_sink
     try:
         layout = LandingLayout(prefix=landing_prefix, pattern=folder_pattern)
     except FleetImportError as exc:
@@ -324,6 +327,7 @@ def relay(
             dead_letter=dead_letter,
             layout=layout,
             wait_seconds=wait_seconds,
+            events=prefect_event_sink,
         )
         err_console.print(Text(f"relaying {queue_url}; dead letters to {dead_letter!r}"))
         try:

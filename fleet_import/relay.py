@@ -6,7 +6,11 @@ trying to prevent them: every event carries an id derived from bucket, key and E
 message is deleted only after each of its events was accepted. What the relay cannot parse
 is set aside (dead-letter) and deleted, so one bad message never blocks the queue.
 
-This module knows nothing about Prefect: the caller passes the function that emits.
+What the relay leaves alone leaves a trace: a record outside the landing layout, and a
+repeat of an event this relay already had accepted (not sent again), each become a
+`fleet.delivery.skipped` event with the tenant, folder and reason.
+
+This module knows nothing about Prefect: the caller passes the functions that emit.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import logging
 import re
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
@@ -26,7 +31,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from fleet_import.dead_letters import DeadLetter
 from fleet_import.errors import FleetImportError, InvalidInput
-from fleet_import.landing import DEFAULT_LAYOUT, LandingLayout
+from fleet_import.landing import (
+    DEFAULT_LAYOUT,
+    DELIVERY_SKIPPED_EVENT,
+    LandingLayout,
+    Unimportable,
+    skipped_payload,
+)
+from fleet_import.publication import EventSink
 
 __all__ = [
     "EVENT_NAME",
@@ -50,6 +62,9 @@ _BACKOFF_MAX_SECONDS = 60.0
 # run_forever looks at `stop` this often, then lets a message in hand finish for this long.
 _STOP_CHECK_SECONDS = 0.1
 _STOP_GRACE_SECONDS = 0.2
+# Event ids accepted lately: a repeat of one is not sent again (S3 and SQS repeat within
+# minutes; a restarted relay sends a repeat, which Prefect and the delivery key absorb).
+_RECENT_EVENT_IDS = 10_000
 # Fixed forever: changing it changes every event id and defeats de-duplication.
 _EVENT_ID_NAMESPACE = uuid.UUID("5b0b3c52-8f5e-4c0e-9f55-2f1d8e7c6a01")
 
@@ -211,6 +226,7 @@ class RelayStats:
     deleted: int = 0
     test_events: int = 0
     skipped: int = 0  # records whose key is outside the landing layout or filtered out
+    duplicates: int = 0  # records whose event this relay had already had accepted
     dead_lettered: int = 0
     emit_failures: int = 0  # messages left on the queue for redelivery
     delete_failures: int = 0
@@ -246,6 +262,7 @@ class Relay:
         key_filter: KeyFilter = _related,
         wait_seconds: int = DEFAULT_WAIT_SECONDS,
         max_messages: int = DEFAULT_MAX_MESSAGES,
+        events: EventSink | None = None,
     ) -> None:
         if not 0 <= wait_seconds <= 20:
             raise InvalidInput(f"wait_seconds must be 0-20 (SQS long polling), not {wait_seconds}")
@@ -259,6 +276,8 @@ class Relay:
         self._key_filter = key_filter
         self._wait_seconds = wait_seconds
         self._max_messages = max_messages
+        self._events = events
+        self._accepted: OrderedDict[uuid.UUID, None] = OrderedDict()
         self.totals = RelayStats()
 
     def poll_once(self, stop: threading.Event | None = None) -> RelayStats:
@@ -312,12 +331,12 @@ class Relay:
             return
         for record in parsed:
             if not self._key_filter(record):
-                logger.info(
-                    "skipped %s (%s): outside the landing layout or filtered out",
-                    record.resource_id,
-                    record.event_name,
-                )
+                self._skip(record, "ignored")
                 stats.skipped += 1
+                continue
+            if record.event_id in self._accepted:
+                self._skip(record, "duplicate")
+                stats.duplicates += 1
                 continue
             try:
                 self._emit(record)
@@ -336,8 +355,39 @@ class Relay:
                 stats.emit_failures += 1
                 return
             stats.emitted += 1
+            self._accepted[record.event_id] = None
+            if len(self._accepted) > _RECENT_EVENT_IDS:
+                self._accepted.popitem(last=False)
             logger.info("emitted %s %s id=%s", EVENT_NAME, record.resource_id, record.event_id)
         self._delete(message, stats)
+
+    def _skip(self, record: S3ObjectCreated, kind: str) -> None:
+        """Log, and announce as fleet.delivery.skipped, a record not relayed."""
+        tenant_id, folder = record.tenant_id, record.folder
+        if kind == "duplicate":
+            reason = f"repeated S3 notification: event {record.event_id} was already relayed"
+        elif record.related:
+            reason = "filtered out by the relay's key filter"
+        else:
+            placed = self._layout.place(record.bucket, record.key)
+            tenant_id, folder = placed.tenant_id, placed.folder
+            reason = placed.reason if isinstance(placed, Unimportable) else "not a delivery"
+        logger.info("skipped %s (%s): %s", record.resource_id, record.event_name, reason)
+        if self._events is None:
+            return
+        payload = skipped_payload(
+            "relay",
+            tenant_id,
+            folder,
+            reason,
+            kind,
+            key=record.resource_id,
+            s3_event_id=str(record.event_id),
+        )
+        try:
+            self._events(DELIVERY_SKIPPED_EVENT, payload)
+        except Exception as exc:  # a trace never holds up the queue
+            logger.warning("could not announce the skip of %s: %s", record.resource_id, exc)
 
     def _delete(self, message: dict[str, Any], stats: RelayStats) -> None:
         try:

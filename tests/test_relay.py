@@ -73,6 +73,16 @@ class Collector:
         self.events.append(record)
 
 
+class Sink:
+    """The relay's event sink: records the fleet.delivery.skipped events it is given."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, name: str, payload: Any) -> None:
+        self.events.append((name, dict(payload)))
+
+
 def _drain(relay: Relay, until: Callable[[RelayStats], bool]) -> RelayStats:
     """Poll until `until(totals)` holds (moto delivers notifications before put returns, but
     a receive may return fewer messages than are waiting)."""
@@ -290,7 +300,8 @@ def test_a_folder_upload_emits_one_event_per_object(
     put_objects(s3, notifying_bucket, {key: b"x" * (i + 1) for i, key in enumerate(_FOLDER_KEYS)})
     s3.put_object(Bucket=notifying_bucket, Key="scratch/notes.txt", Body=b"unrelated")
     events = Collector()
-    relay = _relay(sqs, queue_url, events, dead_letters)
+    skips = Sink()
+    relay = _relay(sqs, queue_url, events, dead_letters, events=skips)
 
     totals = _drain(relay, lambda t: t.emitted == 4 and t.skipped == 1 and t.test_events == 1)
 
@@ -306,6 +317,22 @@ def test_a_folder_upload_emits_one_event_per_object(
         assert event.event_name == "ObjectCreated:Put"
     assert totals.deleted == totals.received == 6 and totals.dead_lettered == 0
     assert _queue_depth(sqs, queue_url) == 0
+    # The object outside the layout leaves a trace an operator can find.
+    etag = s3.head_object(Bucket=notifying_bucket, Key="scratch/notes.txt")["ETag"]
+    assert skips.events == [
+        (
+            "fleet.delivery.skipped",
+            {
+                "source": "relay",
+                "tenant_id": None,
+                "folder": f"s3://{notifying_bucket}/scratch/",
+                "kind": "ignored",
+                "reason": "not in a delivery folder of the layout {tenant}/fleet/{yyyy-mm-dd}/",
+                "key": f"s3://{notifying_bucket}/scratch/notes.txt",
+                "s3_event_id": str(event_id(notifying_bucket, "scratch/notes.txt", etag)),
+            },
+        )
+    ]
 
     time.sleep(1.2)  # past the visibility timeout: nothing deleted may come back
     assert relay.poll_once() == RelayStats()
@@ -313,20 +340,34 @@ def test_a_folder_upload_emits_one_event_per_object(
     assert _lines(dead_letters) == []
 
 
-def test_duplicate_deliveries_carry_the_same_event_id(
+def test_a_repeated_notification_is_relayed_once_and_leaves_a_trace(
     sqs: Any, queue_url: str, dead_letters: FileDeadLetter
 ) -> None:
     body = _body(_record("acme/fleet/2026-07-22/_SUCCESS", etag="feedface"))
     for _ in range(2):
         sqs.send_message(QueueUrl=queue_url, MessageBody=body)
     events = Collector()
+    skips = Sink()
 
-    _drain(_relay(sqs, queue_url, events, dead_letters), lambda t: t.deleted == 2)
+    totals = _drain(
+        _relay(sqs, queue_url, events, dead_letters, events=skips), lambda t: t.deleted == 2
+    )
 
-    assert [e.event_id for e in events.events] == [
-        event_id("fleet-landing", "acme/fleet/2026-07-22/_SUCCESS", "feedface")
-    ] * 2
+    the_id = event_id("fleet-landing", "acme/fleet/2026-07-22/_SUCCESS", "feedface")
+    assert [e.event_id for e in events.events] == [the_id]
+    assert totals.emitted == 1 and totals.duplicates == 1
+    [(name, payload)] = skips.events
+    assert name == "fleet.delivery.skipped"
+    assert payload["kind"] == "duplicate" and payload["source"] == "relay"
+    assert payload["tenant_id"] == "acme"
+    assert payload["folder"] == "s3://fleet-landing/acme/fleet/2026-07-22/"
+    assert payload["reason"] == f"repeated S3 notification: event {the_id} was already relayed"
     assert _queue_depth(sqs, queue_url) == 0
+
+    # A relay that did not see it (restarted) sends it again, with the same id.
+    sqs.send_message(QueueUrl=queue_url, MessageBody=body)
+    _drain(_relay(sqs, queue_url, events, dead_letters), lambda t: t.deleted == 1)
+    assert [e.event_id for e in events.events] == [the_id, the_id]
 
 
 _POISON = [
@@ -422,9 +463,10 @@ def test_a_message_is_deleted_only_when_all_its_records_were_emitted(
     relay = _relay(sqs, queue_url, events, dead_letters)
     _drain(relay, lambda t: t.deleted == 1)
 
-    # The first record is emitted twice (same id), the rest once: at least once, never lost.
-    assert [e.key for e in events.events] == [keys[0], *keys]
-    assert events.events[0].event_id == events.events[1].event_id
+    # Every record is emitted once: the first, accepted before the failure, is a duplicate
+    # when the message comes back; the rest are sent then. At least once, never lost.
+    assert [e.key for e in events.events] == keys
+    assert relay.totals.duplicates == 1
 
 
 def test_an_unexpected_error_keeps_only_that_message(
@@ -483,21 +525,28 @@ def test_default_layout_is_the_documented_one() -> None:
 
 
 def _read_event(event_uuid: uuid.UUID) -> Any:
-    from prefect.client.orchestration import get_client
-    from prefect.events.filters import EventFilter, EventIDFilter, EventOccurredFilter
+    from prefect.events.filters import EventFilter, EventIDFilter
 
-    # Events are persisted asynchronously after the API accepted them.
+    return _read_events(EventFilter(id=EventIDFilter(id=[event_uuid])))
+
+
+def _read_events(query: Any) -> Any:
+    """The events the filter finds, once there are any (events are persisted
+    asynchronously after the API accepted them)."""
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventOccurredFilter
+
     now = datetime.now(UTC)
-    window = EventOccurredFilter(since=now - timedelta(days=1), until=now + timedelta(days=1))
+    query.occurred = EventOccurredFilter(
+        since=now - timedelta(days=1), until=now + timedelta(days=1)
+    )
     deadline = time.monotonic() + 30
     with get_client(sync_client=True) as client:
         while True:
-            page = client.read_events(
-                EventFilter(id=EventIDFilter(id=[event_uuid]), occurred=window), limit=10
-            )
+            page = client.read_events(query, limit=10)
             if page.events:
                 return page.events
-            assert time.monotonic() < deadline, f"event {event_uuid} never stored"
+            assert time.monotonic() < deadline, f"no event matches {query}"
             time.sleep(0.25)
 
 
@@ -539,11 +588,13 @@ def test_the_prefect_emitter_raises_when_the_api_is_unreachable(prefect_api: Non
 def test_the_relay_command_relays_a_folder_to_prefect(
     prefect_api: None, s3: Any, notifying_bucket: str, queue_url: str, moto_endpoint: str, tmp_path
 ) -> None:
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
     from typer.testing import CliRunner
 
     from fleet_cli.cli import app
 
     put_objects(s3, notifying_bucket, {"acme/fleet/2026-07-22/_SUCCESS": b""})
+    put_objects(s3, notifying_bucket, {"acme/fleet/2026-02-30/_SUCCESS": b""})
     sqs_poison = _boto_session().client("sqs", endpoint_url=moto_endpoint, region_name=REGION)
     sqs_poison.send_message(QueueUrl=queue_url, MessageBody="poison")
     dead_file = tmp_path / "dead.jsonl"
@@ -566,3 +617,15 @@ def test_the_relay_command_relays_a_folder_to_prefect(
     [stored] = _read_event(event_id(notifying_bucket, key, head["ETag"]))
     assert stored.resource.id == f"s3://{notifying_bucket}/{key}"
     assert [json.loads(line)["body"] for line in dead_file.read_text().splitlines()] == ["poison"]
+    # The marker of a folder with an impossible date is skipped, with a trace in Prefect.
+    bad = f"s3://{notifying_bucket}/acme/fleet/2026-02-30/"
+    [skipped] = _read_events(
+        EventFilter(
+            event=EventNameFilter(name=["fleet.delivery.skipped"]),
+            resource=EventResourceFilter(id=[f"fleet.delivery.{bad}"]),
+        )
+    )
+    assert skipped.resource["fleet.tenant"] == "acme"
+    assert skipped.resource["fleet.folder"] == bad
+    assert skipped.payload["kind"] == "ignored"
+    assert skipped.payload["reason"] == "'2026-02-30' is not a yyyy-mm-dd date"
