@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_import.batches import BatchRepository, FailureKind
-from fleet_import.config import DEFAULT_NORMALIZE_WORKERS
+from fleet_import.config import DEFAULT_NORMALIZE_WORKERS, Settings
 from fleet_import.contracts import FLEET_DATASETS, ContractSet
 from fleet_import.publication import EventSink, Publisher
 from fleet_import.staging import StagingArea
@@ -46,6 +46,18 @@ class ImportContext:
     events: EventSink = no_event
     progress: Progress = no_progress  # called from the loading and the COPY reader threads
     workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "fleet-import")
+    # The Settings it was built from (runtime.build_runtime): what lets a step's task run in
+    # another process (a Dask worker), on a context rebuilt there from the same settings.
+    settings: Settings | None = None
+    # Built in such a process: normalised files are left in the staging area only.
+    remote: bool = False
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        if self.settings is None:
+            raise TypeError("an ImportContext built without settings cannot leave its process")
+        from fleet_import.runtime import remote_context
+
+        return remote_context, (self.settings,)
 
     def publication_steps(self) -> tuple[str, ...]:
         return tuple(self.publisher.steps) if self.publisher is not None else ()

@@ -10,7 +10,7 @@ import csv
 import hashlib
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fleet_import.batches import CachedFile
@@ -28,6 +28,7 @@ class NormalizedEntry:
     file: NormalizedFile
     cache_hit: bool
     seconds: float
+    staged: str = ""  # the normalised Parquet's name in the staging area
 
 
 def normalize_one(
@@ -36,7 +37,20 @@ def normalize_one(
     """One file of the delivery (the step the driver maps over the manifest)."""
     workdir = ctx.workdir / str(batch_id)
     workdir.mkdir(parents=True, exist_ok=True)
-    return normalize_object(ctx, batch_id, bucket, obj, ctx.contracts[obj.dataset], workdir)
+    entry = normalize_object(ctx, batch_id, bucket, obj, ctx.contracts[obj.dataset], workdir)
+    if ctx.remote:  # a Dask worker: the loader reads the staged copy (`localised`)
+        entry.file.parquet_path.unlink(missing_ok=True)
+        entry.file.parquet_path.with_suffix(".csv").unlink(missing_ok=True)
+    return entry
+
+
+def localised(ctx: ImportContext, entry: NormalizedEntry) -> NormalizedEntry:
+    """The entry with its Parquet on this machine: as it is when normalised here, else
+    fetched from the staging area (normalised on another machine, a Dask worker)."""
+    if entry.file.parquet_path.is_file():
+        return entry
+    local = ctx.staging.get_file(entry.staged, ctx.workdir / "staged" / entry.staged)
+    return replace(entry, file=replace(entry.file, parquet_path=local))
 
 
 def bucket_of(manifest: Manifest) -> str:
@@ -73,7 +87,7 @@ def normalize_object(
             file = NormalizedFile(
                 source_key, contract.name, local, cached.row_count, cached.reject_count, rejects
             )
-            return NormalizedEntry(obj, file, True, time.monotonic() - started)
+            return NormalizedEntry(obj, file, True, time.monotonic() - started, name)
         except StagingError:
             ctx.repo.forget_cached_file(source_key, obj.etag, contract.contract_version)
     if obj.fmt == "parquet":
@@ -107,7 +121,7 @@ def normalize_object(
         ),
         batch_id,
     )
-    return NormalizedEntry(obj, file, False, time.monotonic() - started)
+    return NormalizedEntry(obj, file, False, time.monotonic() - started, name)
 
 
 def read_rejects(path: Path) -> list[Reject]:

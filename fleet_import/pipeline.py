@@ -37,7 +37,13 @@ from fleet_import.context import (
 from fleet_import.errors import LeaseLost, is_transient
 from fleet_import.heartbeat import Heartbeat, leased, release_lease_quietly
 from fleet_import.loading import load_step, reject_step
-from fleet_import.normalising import NormalizedEntry, bucket_of, normalize_object, normalize_one
+from fleet_import.normalising import (
+    NormalizedEntry,
+    bucket_of,
+    localised,
+    normalize_object,
+    normalize_one,
+)
 from fleet_import.scope import Tenant, folder_of_scope, source_scope
 from fleet_import.settle import publish_step, record_commit, recover_committed, settle_failure
 from fleet_import.sources import Manifest, discover
@@ -213,7 +219,10 @@ def _normalised(
     objects = list(manifest.load_order())
     bucket = bucket_of(manifest)
     args = [(ctx, batch_id, bucket, obj) for obj in objects]
-    for done, entry in enumerate(steps.map(STEPS["normalise"], normalize_one, args), start=1):
+    for done, normalised in enumerate(
+        steps.map(STEPS["normalise"], normalize_one, args), start=1
+    ):
+        entry = localised(ctx, normalised)  # normalised elsewhere: read from staging
         heartbeat.check()
         failpoints.hit("after_normalized_file")
         ctx.progress(

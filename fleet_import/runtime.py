@@ -102,5 +102,23 @@ def build_runtime(
         events=events,
         progress=progress,
         workdir=workdir,
+        settings=settings,
     )
     return Runtime(settings, ctx, outbox, publisher)
+
+
+_REMOTE_CONTEXTS: dict[str, ImportContext] = {}
+
+
+def remote_context(settings: Settings) -> ImportContext:
+    """The context an ImportContext unpickles to in another process (a Dask worker running a
+    normalise task): one per settings per process, with a scratch directory of its own, and
+    `remote` set, so that its normalised files live in the staging area only."""
+    password = settings.redshift_password
+    key = settings.model_dump_json() + (password.get_secret_value() if password else "")
+    if key not in _REMOTE_CONTEXTS:
+        ctx = build_runtime(settings).ctx
+        ctx.remote = True
+        ctx.workdir = Path(tempfile.mkdtemp(prefix="fleet-import-remote-"))
+        _REMOTE_CONTEXTS[key] = ctx
+    return _REMOTE_CONTEXTS[key]

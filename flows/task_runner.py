@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from prefect.context import TaskRunContext
 from prefect.futures import PrefectFuture
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
@@ -33,6 +34,7 @@ class SettingsTaskRunner(TaskRunner[PrefectFuture[Any]]):
     def __init__(self) -> None:
         super().__init__()
         self._inner: TaskRunner[Any] | None = None
+        self._remote = False
 
     @property
     def inner(self) -> TaskRunner[Any]:
@@ -50,10 +52,20 @@ class SettingsTaskRunner(TaskRunner[PrefectFuture[Any]]):
         wait_for: Iterable[PrefectFuture[Any]] | None = None,
         dependencies: dict[str, set[Any]] | None = None,
     ) -> PrefectFuture[Any]:
-        return self.inner.submit(task, parameters, wait_for, dependencies)
+        if not self._remote:
+            return self.inner.submit(task, parameters, wait_for, dependencies)
+        # The normalise tasks are submitted from inside the slice load's task, whose run
+        # context (its parameters: a generator, connections) would be shipped with each:
+        # they are submitted as the flow's, from outside it.
+        token = TaskRunContext.__var__.set(None)
+        try:
+            return self.inner.submit(task, parameters, wait_for, dependencies)
+        finally:
+            TaskRunContext.__var__.reset(token)
 
     def map(self, task: Any, parameters: dict[str, Any], wait_for: Any = None) -> Any:
-        return self.inner.map(task, parameters, wait_for)
+        # TaskRunner.map submits each item through self.submit (above), not the inner's.
+        return TaskRunner.map(self, task, parameters, wait_for)
 
     def cancel_all(self) -> None:
         cancel = getattr(self._inner, "cancel_all", None)
@@ -62,7 +74,9 @@ class SettingsTaskRunner(TaskRunner[PrefectFuture[Any]]):
 
     def __enter__(self) -> SettingsTaskRunner:
         super().__enter__()
-        self._inner = chosen_runner(Settings())
+        settings = Settings()
+        self._inner = chosen_runner(settings)
+        self._remote = bool(settings.dask_address)
         self._inner.__enter__()
         self.logger.debug("tasks run on %s", type(self._inner).__name__)
         return self

@@ -4,6 +4,7 @@ missing one is created by the first load that needs it."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -39,11 +40,8 @@ def _limit(name: str):
 
 
 def _delete(name: str) -> None:
-    with get_client(sync_client=True) as client:
-        try:
-            client.delete_global_concurrency_limit_by_name(name)
-        except ObjectNotFound:
-            pass
+    with get_client(sync_client=True) as client, contextlib.suppress(ObjectNotFound):
+        client.delete_global_concurrency_limit_by_name(name)
 
 
 def _until(predicate, what: str) -> None:
