@@ -52,6 +52,9 @@ FORMAT_SUFFIXES: tuple[tuple[str, FileFormat], ...] = (
 )
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 DEFAULT_MAX_REJECT_RATIO = 0.05
+VARCHAR_MAX_BYTES = 65535
+"""The widest string a warehouse column holds: Redshift's VARCHAR(65535), counted in bytes."""
+UTF8_MAX_BYTES_PER_CHAR = 4
 
 
 class ContractError(ConfigurationError):
@@ -128,9 +131,55 @@ class Column(_Contract):
     allowed: tuple[StrictStr, ...] | None = None
     max_length: StrictInt | None = None
 
+    @field_validator("max_length")
+    @classmethod
+    def _length_fits(cls, max_length: int | None) -> int | None:
+        # Refused here, at load, rather than by a CREATE TABLE or a COPY in production.
+        if max_length is None:
+            return None
+        if max_length < 1:
+            raise ContractError(f"must be at least 1, not {max_length}")
+        if max_length * UTF8_MAX_BYTES_PER_CHAR > VARCHAR_MAX_BYTES:
+            most = VARCHAR_MAX_BYTES // UTF8_MAX_BYTES_PER_CHAR
+            raise ContractError(
+                f"{max_length} characters may take {max_length * UTF8_MAX_BYTES_PER_CHAR} "
+                f"bytes in UTF-8, more than a Redshift VARCHAR holds ({VARCHAR_MAX_BYTES} "
+                f"bytes): use at most {most}, or leave max_length out (values are then "
+                f"limited to {VARCHAR_MAX_BYTES} bytes)"
+            )
+        return max_length
+
+    @field_validator("allowed")
+    @classmethod
+    def _allowed_fit(cls, allowed: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if allowed is None:
+            return None
+        if not allowed:
+            raise ContractError("no allowed values: every row would be rejected")
+        longest = max(allowed, key=lambda value: len(value.encode()))
+        if len(longest.encode()) > VARCHAR_MAX_BYTES:
+            raise ContractError(
+                f"allowed value {longest[:20]!r}... takes {len(longest.encode())} bytes in "
+                f"UTF-8, more than a Redshift VARCHAR holds ({VARCHAR_MAX_BYTES} bytes)"
+            )
+        return allowed
+
     @property
     def arrow_type(self) -> pa.DataType:
         return ARROW_TYPES[self.type]
+
+    @property
+    def max_bytes(self) -> int:
+        """The most UTF-8 bytes a value of this string column may take: the width of its
+        Redshift VARCHAR, which counts bytes. The longest allowed value's when `allowed`
+        bounds it, 4 per character of `max_length` (UTF-8's most), else the widest VARCHAR;
+        normalisation rejects longer values, so a COPY never meets one."""
+        bounds = [VARCHAR_MAX_BYTES]
+        if self.allowed is not None:
+            bounds.append(max(1, *(len(value.encode()) for value in self.allowed)))
+        if self.max_length is not None:
+            bounds.append(self.max_length * UTF8_MAX_BYTES_PER_CHAR)
+        return min(bounds)
 
 
 class DatasetContract(_Contract):

@@ -349,6 +349,7 @@ def _constraint_problems(typed: pa.Array, column: Column) -> Problems:
             allowed = pa.array(column.allowed, pa.string())
             outside = pc.and_not(typed.is_valid(), pc.is_in(typed, value_set=allowed))
             problems.append((outside, "not one of: " + ", ".join(column.allowed)))
+        problems += _too_wide(typed, column.max_bytes)
     return problems
 
 
@@ -373,6 +374,15 @@ def _too_long(typed: pa.Array, max_length: int) -> Problems:
         return []
     long = _fill_false(pc.greater(pc.utf8_length(typed), max_length))
     return [(long, f"longer than {max_length} characters")]
+
+
+def _too_wide(typed: pa.Array, max_bytes: int) -> Problems:
+    # Redshift's VARCHAR counts bytes, and one longer value fails the whole COPY.
+    lengths = pc.binary_length(typed)
+    if pc.max(lengths).as_py() <= max_bytes:
+        return []
+    wide = _fill_false(pc.greater(lengths, max_bytes))
+    return [(wide, f"longer than {max_bytes} bytes in UTF-8 (the width of its warehouse column)")]
 
 
 def _fill_false(mask: pa.Array) -> pa.BooleanArray:

@@ -219,3 +219,35 @@ def test_contracts_built_in_python() -> None:
 def test_contract_from_dict_names_the_field() -> None:
     with pytest.raises(ContractError, match=r"^dataset \(tyres\): columns\[3\]\.max_length: "):
         contract_from_dict(_with_column(name="tread_mm", type="float64", max_length="64"))
+
+
+@pytest.mark.parametrize(
+    ("column", "problem"),
+    [
+        (
+            {"max_length": 16384},
+            "columns[0].max_length: 16384 characters may take 65536 bytes in UTF-8, more than a "
+            "Redshift VARCHAR holds (65535 bytes): use at most 16383, or leave max_length out",
+        ),
+        ({"max_length": 0}, "columns[0].max_length: must be at least 1, not 0"),
+        ({"allowed": []}, "columns[0].allowed: no allowed values: every row would be rejected"),
+        (
+            {"allowed": ["ok", "é" * 32768]},
+            "columns[0].allowed: allowed value 'éééééééééééééééééééé'... takes 65536 bytes in "
+            "UTF-8, more than a Redshift VARCHAR holds (65535 bytes)",
+        ),
+    ],
+)
+def test_a_width_no_redshift_varchar_holds_is_refused_at_load(
+    tmp_path: Path, column: dict[str, Any], problem: str
+) -> None:
+    raw = _tyres()
+    raw["columns"][0].update(column)
+    assert f"datasets[1] (tyres): {problem}" in _refusal(tmp_path, raw)
+
+
+def test_string_widths_are_utf8_bytes() -> None:
+    assert Column("a", "string").max_bytes == 65535
+    assert Column("a", "string", max_length=16383).max_bytes == 65532
+    assert Column("a", "string", allowed=("ok", "übel")).max_bytes == 5
+    assert Column("a", "string", allowed=("long enough",), max_length=2).max_bytes == 8

@@ -9,7 +9,15 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from fleet_import.contracts import FLEET_DATASETS, TRIPS, VEHICLES, Column, DatasetContract
+from fleet_import.contracts import (
+    FLEET_DATASETS,
+    TRIPS,
+    VARCHAR_MAX_BYTES,
+    VEHICLES,
+    Column,
+    DatasetContract,
+)
+from fleet_import.warehouse import WarehouseError
 from fleet_import.warehouse import sql as shared
 from fleet_import.warehouse.redshift import ddl, slice_sql
 from fleet_import.warehouse.redshift.ddl import DIALECT
@@ -50,16 +58,61 @@ def test_varchar_lengths_are_bytes() -> None:
     columns = columns_of(parse(ddl.create_table_sql(VEHICLES)))
     assert columns["vin"] == "VARCHAR(68)"  # 17 characters, up to 4 bytes each
     assert columns["vehicle_id"] == "VARCHAR(256)"
+    assert columns["fuel_type"] == "VARCHAR(8)"  # only `allowed`: its longest value, "electric"
+    assert columns["status"] == "VARCHAR(11)"  # "maintenance"
     assert columns["ingestion_batch_id"] == "VARCHAR(36)"
-    unbounded = DatasetContract(
+    widths = DatasetContract(
         name="notes",
         file_glob="n*",
         target_table="curated.notes",
         natural_key=("k",),
-        columns=(Column("k", "string"), Column("huge", "string", max_length=100_000)),
+        columns=(
+            Column("k", "string"),
+            Column("widest", "string", max_length=16383),
+            Column("grade", "string", allowed=("a", "très bien")),  # è is 2 bytes
+            Column("both", "string", allowed=("long enough",), max_length=4),
+        ),
     )
-    columns = columns_of(parse(ddl.create_table_sql(unbounded)))
-    assert columns["k"] == columns["huge"] == f"VARCHAR({ddl.VARCHAR_MAX_BYTES})"
+    columns = columns_of(parse(ddl.create_table_sql(widths)))
+    assert columns["k"] == f"VARCHAR({VARCHAR_MAX_BYTES})"
+    assert columns["widest"] == "VARCHAR(65532)"
+    assert columns["grade"] == "VARCHAR(10)"
+    assert columns["both"] == "VARCHAR(11)"  # the tighter of the two bounds
+
+
+def test_curated_tables_are_sorted_by_slice_and_spread_evenly() -> None:
+    tree = parse(ddl.create_table_sql(TRIPS))
+    properties = {type(p).__name__: p.sql("redshift") for p in tree.args["properties"]}
+    assert properties == {
+        "DistStyleProperty": "DISTSTYLE EVEN",
+        "SortKeyProperty": 'SORTKEY("tenant_id", "source_scope")',
+    }
+
+
+def test_a_grown_contract_widens_its_varchars_and_nothing_else() -> None:
+    def found(contract: DatasetContract) -> list[ddl.TableColumn]:
+        return ddl.expected_columns(contract)
+
+    assert ddl.widen_sql(VEHICLES, found(VEHICLES)) == []
+    grown = VEHICLES.model_copy(
+        update={
+            "columns": tuple(
+                c.model_copy(update={"max_length": 40}) if c.name == "vin" else c
+                for c in VEHICLES.columns
+            )
+        }
+    )
+    [widen] = ddl.widen_sql(grown, found(VEHICLES))
+    assert widen == ('ALTER TABLE "curated"."fleet_vehicles" ALTER COLUMN "vin" TYPE VARCHAR(160)')
+    assert isinstance(parse(widen), exp.Alter)
+    assert ddl.widen_sql(VEHICLES, found(grown)) == []  # a wider column holds every value
+    retyped = [
+        (n, "bigint" if n == "vin" else t, None if n == "vin" else w) for n, t, w in found(VEHICLES)
+    ]
+    with pytest.raises(
+        WarehouseError, match=r"vin bigint, .* expected .*vin character varying\(68\)"
+    ):
+        ddl.widen_sql(VEHICLES, retyped)
 
 
 def test_types_of_every_kind() -> None:

@@ -1,11 +1,14 @@
 """Redshift types and table definitions: curated tables without keys (Redshift would not
-enforce them; slices are found by their stamps), strings as VARCHAR sized in bytes. The
-registry's DDL is the shared one (warehouse.sql) in Redshift types."""
+enforce them; slices are found by their stamps), strings as VARCHAR sized in bytes (the
+contract's `Column.max_bytes`), sorted by tenant and scope, spread evenly. The registry's
+DDL is the shared one (warehouse.sql) in Redshift types."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fleet_import.contracts import Column, DatasetContract
-from fleet_import.warehouse.base import STAMP_COLUMNS
+from fleet_import.warehouse.base import STAMP_COLUMNS, WarehouseError
 from fleet_import.warehouse.sql import (
     REGISTRY_TABLE,
     SQL_TYPES,
@@ -16,10 +19,24 @@ from fleet_import.warehouse.sql import (
     table_name,
 )
 
-VARCHAR_MAX_BYTES = 65535
-_BYTES_PER_CHAR = 4  # Redshift VARCHAR lengths are bytes; UTF-8 needs up to 4 per character
 _STAMP_LENGTHS = (256, 1024, 36)  # tenant_id, source_scope, ingestion_batch_id (a uuid)
 _STRING_TYPE = "character varying"  # a VARCHAR column, as information_schema spells it
+TABLE_ATTRIBUTES = 'DISTSTYLE EVEN SORTKEY ("tenant_id", "source_scope")'
+"""How a curated table is laid out on the cluster.
+
+SORTKEY (tenant_id, source_scope): every statement a slice runs (the replace's DELETE, the
+count that proves it, readers of one tenant) filters on these two; sorted by them, Redshift
+skips every block whose zone map lies outside the slice instead of scanning the table.
+
+DISTSTYLE EVEN: rows are dealt round-robin to the cluster's slices. KEY on tenant_id would put
+each tenant on one node (tenants differ in size by orders of magnitude: skew, and one node
+doing a big tenant's whole load); the datasets share no join column every contract has; ALL
+copies every write to every node; AUTO starts small tables as ALL and redistributes them in
+the background as they grow, a rewrite we would rather not meet mid-load. Stated, because
+changing it later rewrites the table (ALTER DISTSTYLE)."""
+
+TableColumn = tuple[str, str, int | None]
+"""(name, data_type, character_maximum_length), as information_schema.columns reports it."""
 
 DIALECT = Dialect(
     registry_types={
@@ -37,17 +54,52 @@ DIALECT = Dialect(
 def column_type(column: Column) -> str:
     if column.type != "string":
         return SQL_TYPES[column.type].upper()
-    if column.max_length is None:
-        return f"VARCHAR({VARCHAR_MAX_BYTES})"
-    return f"VARCHAR({min(column.max_length * _BYTES_PER_CHAR, VARCHAR_MAX_BYTES)})"
+    return f"VARCHAR({column.max_bytes})"
 
 
-def expected_columns(contract: DatasetContract) -> list[tuple[str, str]]:
-    """(name, information_schema data_type) of the contract's curated table, in order."""
-    spelled = [_STRING_TYPE if c.type == "string" else SQL_TYPES[c.type] for c in contract.columns]
-    return [*zip(contract.column_names, spelled, strict=True)] + [
-        (name, _STRING_TYPE) for name in STAMP_COLUMNS
+def expected_columns(contract: DatasetContract) -> list[TableColumn]:
+    """(name, information_schema data_type, width in bytes) of the contract's curated table,
+    in order; the width is None for other types than VARCHAR."""
+    columns: list[TableColumn] = [
+        (c.name, _STRING_TYPE, c.max_bytes)
+        if c.type == "string"
+        else (c.name, SQL_TYPES[c.type], None)
+        for c in contract.columns
     ]
+    return columns + [
+        (name, _STRING_TYPE, length)
+        for name, length in zip(STAMP_COLUMNS, _STAMP_LENGTHS, strict=True)
+    ]
+
+
+def widen_sql(contract: DatasetContract, found: Sequence[TableColumn]) -> list[str]:
+    """The ALTERs that widen the VARCHARs of an existing curated table to what the contract
+    now allows (a contract that grew). Wider columns are kept: every value fits them. Any
+    other difference (names, order, types) no ALTER mends: WarehouseError, naming it.
+
+    Redshift widens a VARCHAR in place (ALTER TABLE ... ALTER COLUMN ... TYPE) but not
+    inside a transaction block, and not for some encodings (BYTEDICT, RUNLENGTH, TEXT255,
+    TEXT32K): the caller runs these alone and reports a refusal."""
+    expected = expected_columns(contract)
+    shape = [(name, data_type) for name, data_type, _ in expected]
+    if [(name, data_type) for name, data_type, _ in found] != shape:
+        raise WarehouseError(
+            f"table {contract.target_table} does not match dataset {contract.name!r}: has "
+            f"{_spelled(found)}, expected {_spelled(expected)}"
+        )
+    return [
+        f"ALTER TABLE {table_name(contract.target_table)} ALTER COLUMN {quote_identifier(name)} "
+        f"TYPE VARCHAR({width})"
+        for (name, _, width), (_, _, has) in zip(expected, found, strict=True)
+        if width is not None and has is not None and has < width
+    ]
+
+
+def _spelled(columns: Sequence[TableColumn]) -> str:
+    return ", ".join(
+        f"{name} {data_type}{'' if width is None else f'({width})'}"
+        for name, data_type, width in columns
+    )
 
 
 def column_definitions(contract: DatasetContract, *, stamps: bool) -> list[str]:
@@ -67,12 +119,15 @@ def create_table_sql(contract: DatasetContract) -> str:
     """The curated table. No keys: Redshift would not enforce them, and slices are found by
     their stamps."""
     columns = ", ".join(column_definitions(contract, stamps=True))
-    return f"CREATE TABLE IF NOT EXISTS {table_name(contract.target_table)} ({columns})"
+    return (
+        f"CREATE TABLE IF NOT EXISTS {table_name(contract.target_table)} ({columns}) "
+        f"{TABLE_ATTRIBUTES}"
+    )
 
 
 def table_columns_sql(schema: str, relation: str) -> Statement:
     return (
-        "SELECT column_name, data_type FROM information_schema.columns "
+        "SELECT column_name, data_type, character_maximum_length FROM information_schema.columns "
         "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
         [schema, relation],
     )

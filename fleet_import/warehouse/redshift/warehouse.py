@@ -108,24 +108,43 @@ class RedshiftWarehouse(SliceCommitter):
         for contract in contracts:
             check_contract(contract)
 
-        def work(cursor: Cursor) -> None:
+        def work(cursor: Cursor) -> list[str]:
             for statement in create_schemas_sql(contracts):
                 run(cursor, statement)
             run(cursor, create_registry_sql(ddl.DIALECT))
+            widen: list[str] = []
             for contract in contracts:
                 found = run(cursor, ddl.table_columns_sql(*split_table(contract.target_table)))
                 found = [tuple(row) for row in found.fetchall()]
                 if not found:
                     run(cursor, ddl.create_table_sql(contract))
-                elif found != ddl.expected_columns(contract):
-                    raise WarehouseError(
-                        f"table {contract.target_table} does not match dataset "
-                        f"{contract.name!r}: has {found}, expected {ddl.expected_columns(contract)}"
-                    )
+                else:
+                    widen += ddl.widen_sql(contract, found)
+            return widen
 
         # Concurrent CREATE ... IF NOT EXISTS can conflict: a retry sees the table.
-        self._in_transaction(work, _DDL_RETRY_DELAYS_SECONDS)
+        for statement in self._in_transaction(work, _DDL_RETRY_DELAYS_SECONDS):
+            self._widen(statement)
         self._ensured.update((c.target_table, c.contract_version) for c in contracts)
+
+    def _widen(self, statement: str) -> None:
+        """Run one ALTER COLUMN ... TYPE, which Redshift refuses in a transaction block."""
+        log.info("widening a column of a grown contract: %s", statement)
+        conn = self.connect()
+        try:
+            conn.autocommit = True
+            conn.cursor().execute(statement)
+        except driver.DRIVER_ERRORS as exc:
+            error = driver.translate(exc)
+            raise WarehouseError(
+                f"cannot widen a column to its grown contract ({statement}): {error}; "
+                "widen it by hand, or recreate the table",
+                kind=error.kind,
+                code=error.code,
+            ) from None
+        finally:
+            with suppress(*driver.DRIVER_ERRORS):
+                conn.close()
 
     # -- sessions and operator SQL -------------------------------------------------------
 
