@@ -4,6 +4,8 @@ warehouse, Redshift's driver, S3 sources and the staging area)."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,6 +152,125 @@ def test_a_staging_refusal_is_not_made_transient_by_the_redshift_writer(
         writer.load_files(TRIPS, trips.files)
     assert (caught.value.kind, caught.value.code) == (ErrorKind.CONFIGURATION, "NoSuchBucket")
     assert emulator.copies == []
+
+
+# -- Redshift outside SQL: logins, IAM tokens, connections that end ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "code"),
+    [
+        ({"user": "fleet_no_such_user"}, "28000"),  # Redshift answers a bad password so too
+        ({"database": "fleet_no_such_database"}, "3D000"),
+        ({"iam": True, "cluster_identifier": "fleet"}, None),  # IAM needs SSL: the driver refuses
+    ],
+    ids=["unknown user", "unknown database", "IAM without SSL"],
+)
+# redshift_connector leaves the socket of a refused login open for the garbage collector.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_refused_login_is_configuration_and_never_retried(
+    emulator: RedshiftEmulator,
+    s3: Any,
+    staging_bucket: str,
+    caplog: pytest.LogCaptureFixture,
+    settings: dict[str, Any],
+    code: str | None,
+) -> None:
+    """Each used to be retried, the driver's client-side refusals for 22 s (transient)."""
+    redshift = RedshiftWarehouse(
+        emulator.connect_kwargs(**settings),
+        s3=s3,
+        staging_uri=f"s3://{staging_bucket}/r/",
+        iam_role=ROLE,
+        retry_delays=(0.0, 0.0, 0.0),
+    )
+    with caplog.at_level(logging.WARNING), pytest.raises(WarehouseError) as caught:
+        redshift.open_slice(
+            tenant_id="acme", source_scope=SCOPE, batch_id=uuid.uuid4(), contracts=[TRIPS]
+        )
+    assert (caught.value.kind, caught.value.code) == (ErrorKind.CONFIGURATION, code)
+    assert not [r for r in caplog.records if r.name.startswith("fleet_import")]
+
+
+def test_a_session_ended_under_the_driver_is_transient(emulator: RedshiftEmulator, db: Any) -> None:
+    conn = driver.connect(emulator.connect_kwargs(timeout=10))
+    cursor = conn.cursor()
+    cursor.execute("SELECT pg_backend_pid()")
+    db.execute("SELECT pg_terminate_backend(%s, 5000)", cursor.fetchone())  # waits for its end
+    for _ in range(2):  # the first statement finds the socket closed, the next a dead pipe
+        with pytest.raises(driver.DRIVER_ERRORS) as caught:
+            cursor.execute("SELECT 1")
+        assert driver.translate(caught.value).kind is ErrorKind.TRANSIENT
+    with contextlib.suppress(*driver.DRIVER_ERRORS):
+        conn.close()
+
+
+def test_a_cluster_gone_mid_session_is_transient(database_url: str, s3: Any) -> None:
+    with RedshiftEmulator(database_url, s3) as gone:
+        conn = driver.connect(gone.connect_kwargs(timeout=10))
+        conn.cursor().execute("SELECT 1")
+    with pytest.raises(driver.DRIVER_ERRORS) as caught:
+        conn.cursor().execute("SELECT 1")
+    error = driver.translate(caught.value)
+    assert error.kind is ErrorKind.TRANSIENT and "server socket closed" in str(error)
+    with contextlib.suppress(*driver.DRIVER_ERRORS):
+        conn.close()
+
+
+@pytest.fixture
+def iam_login(moto_endpoint: str) -> dict[str, Any]:
+    """IAM login settings whose temporary credentials come from moto's Redshift
+    (GetClusterCredentials), as redshift_connector asks botocore for them."""
+    return {
+        "iam": True,
+        "ssl": True,
+        "host": "fleet.c0ffee123456.us-east-1.redshift.amazonaws.com",  # not resolved
+        "port": 5439,
+        "database": "dev",
+        "db_user": "loader",
+        "cluster_identifier": "fleet-no-such-cluster",
+        "region": "us-east-1",
+        "endpoint_url": moto_endpoint,
+        "iam_disable_cache": True,
+    }
+
+
+def _no_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.mark.parametrize(
+    ("case", "kind", "code"),
+    [
+        ("unknown cluster", ErrorKind.CONFIGURATION, "ClusterNotFound"),
+        ("no AWS credentials", ErrorKind.CONFIGURATION, None),
+        ("no such profile", ErrorKind.CONFIGURATION, None),
+        ("endpoint unreachable", ErrorKind.TRANSIENT, None),
+    ],
+)
+def test_iam_token_errors_are_translated(
+    iam_login: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    case: str,
+    kind: ErrorKind,
+    code: str | None,
+) -> None:
+    """botocore's errors from the IAM login used to leave the driver untranslated."""
+    if case == "no AWS credentials":
+        _no_aws_credentials(monkeypatch, tmp_path)
+    elif case == "no such profile":
+        iam_login["profile"] = "fleet-no-such-profile"
+    elif case == "endpoint unreachable":
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+        iam_login["endpoint_url"] = "http://127.0.0.1:1"
+    with pytest.raises(WarehouseError, match="warehouse") as caught:
+        driver.connect(iam_login)
+    assert (caught.value.kind, caught.value.code) == (kind, code)
 
 
 # -- S3: sources and the staging area ---------------------------------------------------------

@@ -7,13 +7,19 @@ from collections.abc import Mapping
 from typing import Any
 
 import redshift_connector
+from botocore.exceptions import BotoCoreError, ClientError
 
-from fleet_import.error_table import network_kind, sqlstate_kind
+from fleet_import.error_table import classify, client_error_code, network_kind, sqlstate_kind
+from fleet_import.errors import ErrorKind
 from fleet_import.warehouse.base import WarehouseError
 from fleet_import.warehouse.sql import Statement
 
 DRIVER_ERRORS = (redshift_connector.Error, OSError)
 """What redshift_connector raises: its own errors, and socket errors it lets through."""
+_IAM_ERRORS = (BotoCoreError, ClientError)
+"""What its IAM login lets through untranslated: botocore's errors (GetClusterCredentials)."""
+_LOST = ("BrokenPipe", "connection is closed")
+"""How redshift_connector words a connection that ended under it; it gives no code."""
 
 
 def connect(connect_kwargs: Mapping[str, Any]) -> Any:
@@ -22,28 +28,62 @@ def connect(connect_kwargs: Mapping[str, Any]) -> Any:
         conn = redshift_connector.connect(**connect_kwargs)
         conn.autocommit = False
         return conn
+    except _IAM_ERRORS as exc:
+        raise iam_error(exc) from None
     except DRIVER_ERRORS as exc:
-        raise translate(exc) from None
+        raise translate(exc, connecting=True) from None
 
 
-def translate(exc: BaseException) -> WarehouseError:
+def iam_error(exc: BotoCoreError | ClientError) -> WarehouseError:
+    """A failed request for the cluster's temporary credentials (IAM login). It carries only
+    settings (cluster, region, database user, the loader's AWS identity), so what is not
+    transient (throttling, a 5xx, no answer) needs an operator: configuration, never
+    terminal, whatever the code."""
+    kind = classify(exc)
+    code = (client_error_code(exc)[0] or None) if isinstance(exc, ClientError) else None
+    if kind is ErrorKind.TERMINAL:
+        kind = ErrorKind.CONFIGURATION
+    return WarehouseError(
+        f"warehouse IAM login failed ({type(exc).__name__}): {exc}", kind=kind, code=code
+    )
+
+
+def translate(exc: BaseException, *, connecting: bool = False) -> WarehouseError:
     """Driver errors become ours, of the kind the classification table gives them; the
-    message carries SQLSTATE and text, never parameters."""
+    message carries SQLSTATE and text, never parameters.
+
+    Without the server's fields (SQLSTATE), redshift_connector raised on the client side: a
+    socket error or a connection that ended under it is transient (the server rolled back);
+    anything else refused while `connecting` is the connection's settings (IAM without SSL,
+    a server refusing SSL, no password, an unknown authentication method): configuration;
+    after that, a misuse of the driver: terminal."""
+    if isinstance(exc, _IAM_ERRORS):
+        return iam_error(exc)
     if isinstance(exc, OSError):
         return WarehouseError(f"warehouse connection failed: {exc}", kind=network_kind(exc))
     fields = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
-    # Without the server's fields, an interface or operational error is a lost or refused
-    # connection: the server rolled back.
-    lost = isinstance(exc, redshift_connector.InterfaceError | redshift_connector.OperationalError)
-    if lost and not fields:
-        kind = sqlstate_kind(None, connection=True)
-        return WarehouseError(f"warehouse connection failed: {exc.args[:1]}", kind=kind)
+    if not fields:
+        return _client_side(exc, connecting)
     state, message = fields.get("C") or None, fields.get("M", str(exc))
     return WarehouseError(
         f"warehouse error ({type(exc).__name__}, SQLSTATE {state}): {message}",
         kind=sqlstate_kind(state, message),
         code=state,
     )
+
+
+def _client_side(exc: BaseException, connecting: bool) -> WarehouseError:
+    text = str(exc.args[0]) if exc.args else type(exc).__name__
+    cause = next((arg for arg in exc.args[1:] if isinstance(arg, OSError)), None)
+    if cause is not None:  # "communication error", with the socket's error
+        kind = network_kind(cause)
+    elif isinstance(exc, redshift_connector.OperationalError) or text.startswith(_LOST):
+        kind = sqlstate_kind(None, connection=True)  # timed out, or ended under us
+    else:
+        kind = ErrorKind.CONFIGURATION if connecting else ErrorKind.TERMINAL
+    detail = f"{text} ({cause})" if cause is not None else text
+    what = "driver error" if kind is ErrorKind.TERMINAL else "connection failed"
+    return WarehouseError(f"warehouse {what}: {detail}", kind=kind)
 
 
 def session_identity_sql() -> str:
