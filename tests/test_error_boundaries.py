@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import pytest
 import redshift_connector
+from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
 from fleet_import.batches.store import SqlStore
@@ -215,6 +216,47 @@ def test_a_cluster_gone_mid_session_is_transient(database_url: str, s3: Any) -> 
     assert error.kind is ErrorKind.TRANSIENT and "server socket closed" in str(error)
     with contextlib.suppress(*driver.DRIVER_ERRORS):
         conn.close()
+
+
+@pytest.mark.parametrize(
+    ("error", "connecting", "kind"),
+    [
+        (redshift_connector.InterfaceError("Server refuses SSL"), True, ErrorKind.CONFIGURATION),
+        (
+            redshift_connector.InterfaceError("Only %s and %% are supported in the query."),
+            False,
+            ErrorKind.TERMINAL,
+        ),
+        (
+            redshift_connector.InterfaceError("communication error", ConnectionRefusedError(111)),
+            True,
+            ErrorKind.TRANSIENT,
+        ),
+        (
+            redshift_connector.OperationalError("connection time out", TimeoutError()),
+            True,
+            ErrorKind.TRANSIENT,
+        ),
+        (redshift_connector.InterfaceError("connection is closed"), False, ErrorKind.TRANSIENT),
+        (
+            ClientError({"Error": {"Code": "Throttling"}}, "GetClusterCredentials"),
+            True,
+            ErrorKind.TRANSIENT,
+        ),
+        (
+            ClientError({"Error": {"Code": "ExpiredToken"}}, "GetClusterCredentials"),
+            True,
+            ErrorKind.CONFIGURATION,
+        ),
+    ],
+    ids=lambda value: repr(value)[:50] if isinstance(value, Exception) else str(value),
+)
+def test_what_the_driver_raises_without_a_sqlstate(
+    error: Exception, connecting: bool, kind: ErrorKind
+) -> None:
+    """redshift_connector's own refusals carry no SQLSTATE: a lost connection is transient,
+    a refused setting at connect needs an operator, a misuse afterwards is terminal."""
+    assert driver.translate(error, connecting=connecting).kind is kind
 
 
 @pytest.fixture
