@@ -5,6 +5,7 @@ warehouse, Redshift's driver, S3 sources and the staging area)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import uuid
 from collections.abc import Iterator
@@ -191,6 +192,7 @@ def test_a_refused_login_is_configuration_and_never_retried(
         )
     assert (caught.value.kind, caught.value.code) == (ErrorKind.CONFIGURATION, code)
     assert not [r for r in caplog.records if r.name.startswith("fleet_import")]
+    gc.collect()  # that socket, here, where its warning is expected
 
 
 def test_a_session_ended_under_the_driver_is_transient(emulator: RedshiftEmulator, db: Any) -> None:
