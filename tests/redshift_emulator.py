@@ -535,6 +535,9 @@ class RedshiftEmulator:
         """Every SQL text clients sent (Parse and Query), as sent."""
         self.copies: list[str] = []
         """COPY statements that loaded rows."""
+        self.password: str | None = None
+        """When set, logins must present it, as Redshift checks passwords: a wrong one is
+        refused with FATAL 28000 "password authentication failed for user"."""
         self.fail_commits = 0
         """How many coming COMMITs (of transactions that wrote a table) fail with a
         serializable isolation violation."""
@@ -652,4 +655,19 @@ class RedshiftEmulator:
             options.append(b"-c default_transaction_isolation=repeatable\\ read")
             kept += b"TimeZone\0UTC\0options\0" + b" ".join(options) + b"\0"
             packet = struct.pack("!i", _PROTOCOL_3) + kept + b"\0"
+            if not await self._password_ok(reader, writer, pairs.get(b"user", b"").decode()):
+                return None
             return struct.pack("!i", len(packet) + 4) + packet
+
+    async def _password_ok(self, reader: Any, writer: Any, user: str) -> bool:
+        if self.password is None:
+            return True
+        writer.write(_message(b"R", struct.pack("!i", 3)))  # AuthenticationCleartextPassword
+        await writer.drain()
+        kind, body = await _read_message(reader)
+        if kind == b"p" and body.rstrip(b"\0").decode() == self.password:
+            return True
+        message = f'password authentication failed for user "{user}"'
+        writer.write(_message(b"E", _error_body("28000", message).replace(b"SERROR", b"SFATAL")))
+        await writer.drain()
+        return False
