@@ -162,11 +162,12 @@ def test_a_staging_refusal_is_not_made_transient_by_the_redshift_writer(
 @pytest.mark.parametrize(
     ("settings", "code"),
     [
-        ({"user": "fleet_no_such_user"}, "28000"),  # Redshift answers a bad password so too
+        ({"password": "wrong"}, "28000"),
+        ({"user": "fleet_no_such_user"}, "28000"),
         ({"database": "fleet_no_such_database"}, "3D000"),
         ({"iam": True, "cluster_identifier": "fleet"}, None),  # IAM needs SSL: the driver refuses
     ],
-    ids=["unknown user", "unknown database", "IAM without SSL"],
+    ids=["wrong password", "unknown user", "unknown database", "IAM without SSL"],
 )
 # redshift_connector leaves the socket of a refused login open for the garbage collector.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -178,7 +179,8 @@ def test_a_refused_login_is_configuration_and_never_retried(
     settings: dict[str, Any],
     code: str | None,
 ) -> None:
-    """Each used to be retried, the driver's client-side refusals for 22 s (transient)."""
+    """The driver's client-side refusals used to be retried for 22 s (transient)."""
+    emulator.password = emulator.connect_kwargs()["password"]
     redshift = RedshiftWarehouse(
         emulator.connect_kwargs(**settings),
         s3=s3,
