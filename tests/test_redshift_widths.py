@@ -15,10 +15,11 @@ import pytest
 
 from fleet_import.contracts import VARCHAR_MAX_BYTES, VEHICLES, Column, DatasetContract
 from fleet_import.normalize_rows import Reject
-from fleet_import.warehouse import WarehouseError
+from fleet_import.warehouse import DatasetLoad, LoadFile, WarehouseError
 from fleet_import.warehouse.redshift import RedshiftWarehouse
 from tests.normalize_helpers import output, run
 from tests.redshift_emulator import RedshiftEmulator
+from tests.warehouse_helpers import commit
 
 ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
 NOTES = DatasetContract(
@@ -114,4 +115,25 @@ def test_ensure_tables_refuses_a_type_no_alter_can_mend(
         _warehouse(emulator, s3, staging_bucket).ensure_tables([VEHICLES])
     assert "table curated.fleet_vehicles does not match dataset 'vehicles'" in str(caught.value)
     assert "model_year integer" in str(caught.value) and "model_year bigint" in str(caught.value)
+    assert caught.value.transient is False
+
+
+def test_a_normalised_file_loads_where_the_raw_value_would_fail_the_copy(
+    emulator: RedshiftEmulator, s3: Any, staging_bucket: str, tmp_path: Path
+) -> None:
+    """The emulator's COPY counts bytes, as Redshift's does: the over-wide value fails the
+    whole COPY unless normalisation rejected its row first."""
+    redshift = _warehouse(emulator, s3, staging_bucket)
+    redshift.ensure_tables([NOTES])
+    csv = f"id,grade,note\nn1,très bien,{FITS}\nn2,bien,{TOO_WIDE}\n"
+    normalised = run(tmp_path, csv, name="notes.csv", contract=NOTES)
+    done = commit(redshift, [DatasetLoad(NOTES, (LoadFile(normalised.parquet_path),))])
+    assert done.row_counts == {"notes": 1}
+    raw = pa.table(
+        {"id": ["n2"], "grade": ["bien"], "note": [TOO_WIDE], "_source_line": pa.array([3])}
+    )
+    pq.write_table(raw, tmp_path / "raw.parquet")
+    with pytest.raises(WarehouseError) as caught:
+        commit(redshift, [DatasetLoad(NOTES, (LoadFile(tmp_path / "raw.parquet"),))])
+    assert "longer than the length defined in the table" in str(caught.value)
     assert caught.value.transient is False
