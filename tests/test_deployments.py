@@ -9,24 +9,26 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.prefect_server import (
+    PREFECT,
+    REPO,
+    PrefectServer,
+    ServerFailed,
+    output,
+    run,
+)
+from tests.prefect_server import prefect_server as start_prefect_server
+
 PREFECT_YAML = REPO / "prefect.yaml"
-PREFECT = str(Path(sys.executable).with_name("prefect"))
 WORK_POOL = "fleet-process-pool"
 
 # deployment name -> (entrypoint, flow name, required parameters)
@@ -72,9 +74,6 @@ PULL_STEPS = [
 QUEUES = {"backfill": "backfill"}
 JOB_ENV = {"FLEET_NORMALIZE_WORKERS", "FLEET_WAREHOUSE_LOAD_SLOTS", "FLEET_TENANT_LOAD_SLOTS"}
 
-_SERVER_START_TIMEOUT = 90.0
-_SERVER_STOP_TIMEOUT = 15.0
-_COMMAND_TIMEOUT = 180.0
 
 
 def _prefect_yaml() -> dict[str, Any]:
@@ -306,107 +305,24 @@ def test_code_version_pull_step_pins_the_worker(monkeypatch, tmp_path: Path) -> 
 # --- a real server --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PrefectServer:
-    api_url: str
-    client_home: Path
-
-    def env(self, **extra: str) -> dict[str, str]:
-        """A subprocess environment talking to this server only: no PREFECT_* or FLEET_*
-        variables leak in from the developer's shell or profile."""
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(("PREFECT_", "FLEET_"))
-        }
-        env.update(
-            PREFECT_HOME=str(self.client_home),
-            PREFECT_API_URL=self.api_url,
-            PREFECT_SERVER_ANALYTICS_ENABLED="false",
-            COLUMNS="200",
-        )
-        env.update(extra)
-        return env
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_healthy(process: subprocess.Popen[bytes], api_url: str, log: Path) -> None:
-    deadline = time.monotonic() + _SERVER_START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"prefect server exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            if httpx.get(f"{api_url}/health", timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    pytest.fail(f"prefect server not healthy after {_SERVER_START_TIMEOUT}s:\n{log.read_text()}")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the server's process group (uvicorn and its services), SIGKILL if it lingers."""
-    if process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=_SERVER_STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=_SERVER_STOP_TIMEOUT)
-
-
 @pytest.fixture(scope="module")
 def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
     """`prefect server start` on a free port with a private PREFECT_HOME and SQLite file."""
-    root = tmp_path_factory.mktemp("prefect-server")
-    port = _free_port()
-    api_url = f"http://127.0.0.1:{port}/api"
-    server = PrefectServer(api_url=api_url, client_home=root / "client-home")
-    env = server.env(
-        PREFECT_HOME=str(root / "server-home"),
-        PREFECT_SERVER_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{root / 'prefect.db'}",
-        PREFECT_UI_ENABLED="false",
-        PREFECT_LOGGING_LEVEL="WARNING",
-    )
-    env.pop("PREFECT_API_URL")
-    log = root / "server.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            cwd=root,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, killed as a whole
-        )
     try:
-        _wait_healthy(process, api_url, log)
-        yield server
-    finally:
-        _stop(process)
+        with start_prefect_server(tmp_path_factory.mktemp("prefect-server")) as server:
+            yield server
+    except ServerFailed as exc:
+        pytest.fail(str(exc))
 
 
 def _run(
     args: list[str], env: Mapping[str, str], cwd: Path = REPO
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        args,
-        env=dict(env),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=_COMMAND_TIMEOUT,
-    )
+    return run(args, env, cwd)
 
 
 def _output(result: subprocess.CompletedProcess[str]) -> str:
-    return f"exit {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    return output(result)
 
 
 @pytest.fixture(scope="module")
