@@ -68,18 +68,25 @@ def failed(message: str, *, name: str = "Failed", crash: BaseException | None = 
     return Failed(name=name, message=message, data=crash or BusinessFailure(message))
 
 
-class _DropBusinessFailures(logging.Filter):
+class _QuietBusinessFailures(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], BusinessFailure))
+        if record.exc_info and isinstance(record.exc_info[1], BusinessFailure):
+            return False
+        if record.exc_info and record.exc_info[1] is None:
+            # A task that returned its Failed state is logged with exc_info=True outside any
+            # exception, which would print "NoneType: None" under the message.
+            record.exc_info = None
+        return True
 
 
 def quiet_business_failures() -> None:
     """Drop the engine's record of a business failure re-raised from the run's final state
     ("Engine execution exited with unexpected exception" and a traceback): the run already
     logged its Failed state and message. Idempotent; the flow modules call it on import."""
-    run_logger = logging.getLogger("prefect.flow_runs")
-    if not any(isinstance(f, _DropBusinessFailures) for f in run_logger.filters):
-        run_logger.addFilter(_DropBusinessFailures())
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _QuietBusinessFailures) for f in logger.filters):
+            logger.addFilter(_QuietBusinessFailures())
 
 
 quiet_business_failures()
