@@ -7,6 +7,7 @@ from prefect.artifacts import create_table_artifact
 
 from fleet_import.claiming import settle_abandoned_batches
 from flows.common import lease_owner, runtime_for_flow
+from flows.story import tell
 
 
 @flow(name="drain-publications", retries=0)
@@ -32,4 +33,5 @@ def drain_publications(limit: int = 50) -> dict[str, int]:
             [{"batch": str(o.batch_id), "outcome": type(o).__name__} for o in outcomes],
             key="drain-outcomes",
         )
+        tell(rt, [o.batch_id for o in outcomes])
     return counts

@@ -21,6 +21,7 @@ from prefect.states import Failed, State
 
 from fleet_import import pipeline
 from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
+from fleet_import.runtime import Runtime
 from fleet_import.scope import Tenant, source_scope
 from flows.common import (
     TASK_RETRIES,
@@ -33,6 +34,7 @@ from flows.common import (
     tag_flow_run,
 )
 from flows.reporting import failed, publish_artifacts, state_for
+from flows.story import tell
 from flows.task_runner import SettingsTaskRunner
 
 T = TypeVar("T")
@@ -171,11 +173,25 @@ def import_s3_folder(
         logger.info("no work for this delivery: %s", claimed)
         return state_for(claimed)
     logger.info("batch %s holds %s (lease %s)", claimed.batch_id, scope, claimed.owner)
+    _record_run(rt, claimed)
+    tell(rt, [claimed.batch_id])
     rt.ctx.progress = _progress_artifact(scope)
     steps = PrefectSteps()
     try:
         outcome = pipeline.import_batch(rt.ctx, tenant, claimed, steps)
     except LeaseLost as exc:
+        tell(rt, [claimed.batch_id])
         return failed(f"lost the lease on batch {claimed.batch_id}: {exc}")
     publish_artifacts(rt, claimed.batch_id)
+    tell(rt, [claimed.batch_id])
     return state_for(outcome, crash=steps.crash)
+
+
+def _record_run(rt: Runtime, claimed: pipeline.Claimed) -> None:
+    """The batch keeps the flow run that made it (a UI Retry is the same run; a later run
+    continuing a dead one's batch is not the one that made it), for the tenant's table and
+    the batch's story."""
+    run_id = flow_run.get_id()
+    batch = rt.ctx.repo.get(claimed.batch_id)
+    if run_id and batch is not None and "flow_run_id" not in batch.details:
+        rt.ctx.repo.update_details(claimed.batch_id, claimed.owner, {"flow_run_id": run_id})

@@ -12,6 +12,7 @@ from fleet_import.batches import NotResumable
 from fleet_import.resume import resume_batch
 from flows.common import lease_owner, runtime_for_flow
 from flows.reporting import failed, publish_artifacts, state_for
+from flows.story import tell
 
 
 @flow(name="resume-publication", flow_run_name="resume/{batch_id}", retries=0)
@@ -32,6 +33,7 @@ def resume_publication(batch_id: str) -> State:
     if isinstance(outcome, NotResumable):
         return failed(outcome.reason, name="NotResumable")
     publish_artifacts(rt, parsed)
+    tell(rt, [parsed])
     if isinstance(outcome, pipeline.Failed) and outcome.expired:
         # Found only after the batch was running (it died after its commit, or a newer
         # batch committed during the resume): refused all the same.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,7 +12,12 @@ import uuid
 import psycopg
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterKey,
+)
+from prefect.client.schemas.sorting import ArtifactSort
 
 from fleet_import.batches import BatchRepository, BatchStatus
 from fleet_import.sample_data import fleet_delivery, today_folder
@@ -38,6 +44,40 @@ def artifacts_of(flow_run_id: uuid.UUID) -> dict[str, object]:
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
         )
     return {a.key or a.type: a.data for a in artifacts}
+
+
+def latest_artifact(key: str) -> object:
+    """The data of the latest version of an artifact key (its history's current truth)."""
+    from prefect.client.schemas.filters import (
+        ArtifactCollectionFilter,
+        ArtifactCollectionFilterKey,
+    )
+
+    with get_client(sync_client=True) as client:
+        (latest,) = client.read_latest_artifacts(
+            artifact_filter=ArtifactCollectionFilter(key=ArtifactCollectionFilterKey(any_=[key]))
+        )
+    if latest.type == "table" and isinstance(latest.data, str):
+        return json.loads(latest.data)  # a table's rows arrive as JSON text
+    return latest.data
+
+
+def batch_events(batch_id: uuid.UUID, expected: int) -> list:
+    """The `fleet.batch.updated` events of a batch, once `expected` have arrived or 30 s
+    passed (events reach the API's store asynchronously)."""
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+
+    event_filter = EventFilter(
+        event=EventNameFilter(name=["fleet.batch.updated"]),
+        resource=EventResourceFilter(id=[f"fleet.batch.{batch_id}"]),
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        with get_client(sync_client=True) as client:
+            events = client.read_events(filter=event_filter, limit=50).events
+        if len(events) >= expected or time.monotonic() > deadline:
+            return events
+        time.sleep(0.5)
 
 
 def task_run_names(flow_run_id: uuid.UUID, expected: set[str]) -> set[str]:
@@ -251,6 +291,57 @@ def test_publication_failure_then_resume_copies_nothing(
     assert slice_rows(flow_env, "fleet_trips", "acme", folder) == [(batch.id, 30)]
 
 
+def test_a_batch_story_follows_it_from_import_to_resume(
+    flow_env: str, s3, landing_bucket: str, monkeypatch
+) -> None:
+    """`batch-<id>` is the batch's truth whichever run changed it last, and the import
+    run's page shows the resume that finished it; the tenant's table lists the batch."""
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=80, bad_rows=True))
+    monkeypatch.setenv("FLEET_REFRESH_SQL", '["SELECT 1/0"]')
+    failed, import_run = run(import_s3_folder, tenant_id="acme", folder=folder)
+    assert failed.is_failed()
+    (batch,) = BatchRepository(flow_env).list()
+    key = f"batch-{batch.id}"
+    assert batch.details["flow_run_id"] == str(import_run.id)
+    story = str(latest_artifact(key))
+    assert f"# batch {batch.id}: failed (failed\\_publication)" in story
+    assert f"[import/acme/2026-07-22](/runs/flow-run/{import_run.id})" in story
+    assert "division by zero" in story
+
+    monkeypatch.setenv("FLEET_REFRESH_SQL", "[]")
+    resumed, resume_run = run(resume_publication, batch_id=str(batch.id))
+    assert resumed.name == "Completed", resumed.message
+    story = str(latest_artifact(key))
+    assert f"# batch {batch.id}: succeeded (resumed)" in story
+    assert f"(/runs/flow-run/{resume_run.id})" in story  # the run that finished it
+    assert "failure before the resume" in story and "division by zero" in story
+    # The import run's own page shows the news: a version of the story is attached to it.
+    with get_client(sync_client=True) as client:
+        on_import_run = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[import_run.id]),
+                key=ArtifactFilterKey(any_=[key]),
+            ),
+            sort=ArtifactSort.CREATED_DESC,
+        )
+    assert "succeeded (resumed)" in on_import_run[0].data
+
+    (row,) = latest_artifact("tenant-acme-batches")
+    assert row["batch"] == str(batch.id) and row["status"] == "succeeded (resumed)"
+    assert row["rows"] == sum(batch.details["row_counts"].values()) > 0
+    assert row["rejects"] == batch.details["rejects"]["count"] > 0
+    assert row["owns slice"] == "yes" and str(import_run.id) in row["run"]
+
+    events = batch_events(batch.id, expected=3)  # running, failed, succeeded (resumed)
+    assert {e.payload["status"] for e in events} >= {
+        "failed (failed_publication)",
+        "succeeded (resumed)",
+    }
+    for event in events:
+        assert f"prefect.flow-run.{import_run.id}" in {r.id for r in event.related}
+
+
 def test_resume_is_refused_when_a_newer_batch_owns_the_slice(
     flow_env: str, s3, landing_bucket: str, monkeypatch
 ) -> None:
@@ -279,6 +370,10 @@ def test_resume_is_refused_when_a_newer_batch_owns_the_slice(
     refused, _ = run(resume_publication, batch_id=str(old.id))
     assert refused.name == "NotResumable" and "superseded" in refused.message
     assert BatchRepository(flow_env).get(old.id) == superseded
+    # The resume that superseded it told the old batch's story too.
+    assert str(latest_artifact(f"batch-{old.id}")).startswith(f"# batch {old.id}: superseded")
+    statuses = {r["batch"]: r["status"] for r in latest_artifact("tenant-acme-batches")}
+    assert statuses == {str(old.id): "superseded", str(newer.id): "succeeded (resumed)"}
 
 
 def test_an_expiry_found_while_resuming_ends_not_resumable(flow_env: str, monkeypatch) -> None:

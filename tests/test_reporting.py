@@ -170,3 +170,76 @@ def test_already_loaded_names_the_owner_and_has_its_own_code() -> None:
     state = state_for(pipeline.AlreadyLoaded("fleet_s3:s3://b/a/", BATCH))
     assert state.name == "AlreadyLoaded" and str(BATCH) in state.message
     assert exit_code_for(state) == ExitCode.ALREADY_LOADED == 5
+
+
+# -- a batch's story ---------------------------------------------------------------------------
+
+
+def _batch(status: str, **details: Any) -> Any:
+    from fleet_import.batches import BatchStatus
+
+    return SimpleNamespace(
+        id=BATCH,
+        tenant_id="acme_eu",
+        source_scope="fleet_s3:s3://b/acme/fleet/2026-07-22/",
+        business_date=None,
+        status=BatchStatus(status),
+        details=details,
+        updated_at=dt.datetime(2026, 7, 22, 10, 44, tzinfo=dt.UTC),
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "details", "shown"),
+    [
+        ("running", {}, "running"),
+        ("running", {"redshift_committed": True}, "committed"),
+        ("running", {"redshift_committed": True, "resumes": 1}, "committed (resumed)"),
+        ("succeeded", {}, "succeeded"),
+        ("succeeded", {"resumes": 2}, "succeeded (resumed)"),
+        (
+            "failed",
+            {"failure": {"kind": "failed_publication", "error": "x"}},
+            "failed (failed_publication)",
+        ),
+        ("failed", {"superseded_by": str(uuid.uuid4()), "failure": {"kind": "k"}}, "superseded"),
+        ("failed", {"publication_expired": True}, "expired"),
+    ],
+)
+def test_a_batch_story_names_what_the_batch_is_now(status, details, shown) -> None:
+    from flows.story import story_status
+
+    assert story_status(_batch(status, **details)) == shown
+
+
+def test_story_keys_are_valid_artifact_keys() -> None:
+    from prefect.client.schemas.actions import ArtifactCreate
+
+    from flows.story import story_key, tenant_key
+
+    assert tenant_key("acme_eu") == "tenant-acme-eu-batches"
+    for key in (story_key(BATCH), tenant_key("acme_eu")):
+        assert ArtifactCreate(key=key).key == key  # Prefect validates the key
+
+
+def test_the_story_shows_a_failure_verbatim_and_links_the_runs(monkeypatch) -> None:
+    from flows import story
+
+    made, resumed = uuid.uuid4(), uuid.uuid4()
+    monkeypatch.setattr(story, "_this_run", lambda: {resumed})
+    batch = _batch(
+        "succeeded",
+        flow_run_id=str(made),
+        resumes=1,
+        row_counts={"trips": 1200},
+        last_failure={"kind": "failed_publication", "error": "trips [bold]x|y\n# h"},
+    )
+    markdown = story.story_markdown(batch, {made: "import/acme/2026-07-22", resumed: "resume/x"})
+    assert markdown.startswith(f"# batch {BATCH}: succeeded (resumed)\n")
+    assert f"- **made by**: [import/acme/2026-07-22](/runs/flow-run/{made})" in markdown
+    assert f"- **succeeded (resumed) by**: [resume/x](/runs/flow-run/{resumed})" in markdown
+    assert "- **rows**: 1,200 trips" in markdown
+    (failure,) = [line for line in markdown.splitlines() if "failure before the resume" in line]
+    assert (
+        _paragraph(failure.split(": ", 1)[1]) == f"failed_publication: trips [bold]x|y{_NEWLINE}# h"
+    )

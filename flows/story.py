@@ -1,0 +1,221 @@
+"""A batch's story in the Prefect UI, told by whichever flow changes the batch.
+
+`batch-<id>` (markdown) says what the batch is now: running, committed, succeeded, failed,
+resumed, superseded or expired, with the run that made it and the run that changed it
+last. Artifacts of one key form one history across runs, so its latest version is the
+batch's truth; each version is also attached to the run that made the batch, so that
+run's page shows, say, the resume that finished it. `tenant-<tenant>-batches` (a table)
+lists the tenant's recent batches. A `fleet.batch.updated` event, related to the run that
+made the batch, marks each change. None of it may fail a flow: the batch row is the truth,
+these are views of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import ArtifactCreate
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+from prefect.events import emit_event
+from prefect.runtime import flow_run
+
+from fleet_import.batches import Batch, BatchStatus
+from fleet_import.runtime import Runtime
+from flows.reporting import escape_markdown
+
+log = logging.getLogger(__name__)
+
+TENANT_BATCHES_SHOWN = 20
+_SHORT_ID = 8
+
+
+def story_key(batch_id: uuid.UUID) -> str:
+    return f"batch-{batch_id}"
+
+
+def tenant_key(tenant_id: str) -> str:
+    """Artifact keys take lower-case letters, digits and dashes; tenant slugs may hold '_'."""
+    return f"tenant-{tenant_id.replace('_', '-')}-batches"
+
+
+def story_status(batch: Batch) -> str:
+    """The batch's status as an operator asks it: is it still resumable, replaced, done?"""
+    details = batch.details
+    resumed = " (resumed)" if int(details.get("resumes", 0) or 0) else ""
+    if batch.status is BatchStatus.FAILED:
+        if details.get("superseded_by"):
+            return "superseded"
+        if details.get("publication_expired"):
+            return "expired"
+        kind = (details.get("failure") or {}).get("kind")
+        return f"failed ({kind})" if kind else "failed"
+    if batch.status is BatchStatus.SUCCEEDED:
+        return "succeeded" + resumed
+    return ("committed" if details.get("redshift_committed") else "running") + resumed
+
+
+def made_by(batch: Batch) -> uuid.UUID | None:
+    """The flow run that made the batch (recorded when the import flow claims it)."""
+    raw = batch.details.get("flow_run_id")
+    try:
+        return uuid.UUID(str(raw)) if raw else None
+    except ValueError:
+        return None
+
+
+def tell(rt: Runtime, batch_ids: Iterable[uuid.UUID]) -> None:
+    """Publish each batch's story, and the stories of the failed batches each one
+    superseded, then each tenant's table. Never raises."""
+    try:
+        _tell(rt, list(dict.fromkeys(batch_ids)))
+    except Exception as exc:  # noqa: BLE001 - a view of the batch never fails the flow
+        log.warning("could not publish the story of batches %s: %s", batch_ids, exc)
+
+
+def _tell(rt: Runtime, batch_ids: list[uuid.UUID]) -> None:
+    batches = [b for b in (rt.ctx.repo.get(batch_id) for batch_id in batch_ids) if b]
+    told = {b.id for b in batches}
+    for batch in [b for b in batches if b.status is BatchStatus.SUCCEEDED]:
+        for older in rt.ctx.repo.list(tenant=batch.tenant_id, status=BatchStatus.FAILED):
+            if older.details.get("superseded_by") == str(batch.id) and older.id not in told:
+                batches.append(older)
+                told.add(older.id)
+    runs = _run_names({run for b in batches if (run := made_by(b))} | _this_run())
+    for batch in batches:
+        _publish_story(batch, runs)
+    for tenant_id in dict.fromkeys(b.tenant_id for b in batches):
+        _publish_tenant_table(rt, tenant_id)
+
+
+def _this_run() -> set[uuid.UUID]:
+    run_id = flow_run.get_id()
+    return {uuid.UUID(run_id)} if run_id else set()
+
+
+def _run_names(ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
+    if not ids:
+        return {}
+    with get_client(sync_client=True) as client:
+        found = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)))
+    return {run.id: run.name for run in found}
+
+
+def run_link(run_id: uuid.UUID, names: dict[uuid.UUID, str]) -> str:
+    """A markdown link to the run's page (relative: the UI serves the artifact)."""
+    name = escape_markdown(names.get(run_id, str(run_id)))
+    return f"[{name}](/runs/flow-run/{run_id})"
+
+
+def story_markdown(batch: Batch, runs: dict[uuid.UUID, str]) -> str:
+    details = batch.details
+    status = story_status(batch)
+    lines = [f"# batch {batch.id}: {escape_markdown(status)}", ""]
+    facts: list[tuple[str, str]] = [
+        ("tenant", escape_markdown(batch.tenant_id)),
+        ("delivery", escape_markdown(batch.source_scope or batch.business_date or "")),
+    ]
+    counts = details.get("row_counts") or {}
+    if counts:
+        facts.append(("rows", ", ".join(f"{n:,} {escape_markdown(d)}" for d, n in counts.items())))
+    facts.append(("rejects", f"{(details.get('rejects') or {}).get('count', 0):,}"))
+    origin = made_by(batch)
+    if origin:
+        facts.append(("made by", run_link(origin, runs)))
+    this_run = next(iter(_this_run()), None)
+    if this_run and this_run != origin:
+        facts.append((f"{status} by", run_link(this_run, runs)))
+    failure = details.get("failure") or details.get("last_failure")
+    if failure:
+        label = "failure" if details.get("failure") else "failure before the resume"
+        cause = f"{failure.get('kind')}: {failure.get('error')}"
+        facts.append((label, escape_markdown(cause)))
+    if details.get("resumes"):
+        facts.append(("resumes", str(details["resumes"])))
+    if details.get("superseded_by"):
+        facts.append(("superseded by", f"batch {escape_markdown(details['superseded_by'])}"))
+    facts.append(("updated", batch.updated_at.isoformat(timespec="seconds")))
+    lines += [f"- **{label}**: {value}" for label, value in facts]
+    return "\n".join(lines)
+
+
+def _publish_story(batch: Batch, runs: dict[uuid.UUID, str]) -> None:
+    markdown = story_markdown(batch, runs)
+    description = f"batch {batch.id} of {batch.tenant_id}: {story_status(batch)}"
+    origin = made_by(batch)
+    if origin and origin not in _this_run() and origin in runs:
+        # The made-it run's page shows the news too, not only this run's.
+        with get_client(sync_client=True) as client:
+            client.create_artifact(
+                ArtifactCreate(
+                    key=story_key(batch.id),
+                    type="markdown",
+                    data=markdown,
+                    description=description,
+                    flow_run_id=origin,
+                )
+            )
+    create_markdown_artifact(markdown, key=story_key(batch.id), description=description)
+    related = []
+    if origin:
+        related.append(
+            {
+                "prefect.resource.id": f"prefect.flow-run.{origin}",
+                "prefect.resource.role": "flow-run",
+                "prefect.resource.name": runs.get(origin, str(origin)),
+            }
+        )
+    emit_event(
+        event="fleet.batch.updated",
+        resource={
+            "prefect.resource.id": f"fleet.batch.{batch.id}",
+            "prefect.resource.name": f"batch {batch.id}",
+            "fleet.tenant": batch.tenant_id,
+        },
+        related=related,
+        payload={"status": story_status(batch), "made_by_flow_run": str(origin or "")},
+    )
+
+
+def _publish_tenant_table(rt: Runtime, tenant_id: str) -> None:
+    batches = rt.ctx.repo.list(tenant=tenant_id, limit=TENANT_BATCHES_SHOWN)
+    runs = _run_names({run for b in batches if (run := made_by(b))})
+    owners: dict[str, uuid.UUID | None] = {}
+    rows = []
+    for batch in batches:
+        scope = batch.source_scope or ""
+        if scope and scope not in owners:
+            owners[scope] = rt.ctx.warehouse.slice_owner(tenant_id, scope)
+        owner = owners.get(scope)
+        details = batch.details
+        run = made_by(batch)
+        rows.append(
+            {
+                "batch": str(batch.id),
+                "status": story_status(batch),
+                "delivery": _leaf(scope),
+                "rows": sum((details.get("row_counts") or {}).values()),
+                "rejects": (details.get("rejects") or {}).get("count", 0),
+                "owns slice": _owns(batch, owner),
+                "run": f"{runs.get(run, '')} ({run})" if run else "",
+                "updated": batch.updated_at.isoformat(timespec="seconds"),
+            }
+        )
+    create_table_artifact(
+        rows, key=tenant_key(tenant_id), description=f"recent batches of {tenant_id}"
+    )
+
+
+def _owns(batch: Batch, owner: uuid.UUID | None) -> str:
+    if owner == batch.id:
+        return "yes"
+    return f"no: batch {str(owner)[:_SHORT_ID]}" if owner else "no"
+
+
+def _leaf(scope: str) -> str:
+    """`fleet_s3:s3://b/acme/fleet/2026-07-22/` -> `fleet/2026-07-22/`."""
+    parts = scope.rstrip("/").rsplit("/", 2)
+    return "/".join(parts[-2:]) + "/" if len(parts) == 3 else scope
