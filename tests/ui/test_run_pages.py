@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,15 @@ import pytest
 from fleet_import.batches import BatchRepository
 from fleet_import.sample_data import fleet_delivery, today_folder
 from tests.helpers import upload
-from tests.prefect_server import PREFECT, PrefectServer, output, prefect_server, run
-from tests.workers.cluster import WORK_POOL, flow_env, worker
+from tests.prefect_server import (
+    PREFECT,
+    REPO,
+    PrefectServer,
+    output,
+    prefect_server,
+    run,
+    stop_group,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -77,6 +86,39 @@ def ui_server(tmp_path: Path) -> Iterator[PrefectServer]:
     ui = {"PREFECT_UI_ENABLED": "true", "PREFECT_UI_API_URL": "/api"}
     with prefect_server(tmp_path / "prefect", **ui) as server:
         yield server
+
+
+WORK_POOL = "fleet-process-pool"  # prefect.yaml's
+
+
+def _flow_env(database_url: str, moto_endpoint: str, staging_bucket: str) -> dict[str, str]:
+    """What the worker's flow runs read: this test's database and S3."""
+    return {
+        "FLEET_DATABASE_URL": database_url,
+        "FLEET_S3_ENDPOINT_URL": moto_endpoint,
+        "FLEET_STAGING_URI": f"s3://{staging_bucket}/stage/",
+        "FLEET_PROJECT_DIR": str(REPO),
+        "PREFECT_WORKER_QUERY_SECONDS": "1",  # default 10: runs start within a second
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+    }
+
+
+@contextmanager
+def _worker(server: PrefectServer, env: dict[str, str], log: Path) -> Iterator[None]:
+    """`prefect worker start` on the pool, in its own process group."""
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [PREFECT, "worker", "start", "--pool", WORK_POOL, "--type", "process"],
+            env=server.env(**env),
+            cwd=log.parent,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield
+    finally:
+        stop_group(process)
 
 
 def _deploy(server: PrefectServer, env: dict[str, str]) -> None:
@@ -180,7 +222,7 @@ def test_run_pages_show_the_batch_story(
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     page, ui = browser_page, ui_server.api_url.removesuffix("/api")
-    env = flow_env(database_url, moto_endpoint, staging_bucket)
+    env = _flow_env(database_url, moto_endpoint, staging_bucket)
     _deploy(ui_server, env)
     rejected = today_folder(landing_bucket, "acme")
     upload(s3, rejected, fleet_delivery(trips=80, bad_rows=True))
@@ -189,7 +231,7 @@ def test_run_pages_show_the_batch_story(
     repo = BatchRepository(database_url)
     with temporary_settings(updates={PREFECT_API_URL: ui_server.api_url}):
         _on_demand_only()
-        with worker(ui_server, "ui", env, tmp_path, limit=2):
+        with _worker(ui_server, env, tmp_path / "worker.log"):
             first = _run_deployment(IMPORT, {"tenant_id": "acme", "folder": rejected}, {})
             assert first.state.is_completed(), first.state
             second = _run_deployment(
@@ -200,7 +242,7 @@ def test_run_pages_show_the_batch_story(
             resume = _run_deployment(RESUME, {"batch_id": str(failed.id)}, {})
             assert resume.state.is_completed(), resume.state
         # A business failure in the worker's log is its Failed line, not a crash's traceback.
-        worker_log = (tmp_path / "ui.log").read_text()
+        worker_log = (tmp_path / "worker.log").read_text()
         assert "Traceback" not in worker_log and "unexpected exception" not in worker_log
 
         (loaded,) = repo.list(tenant="acme")
