@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -153,13 +154,16 @@ def measure_dlt(spec: dict[str, Any]) -> Measurement:
         dataset_name=spec["dataset"],
         pipelines_dir=workdir,
     )
-    with Window() as window:
-        info = pipeline.run(trips(), loader_file_format="parquet")
+    try:
+        with Window() as window:
+            info = pipeline.run(trips(), loader_file_format="parquet")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     info.raise_on_failed_jobs()
     formats = {
         job.job_file_info.file_format for job in info.load_packages[0].jobs["completed_jobs"]
     }
-    progress(f"dlt: load files {sorted(formats)}")
+    progress(f"dlt: load files {sorted(formats)} (a parquet file is loaded through ADBC)")
     with psycopg.connect(libpq_url(spec["database_url"])) as conn:
         rows = conn.execute(
             sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(spec["dataset"], "trips"))
