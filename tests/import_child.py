@@ -36,7 +36,11 @@ def _warehouse(database_url: str, s3: object) -> Warehouse:
 
     config = json.loads(redshift)
     return RedshiftWarehouse(
-        config["connect"], s3=s3, staging_uri=config["staging_uri"], iam_role=config["iam_role"]
+        config["connect"],
+        s3=s3,
+        staging_uri=config["staging_uri"],
+        iam_role=config["iam_role"],
+        **({"lock_wait_seconds": config["lock_wait"]} if "lock_wait" in config else {}),
     )
 
 

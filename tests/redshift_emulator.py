@@ -149,17 +149,21 @@ class _Session:
         self._lock_since: float | None = None
         self._ended: bytes | None = None  # COMMIT or ROLLBACK, as the server tagged the end
         self._failed = False
+        self._upstream_gone = False
 
     # -- upstream -> client --------------------------------------------------------------
 
     async def relay(self) -> None:
         try:
             await self._relay_messages()
-        except asyncio.IncompleteReadError:
+        except (asyncio.IncompleteReadError, OSError):
             # The upstream session ended (PG_TERMINATE_BACKEND, a crash): Redshift closes
             # the client's connection then, after its FATAL error, and so do we.
             self._end_transaction(committed=False)
             self.client_writer.close()
+            self._upstream_gone = True
+            if self.divert is not None:  # and a query of ours waiting for its answer ends
+                await self.divert.put((b"X", b""))
 
     async def _relay_messages(self) -> None:
         while True:
@@ -206,6 +210,8 @@ class _Session:
 
     async def query(self, sql: str, copy_data: Iterator[bytes] | None = None) -> _Result:
         """Run one simple query upstream (relay diverted to us); feed COPY FROM STDIN."""
+        if self._upstream_gone:
+            raise ConnectionError("the upstream session ended")
         result = _Result()
         self.up_writer.write(_message(b"Q", sql.encode() + b"\0"))
         await self.up_writer.drain()
@@ -233,6 +239,8 @@ class _Session:
                 result.error = result.error or body
             elif kind == b"Z":
                 return result
+            elif kind == b"X":
+                raise ConnectionError("the upstream session ended")
 
     async def raise_upstream(self, message: str, sqlstate: str, detail: str = "") -> bytes:
         """Fail the client's transaction upstream, as the real error would; the ErrorResponse

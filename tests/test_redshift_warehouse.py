@@ -1,6 +1,7 @@
 """RedshiftWarehouse through its real driver (redshift_connector) against the emulator
-(tests/redshift_emulator.py): S3 staging, COPY ... FORMAT AS PARQUET MANIFEST, stamped
-inserts, whole-slice replacement, rollback, retries of serializable conflicts."""
+(tests/redshift_emulator.py, with Redshift's locks and 1023s): S3 staging, COPY ... FORMAT AS
+PARQUET MANIFEST into temp tables, the short locked transaction that replaces the slice,
+rollback, replays of serializable conflicts and of lost sessions."""
 
 from __future__ import annotations
 
@@ -254,7 +255,7 @@ def test_discard_keys_deletes_every_copy_of_a_key(
     assert registry(db, ACME, SCOPE) == {"trips": (str(batch_id), 15)}
 
 
-def test_a_serializable_conflict_at_commit_replays_the_transaction(
+def test_a_serializable_conflict_at_commit_replays_only_the_short_transaction(
     redshift: RedshiftWarehouse,
     emulator: RedshiftEmulator,
     db: psycopg.Connection[Any],
@@ -267,11 +268,71 @@ def test_a_serializable_conflict_at_commit_replays_the_transaction(
     with caplog.at_level(logging.WARNING, logger="fleet_import.warehouse.redshift"):
         new = commit(redshift, fleet_loads(tmp_path / "new", COUNTS))
     assert emulator.fail_commits == 0
-    assert len(emulator.copies) == 6  # every COPY ran again in the replayed transaction
+    assert len(emulator.copies) == 3  # the temp tables survived: no COPY ran again
+    assert redshift.replays == 1
     assert "SQLSTATE XX000): 1023" in caplog.text  # Redshift's shape: XX000, message 1023
     assert stamps(db, "curated.fleet_trips") == {(ACME, SCOPE, str(new.batch_id)): 1_000}
     assert registry(db, ACME, SCOPE)["trips"] == (str(new.batch_id), 1_000)
     assert new.batch_id != old.batch_id
+
+
+def test_a_lost_session_loads_its_temp_tables_again(
+    redshift: RedshiftWarehouse,
+    emulator: RedshiftEmulator,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+) -> None:
+    """The temp tables die with their session: a new session COPYs the staged files again
+    before the short transaction, and reports itself through on_session first."""
+    sessions: list[Any] = []
+    loads = fleet_loads(tmp_path, COUNTS)
+    with redshift.open_slice(
+        tenant_id=ACME,
+        source_scope=SCOPE,
+        batch_id=uuid.uuid4(),
+        contracts=[load.contract for load in loads],
+        on_session=sessions.append,
+    ) as writer:
+        for load in loads:
+            writer.load_files(load.contract, load.files)
+        db.execute("SELECT pg_terminate_backend(%s)", (sessions[0].pid,))
+        result = writer.commit()
+    assert len(sessions) == 2 and sessions[0] != sessions[1]
+    assert len(emulator.copies) == 6 and redshift.replays == 1
+    assert redshift.slice_counts(ACME, SCOPE) == COUNTS == result.row_counts
+
+
+def test_loading_takes_no_lock_another_slice_waits_for(
+    redshift: RedshiftWarehouse,
+    emulator: RedshiftEmulator,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+) -> None:
+    """A slice being loaded holds no lock on a curated table: another tenant's slice of the
+    same tables commits meanwhile, and then the first commits without a conflict."""
+    loads = fleet_loads(tmp_path / "a", COUNTS)
+    with redshift.open_slice(
+        tenant_id=ACME,
+        source_scope=SCOPE,
+        batch_id=uuid.uuid4(),
+        contracts=[load.contract for load in loads],
+    ) as writer:
+        for load in loads:
+            writer.load_files(load.contract, load.files)
+        emulator.lock_holds.clear()
+        other = commit(redshift, fleet_loads(tmp_path / "b", COUNTS), tenant=GLOBEX)
+        assert len(emulator.lock_holds) == 1  # the other slice's short transaction only
+        first = writer.commit()
+    assert redshift.replays == 0
+    assert stamps(db, "curated.fleet_trips") == {
+        (ACME, SCOPE, str(first.batch_id)): 1_000,
+        (GLOBEX, SCOPE, str(other.batch_id)): 1_000,
+    }
+    lock = next(q for q in emulator.queries if q.startswith("LOCK "))
+    assert lock == (
+        'LOCK "curated"."fleet_fuel_transactions", "curated"."fleet_trips", '
+        '"curated"."fleet_vehicles", "curated"."ingestion_slices"'
+    )
 
 
 def test_persistent_conflicts_give_up_transient_and_keep_the_old_slice(
@@ -465,7 +526,9 @@ def test_publication_failure_resumes_without_a_copy(
     assert redshift.slice_counts("acme", resumed.scope)["trips"] == 50
 
 
-def _child_redshift_env(emulator: RedshiftEmulator, staging_bucket: str) -> dict[str, str]:
+def _child_redshift_env(
+    emulator: RedshiftEmulator, staging_bucket: str, **extra: object
+) -> dict[str, str]:
     """What tests.import_child needs to load through the emulator (FLEET_TEST_REDSHIFT)."""
     import json
 
@@ -473,6 +536,7 @@ def _child_redshift_env(emulator: RedshiftEmulator, staging_bucket: str) -> dict
         "connect": emulator.connect_kwargs(password=PASSWORD),
         "staging_uri": f"s3://{staging_bucket}/redshift/",
         "iam_role": ROLE,
+        **extra,
     }
     return {"FLEET_TEST_REDSHIFT": json.dumps(config)}
 
@@ -539,9 +603,11 @@ def test_a_frozen_holder_is_ended_with_pg_terminate_backend(
     db: psycopg.Connection[Any],
     tmp_path: Path,
 ) -> None:
-    """A worker SIGSTOPped inside its slice transaction (its rows written, the registry not
-    yet) keeps its session and locks; once its lease expired, the next delivery ends that
-    session (STV_SESSIONS, PG_TERMINATE_BACKEND) and loads without waiting for the freeze."""
+    """A worker SIGSTOPped inside its short slice transaction, holding its LOCKs on the
+    curated tables and the registry, keeps its session and locks; once its lease expired,
+    the next delivery ends that session (STV_SESSIONS, PG_TERMINATE_BACKEND) and loads
+    without waiting for the freeze. Its registry read, blocked by the LOCK, gives up after
+    lock_wait_seconds instead of waiting for ever."""
     import os
     import signal
     import subprocess
@@ -555,13 +621,13 @@ def test_a_frozen_holder_is_ended_with_pg_terminate_backend(
 
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, fleet_delivery(trips=40, fuel=10, vehicles=5))
-    env = _child_redshift_env(emulator, staging_bucket)
+    env = _child_redshift_env(emulator, staging_bucket, lock_wait=2.0)
     release = tmp_path / "never"
     arguments = [database_url, moto_endpoint, f"s3://{staging_bucket}/stage/", "acme", folder,
                  "d1", "1.5", str(tmp_path / "frozen")]
     frozen = subprocess.Popen(
         [sys.executable, "-m", "tests.import_child", *arguments],
-        env={**os.environ, **env, "FLEET_FAILPOINTS": f"after_staging_rows=wait:{release}"},
+        env={**os.environ, **env, "FLEET_FAILPOINTS": f"slice_locked=wait:{release}"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -573,14 +639,17 @@ def test_a_frozen_holder_is_ended_with_pg_terminate_backend(
             batches = repo.list()
             session = batches[0].details.get("warehouse_session") if batches else None
             row = session and db.execute(
-                "SELECT state, query FROM pg_stat_activity WHERE pid = %s", (session["pid"],)
+                "SELECT state, (SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid AND"
+                " l.mode = 'AccessExclusiveLock' AND l.relation = 'curated.ingestion_slices'"
+                "::regclass) FROM pg_stat_activity a WHERE pid = %s",
+                (session["pid"],),
             ).fetchone()
-            # The last dataset's staging table is dropped last before the failpoint.
-            if row and row[0] == "idle in transaction" and "fleet_stage_vehicles" in row[1]:
+            # Its short transaction LOCKed the registry (and the curated tables) and waits.
+            if row == ("idle in transaction", 1):
                 break
             time.sleep(0.05)
         else:
-            raise AssertionError("the child never reached its failpoint inside the slice")
+            raise AssertionError(f"the child never reached its failpoint inside the slice: {row}")
         os.kill(frozen.pid, signal.SIGSTOP)
         time.sleep(2.0)
         successor = run_import_child(
@@ -610,8 +679,9 @@ def test_a_persistent_conflict_is_retried_by_one_layer_only(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The Redshift writer replays its transaction itself, so the pipeline does not retry
-    the slice on top of it: one attempt and the writer's three replays, not 4 x 4."""
+    """The Redshift writer replays its short transaction itself, so the pipeline does not
+    retry the slice on top of it: one attempt and the writer's three replays, not 4 x 4, and
+    the temp tables loaded once."""
     from fleet_import import loading
     from fleet_import.pipeline import Failed, import_folder
     from fleet_import.sample_data import fleet_delivery, today_folder
@@ -625,5 +695,5 @@ def test_a_persistent_conflict_is_retried_by_one_layer_only(
     emulator.fail_commits = 100
     outcome = import_folder(ctx, Tenant.named("acme"), folder, "d1")
     assert isinstance(outcome, Failed) and "1023" in outcome.error, outcome
-    # Each attempt of the slice transaction runs the COPY of each of its 3 datasets.
-    assert len(emulator.copies) == 4 * 3
+    assert emulator.fail_commits == 100 - 4
+    assert len(emulator.copies) == 3  # each dataset's COPY into its temp table, once

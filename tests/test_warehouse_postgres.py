@@ -241,7 +241,7 @@ def test_commit_loads_three_datasets_typed_and_stamped(
         None,
         None,
         None,
-        "status-3",
+        "completed",  # allowed values cycle: row 3 has the first
     )
     vehicle = db.execute(
         "SELECT model_year, odometer_km, updated_at FROM curated.fleet_vehicles"

@@ -34,6 +34,8 @@ def column_values(column: Column, rows: int, first: int, tag: str) -> pa.Array:
             values: pa.Array = pc.binary_join_element_wise(
                 f"{tag}{column.name}-", pa.array(numbers).cast(pa.string()), ""
             )
+            if column.max_length is not None:  # what a normalised file may hold
+                values = pc.utf8_slice_codeunits(values, 0, column.max_length)
         case "int64":
             values = pa.array(numbers)
         case "float64":

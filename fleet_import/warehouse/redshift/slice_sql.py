@@ -1,6 +1,7 @@
 """SQL only Redshift's slices run: session temp tables that COPY fills from staged Parquet on
-S3, and the insert that stamps their rows into the curated table. Deletes, counts and the
-registry are the shared ones (warehouse.sql).
+S3 (timestamps in them as TIMESTAMP, read as UTC), the LOCK that opens the slice's short
+write transaction, and the insert that stamps the temp tables' rows into the curated tables.
+Deletes, counts and the registry are the shared ones (warehouse.sql).
 
 Values are `%s` parameters (redshift_connector's `format` paramstyle), except the COPY
 source and IAM role, which Redshift accepts only as literals: they are quoted here, and the
@@ -10,20 +11,34 @@ PostgreSQL, so the test emulator only rewrites those two.
 
 from __future__ import annotations
 
-from fleet_import.contracts import DatasetContract
+from collections.abc import Iterable
+
+from fleet_import.contracts import Column, DatasetContract
 from fleet_import.warehouse.base import STAMP_COLUMNS
-from fleet_import.warehouse.redshift.ddl import column_definitions, column_type
+from fleet_import.warehouse.redshift.ddl import column_type
 from fleet_import.warehouse.sql import Statement, quote_identifier, staging_table, table_name
+
+SESSION_UTC_SQL = "SET timezone TO 'UTC'"
+"""The slice's session reads the temp tables' TIMESTAMPs as UTC when it casts them."""
 
 
 def quote_literal(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+def _staging_type(column: Column) -> str:
+    """TIMESTAMP for a timestamptz column: COPY loads Parquet's UTC timestamps into it as
+    they are; the stamped insert casts them to TIMESTAMPTZ in the session's zone, UTC."""
+    return "TIMESTAMP" if column.type == "timestamptz" else column_type(column)
+
+
 def create_staging_sql(contract: DatasetContract) -> str:
     """A session temp table with the contract's columns only, in order: what COPY fills
     from the staged Parquet by position."""
-    columns = ", ".join(column_definitions(contract, stamps=False))
+    columns = ", ".join(
+        f"{quote_identifier(c.name)} {_staging_type(c)}{'' if c.nullable else ' NOT NULL'}"
+        for c in contract.columns
+    )
     return f"CREATE TEMP TABLE {table_name(staging_table(contract))} ({columns})"
 
 
@@ -45,13 +60,38 @@ def copy_sql(table: str, manifest_uri: str, iam_role: str) -> str:
     )
 
 
+def discard_staged_sql(contract: DatasetContract) -> str:
+    """Delete the staged rows whose natural key is in the discard table. Columns are
+    qualified by table name: Redshift's DELETE ... USING takes no alias."""
+    staged = table_name(staging_table(contract))
+    keys = table_name(staging_table(contract, "discard"))
+    match = " AND ".join(
+        f"{staged}.{quote_identifier(k)} = {keys}.{quote_identifier(k)}"
+        for k in contract.natural_key
+    )
+    return f"DELETE FROM {staged} USING {keys} WHERE {match}"
+
+
+def lock_sql(tables: Iterable[str]) -> str:
+    """LOCK the tables in one fixed global order (sorted names), so that two slices never
+    wait for each other's locks in a cycle (AWS: "Potential deadlock situation for
+    concurrent write transactions")."""
+    return "LOCK " + ", ".join(table_name(t) for t in sorted(set(tables)))
+
+
 def insert_stamped_sql(
     contract: DatasetContract, tenant_id: str, source_scope: str, batch_id: str
 ) -> Statement:
     columns = [quote_identifier(c) for c in contract.column_names]
+    values = [
+        f"CAST({quote_identifier(c.name)} AS TIMESTAMPTZ)"
+        if c.type == "timestamptz"
+        else quote_identifier(c.name)
+        for c in contract.columns
+    ]
     stamps = ", ".join(quote_identifier(c) for c in STAMP_COLUMNS)
     return (
         f"INSERT INTO {table_name(contract.target_table)} ({', '.join(columns)}, {stamps}) "
-        f"SELECT {', '.join(columns)}, %s, %s, %s FROM {table_name(staging_table(contract))}",
+        f"SELECT {', '.join(values)}, %s, %s, %s FROM {table_name(staging_table(contract))}",
         [tenant_id, source_scope, batch_id],
     )

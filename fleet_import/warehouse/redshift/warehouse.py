@@ -1,5 +1,6 @@
-"""The Redshift warehouse: normalised Parquet staged on S3, COPYed into temp tables, then
-inserted stamped into the curated tables, all in one transaction per slice (writer.py).
+"""The Redshift warehouse: normalised Parquet staged on S3 and COPYed into session temp
+tables, then inserted stamped into the curated tables in one short transaction per slice
+that LOCKs what it writes (writer.py).
 
 Redshift differs from PostgreSQL where it matters here: COPY reads S3 (not the client's
 stream) and matches Parquet columns by position and count; there are no enforced keys, no
@@ -34,6 +35,10 @@ log = logging.getLogger(__name__)
 
 RETRY_DELAYS_SECONDS: tuple[float, ...] = (0.5, 2.0, 5.0, 15.0)
 """Backoff between attempts of a slice transaction that hit a transient error."""
+LOCK_WAIT_SECONDS = 30.0
+"""How long a statement of this module's own transactions (registry reads, DDL) may run,
+waiting for locks included: a slice commit holds its LOCKs for seconds, but a frozen holder
+holds them until its session is ended, and the reader may be the successor that ends it."""
 _DDL_RETRY_DELAYS_SECONDS: tuple[float, ...] = (0.5, 2.0)
 
 T = TypeVar("T")
@@ -56,6 +61,7 @@ class RedshiftWarehouse(SliceCommitter):
         staging_uri: str,
         iam_role: str,
         retry_delays: Sequence[float] = RETRY_DELAYS_SECONDS,
+        lock_wait_seconds: float = LOCK_WAIT_SECONDS,
     ) -> None:
         if not staging_uri.startswith("s3://"):
             raise WarehouseError(
@@ -66,9 +72,12 @@ class RedshiftWarehouse(SliceCommitter):
         self._staging = StagingArea(staging_uri, s3)
         self._iam_role = iam_role
         self._retry_delays = tuple(retry_delays)
+        self._lock_wait_seconds = lock_wait_seconds
         self._ensured: set[tuple[str, str]] = set()
         self.copies = 0
         """COPY statements run by this instance (a resumed batch must run none)."""
+        self.replays = 0
+        """Slice transactions this instance ran again after a transient failure."""
 
     def __repr__(self) -> str:  # connect_kwargs may hold a password: never shown
         return f"RedshiftWarehouse(host={self._connect_kwargs.get('host')!r})"
@@ -76,12 +85,22 @@ class RedshiftWarehouse(SliceCommitter):
     def connect(self) -> Any:
         return driver.connect(self._connect_kwargs)
 
-    def _in_transaction(self, work: Callable[[Cursor], T], delays: Sequence[float] = ()) -> T:
-        """Run `work` in one transaction, committed; retried whole on transient errors."""
+    def _in_transaction(
+        self,
+        work: Callable[[Cursor], T],
+        delays: Sequence[float] = (),
+        *,
+        limited: bool = True,
+    ) -> T:
+        """Run `work` in one transaction, committed; retried whole on transient errors.
+        `limited`: each statement may take `lock_wait_seconds` at most (statement_timeout)."""
         for attempt in range(len(delays) + 1):
             try:
                 conn = self.connect()
                 try:
+                    if limited:
+                        milliseconds = int(self._lock_wait_seconds * 1000)
+                        run(conn.cursor(), f"SET statement_timeout TO {milliseconds}")
                     result = work(conn.cursor())
                     conn.commit()
                     return result
@@ -159,4 +178,4 @@ class RedshiftWarehouse(SliceCommitter):
 
     def execute(self, statement: str) -> None:
         """Run operator-configured SQL (refresh_dependants: materialized-view refreshes)."""
-        self._in_transaction(lambda cursor: run(cursor, statement) and None)
+        self._in_transaction(lambda cursor: run(cursor, statement) and None, limited=False)

@@ -1,16 +1,25 @@
-"""A Redshift slice replacement in progress: one transaction in which the scope's previous
-rows are deleted, each dataset's files are staged on S3, COPYed into a temp table and inserted
-stamped, and the registry rows are replaced at `commit()`.
+"""A Redshift slice replacement in progress, in two phases on one session:
 
-A writer keeps a journal of what its transaction did, and on a transient failure (a
-serializable isolation violation, a lost connection) replays the whole transaction on a new
-connection (the staged files stay on S3 until the commit).
+1. Loading, without touching a curated table: each dataset's files are staged on S3 and
+   COPYed into a session temp table as they arrive (duplicate keys are deleted there too),
+   each step in a transaction of its own, so nothing of the slice holds a lock on a table
+   another tenant writes.
+2. `commit()`: one short transaction LOCKs every curated table it writes and the slice
+   registry, in one global order, deletes the scope's previous rows, inserts the temp
+   tables' rows stamped, replaces the registry rows and commits: locks are held for the
+   inserts, not for the load.
+
+A serializable isolation violation (1023) or a conflict with a concurrent transaction fails
+only the short transaction: it is run again on the same session (the temp tables survive),
+after a backoff with jitter. A lost session loses the temp tables: the loading steps are
+replayed on a new one from the files still staged on S3, then the short transaction.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -22,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from fleet_import import failpoints
 from fleet_import.contracts import DatasetContract
 from fleet_import.staging import StagingError
 from fleet_import.warehouse.base import (
@@ -34,11 +44,7 @@ from fleet_import.warehouse.base import (
 from fleet_import.warehouse.committer import Cursor, OpenSlice, SliceRequest, run
 from fleet_import.warehouse.redshift import driver, slice_sql
 from fleet_import.warehouse.redshift.ddl import DIALECT
-from fleet_import.warehouse.sql import (
-    delete_keys_sql,
-    drop_table_sql,
-    staging_table,
-)
+from fleet_import.warehouse.sql import REGISTRY_TABLE, drop_table_sql, staging_table
 
 if TYPE_CHECKING:
     from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
@@ -46,7 +52,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Step = Callable[[Cursor], Any]
-"""One part of the slice's transaction, replayable on a new connection."""
+"""One loading step (a transaction of its own), replayable on a new session."""
+RETRY_JITTER = 0.5
+"""Each backoff is stretched by up to this fraction, at random: slices that conflicted
+together do not come back together."""
 
 
 def _iso(value: Any) -> str:
@@ -55,7 +64,8 @@ def _iso(value: Any) -> str:
 
 def _stage_table(files: Iterable[LoadFile], contract: DatasetContract) -> Iterable[pa.Table]:
     """Each file without `_source_line` and its excluded lines: COPY matches Parquet columns
-    by position and count, so the staged file holds exactly the contract's columns."""
+    by position and count, so the staged file holds exactly the contract's columns.
+    Timestamps go as naive UTC, for the temp table's TIMESTAMP columns."""
     for load_file in files:
         try:
             table = pq.read_table(load_file.path)
@@ -65,16 +75,24 @@ def _stage_table(files: Iterable[LoadFile], contract: DatasetContract) -> Iterab
             excluded = pa.array(sorted(load_file.excluded_lines), pa.int64())
             table = table.filter(pc.invert(pc.is_in(table[SOURCE_LINE_COLUMN], excluded)))
         try:
-            yield table.select(contract.column_names).cast(contract.arrow_schema)
+            table = table.select(contract.column_names).cast(contract.arrow_schema)
         except (KeyError, pa.ArrowException) as exc:
             raise WarehouseError(
                 f"normalised file {load_file.path} does not match dataset {contract.name!r}: {exc}"
             ) from exc
+        yield pa.table(
+            [
+                c.cast(pa.timestamp(c.type.unit)) if pa.types.is_timestamp(c.type) else c
+                for c in table.columns
+            ],
+            names=table.column_names,
+        )
 
 
 class RedshiftSliceWriter(OpenSlice):
-    """One slice replacement in progress: an open Redshift transaction in which the scope's
-    previous rows are already deleted. Closing it without `commit()` rolls back."""
+    """One slice replacement in progress: its rows wait in session temp tables; nothing of
+    it is visible, and no curated table is touched, until `commit()`. Closing without it
+    drops the session and its temp tables."""
 
     def __init__(self, warehouse: RedshiftWarehouse, request: SliceRequest) -> None:
         super().__init__(request)
@@ -83,37 +101,41 @@ class RedshiftSliceWriter(OpenSlice):
         self._prefix = f"{request.tenant_id}/{request.batch_id}"
         self._staged: list[str] = []
         self._workdir = tempfile.TemporaryDirectory(prefix="fleet-redshift-")
-        self._journal: list[Step] = []
+        self._loads: list[Step] = []
+        self._tables: set[str] = set()
+        """Datasets whose temp table a loading step created."""
         self._conn: Any = None
         self._open = True
-        self._run(self._clear_slice)
+        self._session()  # the session is recorded before anything is loaded
 
-    # -- the transaction, replayable -----------------------------------------------------
+    # -- the session and its loading steps ---------------------------------------------
 
-    def _run(self, step: Step, *, commit: bool = False) -> Any:
-        """Run `step` in the slice's transaction. On a transient error (serializable
-        isolation violation, lost connection) the transaction is gone: replay every step
-        done so far on a new connection, after a backoff, then this one."""
+    def _session(self) -> Cursor:
+        """The slice's session, opened if needed: its zone set to UTC, recorded through
+        `on_session`, and its temp tables filled again by the loading steps so far."""
+        if self._conn is None:
+            self._conn = self._warehouse.connect()
+            cursor = self._conn.cursor()
+            run(cursor, slice_sql.SESSION_UTC_SQL)
+            on_session = self._request.on_session
+            if on_session is not None:  # each new session, before any lock
+                pid, started = run(cursor, driver.session_identity_sql()).fetchone()
+                on_session(WarehouseSession(int(pid), _iso(started)))
+            for done in self._loads:
+                done(cursor)
+            self._conn.commit()
+        return self._conn.cursor()
+
+    def _attempts(self, work: Callable[[], Any], what: str) -> Any:
+        """Run `work` (which commits what it did); after a transient failure run it again,
+        after a backoff with jitter, on the same session if it survived (its rollback
+        works), else on a new one. Closes the slice on a final failure."""
         if not self._open:
             raise WarehouseError("this slice was already committed or rolled back")
         delays = self._warehouse._retry_delays
         for attempt in range(len(delays) + 1):
             try:
-                if self._conn is None:
-                    self._conn = self._warehouse.connect()
-                    cursor = self._conn.cursor()
-                    on_session = self._request.on_session
-                    if on_session is not None:  # each new session, before any lock
-                        pid, started = run(cursor, driver.session_identity_sql()).fetchone()
-                        on_session(WarehouseSession(int(pid), _iso(started)))
-                    for done in self._journal:
-                        done(cursor)
-                result = step(self._conn.cursor())
-                if commit:
-                    self._conn.commit()
-                else:
-                    self._journal.append(step)
-                return result
+                return work()
             except driver.DRIVER_ERRORS as exc:
                 error = driver.translate(exc)
             except WarehouseError as exc:
@@ -121,17 +143,39 @@ class RedshiftSliceWriter(OpenSlice):
             except BaseException:
                 self.close()
                 raise
-            self._drop_connection()
+            self._roll_back()
             if not error.transient or attempt == len(delays):
                 self.close()
                 raise error from None
-            log.warning("slice transaction failed (%s); replaying it", error)
-            time.sleep(delays[attempt])
+            pause = delays[attempt] * (1 + random.random() * RETRY_JITTER)
+            log.warning("%s failed (%s); replaying it in %.1fs", what, error, pause)
+            self._warehouse.replays += 1
+            time.sleep(pause)
         raise AssertionError("unreachable")
 
-    def _clear_slice(self, cursor: Cursor) -> None:
-        scope = self._request.scope
-        self._clear_previous(cursor, self._warehouse._registry(cursor, *scope))
+    def _load(self, step: Step) -> Any:
+        """Run a loading step in a transaction of its own; keep it for a new session."""
+
+        def work() -> Any:
+            result = step(self._session())
+            self._conn.commit()
+            return result
+
+        result = self._attempts(work, "a slice load")
+        self._loads.append(step)
+        return result
+
+    def _roll_back(self) -> None:
+        """End the failed transaction; a session that cannot is dropped (a new one is
+        opened, and its temp tables filled again, on the next attempt)."""
+        if self._conn is None:
+            return
+        try:
+            self._conn.rollback()
+            run(self._conn.cursor(), "SELECT 1")  # the session is alive, its temp tables too
+            self._conn.rollback()
+        except driver.DRIVER_ERRORS:
+            self._drop_connection()
 
     def _stage(self, name: str, tables: Iterable[pa.Table]) -> tuple[str, int]:
         """Upload Parquet files and their manifest under `{staging}/{tenant}/{batch}/`;
@@ -175,7 +219,7 @@ class RedshiftSliceWriter(OpenSlice):
     # -- the SliceWriter protocol --------------------------------------------------------
 
     def load_files(self, contract: DatasetContract, files: Iterable[LoadFile]) -> int:
-        """Stage the files on S3, COPY them into a temp table, insert them stamped."""
+        """Stage the files on S3 and COPY them into the dataset's temp table."""
         self._check_declared(contract)
         if not self._open:
             raise WarehouseError("this slice was already committed or rolled back")
@@ -187,28 +231,28 @@ class RedshiftSliceWriter(OpenSlice):
             raise
         if not rows:
             return 0
-        stamps = self._stamps
+        first = contract.name not in self._tables
 
         def load(cursor: Cursor) -> None:
-            run(cursor, slice_sql.create_staging_sql(contract))
+            if first:
+                run(cursor, slice_sql.create_staging_sql(contract))
             self._copy(cursor, staging_table(contract), manifest)
-            run(cursor, slice_sql.insert_stamped_sql(contract, *stamps))
-            run(cursor, drop_table_sql(staging_table(contract)))
 
-        self._run(load)
+        self._load(load)
+        self._tables.add(contract.name)
         self.row_counts[contract.name] += rows
         if self._request.progress is not None:
             self._request.progress(contract.name, self.row_counts[contract.name])
         return rows
 
     def discard_keys(self, contract: DatasetContract, keys: pa.Table) -> int:
-        """Delete every row of this batch whose natural key is in `keys`."""
-        if not keys.num_rows:
+        """Delete every staged row of the dataset whose natural key is in `keys`."""
+        if not self._open:
+            raise WarehouseError("this slice was already committed or rolled back")
+        if not keys.num_rows or contract.name not in self._tables:
             return 0
         key_columns = list(contract.natural_key)
         types = {c.name: c.arrow_type for c in contract.columns}
-        if not self._open:
-            raise WarehouseError("this slice was already committed or rolled back")
         try:
             table = keys.select(key_columns).cast(pa.schema([(k, types[k]) for k in key_columns]))
         except (KeyError, pa.ArrowException) as exc:
@@ -219,29 +263,54 @@ class RedshiftSliceWriter(OpenSlice):
         except BaseException:
             self.close()
             raise
-        stamps = self._stamps
         discard = staging_table(contract, "discard")
 
         def delete(cursor: Cursor) -> int:
             run(cursor, slice_sql.create_keys_sql(contract))
             self._copy(cursor, discard, manifest)
-            deleted = run(cursor, delete_keys_sql(contract, *stamps)).rowcount
+            deleted = run(cursor, slice_sql.discard_staged_sql(contract)).rowcount
             run(cursor, drop_table_sql(discard))
             return int(deleted)
 
-        deleted = self._run(delete)
+        deleted = self._load(delete)
         self.row_counts[contract.name] -= deleted
         return deleted
 
     def commit(self) -> SliceCommit:
-        """Register every dataset of the slice under this batch and commit."""
-        statements = self._register_sql(DIALECT, str(self._request.batch_id))
+        """Replace the slice in one short transaction and commit; see the module docstring."""
+        scope = self._request.scope
+        contracts = self._request.contracts.values()
 
-        def register(cursor: Cursor) -> None:
-            for statement in statements:
+        def registered_tables() -> set[str]:
+            cursor = self._session()
+            rows = self._warehouse._registry(cursor, *scope)
+            self._conn.commit()
+            return {table for _, table, _ in rows}
+
+        locked = {REGISTRY_TABLE, *(c.target_table for c in contracts)}
+        locked |= self._attempts(registered_tables, "reading the slice registry")
+
+        def replace() -> None:
+            while True:
+                cursor = self._session()
+                run(cursor, slice_sql.lock_sql(locked))
+                registered = self._warehouse._registry(cursor, *scope)
+                missing = {table for _, table, _ in registered} - locked
+                if not missing:
+                    break
+                # Registered since the registry was read: lock that table too, first.
+                self._conn.rollback()
+                locked.update(missing)
+            failpoints.hit("slice_locked")
+            self._clear_previous(cursor, registered)
+            for contract in contracts:
+                if contract.name in self._tables:
+                    run(cursor, slice_sql.insert_stamped_sql(contract, *self._stamps))
+            for statement in self._register_sql(DIALECT, str(self._request.batch_id)):
                 run(cursor, statement)
+            self._conn.commit()
 
-        self._run(register, commit=True)
+        self._attempts(replace, "the slice commit")
         self.close()
         return SliceCommit(self._request.batch_id, dict(self.row_counts))
 
@@ -254,11 +323,11 @@ class RedshiftSliceWriter(OpenSlice):
                 conn.close()
 
     def close(self) -> None:
-        """Roll back whatever was not committed and give the connection back."""
+        """Drop the session (its temp tables with it) and the staged files."""
         self._open = False
         self._drop_connection()
         self._workdir.cleanup()
         staged, self._staged = self._staged, []
-        if staged:  # needed only until the transaction ends; left behind, only clutter
+        if staged:  # needed only until the slice commits or is given up; left, only clutter
             with suppress(StagingError):
                 self._warehouse._staging.delete(staged)
