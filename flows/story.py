@@ -70,10 +70,11 @@ def made_by(batch: Batch) -> uuid.UUID | None:
 def tell(rt: Runtime, batch_ids: Iterable[uuid.UUID]) -> None:
     """Publish each batch's story, and the stories of the failed batches each one
     superseded, then each tenant's table. Never raises."""
+    ids = list(dict.fromkeys(batch_ids))
     try:
-        _tell(rt, list(dict.fromkeys(batch_ids)))
+        _tell(rt, ids)
     except Exception as exc:  # noqa: BLE001 - a view of the batch never fails the flow
-        log.warning("could not publish the story of batches %s: %s", batch_ids, exc)
+        log.warning("could not publish the story of batches %s: %s", ids, exc)
 
 
 def _tell(rt: Runtime, batch_ids: list[uuid.UUID]) -> None:

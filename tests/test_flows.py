@@ -396,6 +396,41 @@ def test_drain_finishes_committed_batches(flow_env: str, s3, landing_bucket: str
     assert state.result() == {}
 
 
+def test_a_drain_tells_the_story_of_the_batch_it_published(
+    flow_env: str, s3, landing_bucket: str
+) -> None:
+    """An import dies right after its commit (its own process, killed by a failpoint); the
+    drain that publishes the batch updates `batch-<id>` and links itself from it."""
+    from prefect.settings import PREFECT_API_URL
+
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=20))
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": PREFECT_API_URL.value(),
+        "FLEET_FAILPOINTS": "after_operational_commit",
+        "FLEET_LEASE_TTL_SECONDS": "1",  # free for the drain a second after the death
+    }
+    died = subprocess.run(
+        [sys.executable, "-c", _RUN_IN_CHILD, "acme", folder],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert died.returncode == 86, died.stdout + died.stderr[-2000:]
+    (batch,) = BatchRepository(flow_env).list()
+    assert batch.status == BatchStatus.RUNNING and batch.details["redshift_committed"]
+    time.sleep(1.5)  # its lease expires
+
+    state, drain_run = run(drain_publications, limit=10)
+    assert state.is_completed() and sum(state.result().values()) == 1, state.result()
+    story = str(latest_artifact(f"batch-{batch.id}"))
+    assert story.startswith(f"# batch {batch.id}: succeeded\n")
+    assert f"(/runs/flow-run/{drain_run.id})" in story
+    assert f"(/runs/flow-run/{batch.details['flow_run_id']})" in story  # made by the import
+
+
 def test_rerun_of_a_failed_delivery_starts_a_fresh_batch(
     flow_env: str, s3, landing_bucket: str
 ) -> None:
