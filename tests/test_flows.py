@@ -448,6 +448,29 @@ def test_rerun_of_a_failed_delivery_starts_a_fresh_batch(
     assert statuses == ["failed", "succeeded"]
 
 
+def test_a_retry_that_replaces_a_failed_publication_tells_both_stories(
+    flow_env: str, s3, landing_bucket: str, monkeypatch
+) -> None:
+    """The UI's Retry (same delivery key) loads a new batch after a failed publication: the
+    old batch's story says it is superseded, and by which batch; the tenant's table shows
+    which of the two owns the slice."""
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=20))
+    monkeypatch.setenv("FLEET_REFRESH_SQL", '["SELECT 1/0"]')
+    failed, _ = run(import_s3_folder, tenant_id="acme", folder=folder, delivery_key="run-1")
+    assert failed.is_failed()
+    (old,) = BatchRepository(flow_env).list()
+    monkeypatch.setenv("FLEET_REFRESH_SQL", "[]")
+    retried, _ = run(import_s3_folder, tenant_id="acme", folder=folder, delivery_key="run-1")
+    assert retried.name == "Completed", retried.message
+    new = next(b for b in BatchRepository(flow_env).list() if b.id != old.id)
+    story = str(latest_artifact(f"batch-{old.id}"))
+    assert story.startswith(f"# batch {old.id}: superseded\n")
+    assert f"superseded by**: batch {new.id}" in story and "division by zero" in story
+    owners = {r["batch"]: r["owns slice"] for r in latest_artifact("tenant-acme-batches")}
+    assert owners == {str(new.id): "yes", str(old.id): f"no: batch {str(new.id)[:8]}"}
+
+
 def test_the_event_sink_hands_prefect_the_payloads_event_id(prefect_api, monkeypatch) -> None:
     """A repeated notify step repeats `fleet.slice.published` with the same id, which
     Prefect stores once; events without one get Prefect's random id. Prefect's own
