@@ -89,9 +89,11 @@ class SliceCommit:
 
 
 class SliceWriter(Protocol):
-    """A slice replacement in progress (one open warehouse transaction). Files are loaded
-    as they become ready; nothing is visible until `commit()`; closing without it rolls
-    back. A context manager."""
+    """A slice replacement in progress. Files are loaded as they become ready; nothing is
+    visible until `commit()`, which replaces the slice atomically; closing without it
+    discards everything. A context manager. Where the rows wait meanwhile is the backend's:
+    PostgreSQL streams them into its open slice transaction, Redshift into session temp
+    tables, locking the curated tables only inside `commit()`."""
 
     row_counts: dict[str, int]
 

@@ -137,9 +137,8 @@ class SliceCommitter:
         progress: Progress | None = None,
         on_session: SessionSink | None = None,
     ) -> SliceWriter:
-        """Start replacing the scope's slice: the old rows go inside a transaction that
-        stays open while files are loaded one by one (as they are normalised), and only
-        `commit()` makes the new slice visible."""
+        """Start replacing the scope's slice: files are loaded one by one (as they are
+        normalised), and only `commit()` makes the new slice visible (see SliceWriter)."""
         check_loads([DatasetLoad(c, ()) for c in contracts])
         missing = [
             c for c in contracts if (c.target_table, c.contract_version) not in self._ensured
