@@ -19,7 +19,8 @@ import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 PREFECT = str(Path(sys.executable).with_name("prefect"))
-SERVER_START_TIMEOUT = 90.0
+# Generous: on PostgreSQL the server runs all its migrations first, on a busy host slowly.
+SERVER_START_TIMEOUT = 240.0
 _SERVER_STOP_TIMEOUT = 15.0
 COMMAND_TIMEOUT = 180.0
 
