@@ -173,11 +173,11 @@ def import_s3_folder(
         logger.info("no work for this delivery: %s", claimed)
         return state_for(claimed)
     logger.info("batch %s holds %s (lease %s)", claimed.batch_id, scope, claimed.owner)
-    _record_run(rt, claimed)
-    tell(rt, [claimed.batch_id])
     rt.ctx.progress = _progress_artifact(scope)
     steps = PrefectSteps()
     try:
+        _record_run(rt, claimed)
+        tell(rt, [claimed.batch_id])
         outcome = pipeline.import_batch(rt.ctx, tenant, claimed, steps)
     except LeaseLost as exc:
         tell(rt, [claimed.batch_id])
