@@ -114,3 +114,36 @@ def test_a_load_holds_a_slot_of_each_limit_while_it_commits(
     assert state.is_completed(), state.message
     assert _limit(WAREHOUSE_LOADS_LIMIT).active_slots == 0
     assert _limit(tenant_limit(tenant)).active_slots == 0
+
+
+def test_a_tenant_with_its_slots_taken_waits_without_taking_a_global_slot(
+    flow_env: str, s3, landing_bucket: str, monkeypatch
+) -> None:
+    """Fairness: while the tenant's one slot is held (its backfill), the tenant's next
+    load waits, and waits holding no slot of the global limit, which stays free for the
+    other tenants; once the slot frees, the load goes on."""
+    from prefect.concurrency.sync import concurrency
+
+    from blocks.limits import ensure_limit
+
+    tenant = "limits-busy"
+    _delete(tenant_limit(tenant))
+    ensure_limit(tenant_limit(tenant), 1)
+    ensure_limit(WAREHOUSE_LOADS_LIMIT, 4)
+    folder = today_folder(landing_bucket, tenant)
+    upload(s3, folder, fleet_delivery(trips=20))
+    states = []
+    with concurrency(tenant_limit(tenant), occupy=1, strict=True):
+        run = threading.Thread(
+            target=lambda: states.append(
+                import_s3_folder(tenant_id=tenant, folder=folder, return_state=True)
+            )
+        )
+        run.start()
+        time.sleep(8)  # time enough to claim, discover and ask for the slots
+        assert run.is_alive() and not states
+        assert _limit(WAREHOUSE_LOADS_LIMIT).active_slots == 0
+        assert _limit(tenant_limit(tenant)).active_slots == 1  # ours, not the load's
+    run.join(timeout=_WAIT_SECONDS)
+    [state] = states
+    assert state.is_completed(), state.message
