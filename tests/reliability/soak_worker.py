@@ -128,9 +128,9 @@ def import_through_flow(
     outcomes: list[object] = []
     state_for = module.state_for
 
-    def recording_state_for(outcome: object):
+    def recording_state_for(outcome: object, **kwargs: object):
         outcomes.append(outcome)
-        return state_for(outcome)
+        return state_for(outcome, **kwargs)
 
     module.runtime_for_flow = lambda **_: runtime
     module.state_for = recording_state_for

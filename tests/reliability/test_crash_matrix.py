@@ -86,12 +86,16 @@ CASES = [
 
 
 def test_every_failpoint_in_the_code_is_in_the_matrix() -> None:
-    """A failpoint added to the code without a crash case here fails this test."""
+    """A failpoint added to the code without a crash case here fails this test. The matrix
+    runs on PostgreSQL: the Redshift writer's own points are exercised through the emulator
+    in tests/test_redshift_warehouse.py."""
     import re
 
     root = Path(__file__).resolve().parents[2] / "fleet_import"
     names: set[str] = set()
     for path in root.rglob("*.py"):
+        if root / "warehouse" / "redshift" in path.parents:
+            continue
         for match in re.finditer(r"failpoints\.hit\(\"([^\"]+)\"(, [^)]+)?\)", path.read_text()):
             name, detail = match.groups()
             if detail:  # a per-step point: expand it over the default steps
