@@ -8,7 +8,9 @@ What it changes on the way (everything else is forwarded byte for byte):
   client_protocol_version, ...) are dropped; sessions run in UTC at REPEATABLE READ;
 - ParameterStatus `server_version` reads `8.0.2`, as Redshift reports (the driver parses it);
 - `GETDATE()` becomes `LOCALTIMESTAMP` (Redshift-only function); the table attributes that
-  lay rows out on a cluster (`DISTSTYLE`, `DISTKEY`, `SORTKEY`) are dropped;
+  lay rows out on a cluster (`DISTSTYLE`, `DISTKEY`, `SORTKEY`) are dropped, and a SORTKEY's
+  columns get an index instead, which skips rows outside a slice as Redshift's zone maps skip
+  blocks;
 - `COPY t FROM 's3://...' IAM_ROLE '...' FORMAT AS PARQUET [MANIFEST]` is executed here, at
   Execute time (the driver prepares each SQL text once per connection and re-binds it):
   the Parquet objects are read from S3 (moto), their column count checked against the
@@ -92,9 +94,28 @@ _VIOLATION_DETAIL = (
 )
 
 
+_SORTKEY = re.compile(r"\bSORTKEY\s*\((?P<columns>[^)]*)\)", re.IGNORECASE)
+_CREATE_TABLE = re.compile(
+    r"^\s*CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?"
+    r"(?P<table>(?:\"(?:[^\"]|\"\")+\"|[\w$]+)(?:\.(?:\"(?:[^\"]|\"\")+\"|[\w$]+))?)",
+    re.IGNORECASE,
+)
+
+
 def _postgres(sql: str) -> str:
-    """Redshift-only syntax in `sql` in PostgreSQL's words (see the module docstring)."""
-    return _GETDATE.sub("LOCALTIMESTAMP", _LAYOUT.sub("", sql))
+    """Redshift-only syntax in `sql` in PostgreSQL's words (see the module docstring). A
+    table's SORTKEY lets Redshift skip the blocks outside a slice (zone maps); PostgreSQL
+    needs an index on those columns to do the same, created with the table."""
+    text = _GETDATE.sub("LOCALTIMESTAMP", _LAYOUT.sub("", sql))
+    sortkey, create = _SORTKEY.search(sql), _CREATE_TABLE.match(sql)
+    if not (sortkey and create) or "$emulator$" in text:
+        return text
+    table = create["table"]
+    name = table.rsplit(".", 1)[-1].strip('"') + "_sortkey"
+    return (
+        f"DO $emulator$BEGIN {text}; CREATE INDEX IF NOT EXISTS {_identifier(name)} "
+        f"ON {table} ({sortkey['columns']}); END$emulator$"
+    )
 
 
 def _message(kind: bytes, body: bytes = b"") -> bytes:
