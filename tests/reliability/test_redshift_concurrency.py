@@ -93,7 +93,9 @@ def test_sixteen_tenants_import_at_once(
             for source in sources
             # Redshift's stamp column is a VARCHAR: the owner as its text.
             for problem in slice_differences(
-                conn, source, str(outcomes[source.tenant_id].batch_id)  # type: ignore[arg-type]
+                conn,
+                source,
+                str(outcomes[source.tenant_id].batch_id),  # type: ignore[arg-type]
             )
         ]
     assert problems == []
