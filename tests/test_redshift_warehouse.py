@@ -346,6 +346,7 @@ def test_persistent_conflicts_give_up_transient_and_keep_the_old_slice(
     with pytest.raises(WarehouseError, match="XX000.*1023") as caught:
         commit(redshift, fleet_loads(tmp_path / "new", {"trips": 20}))
     assert caught.value.transient is True
+    assert "Serializable isolation violation on table" in str(caught.value)  # the detail
     assert emulator.fail_commits == 6  # one attempt and three retries
     assert stamps(db, "curated.fleet_trips") == {(ACME, SCOPE, str(old.batch_id)): 10}
 

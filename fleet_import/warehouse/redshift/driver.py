@@ -48,6 +48,9 @@ def iam_error(exc: BotoCoreError | ClientError) -> WarehouseError:
     )
 
 
+_INTERNAL = "XX000"  # Redshift's internal errors: 1023, load errors
+
+
 def translate(exc: BaseException, *, connecting: bool = False) -> WarehouseError:
     """Driver errors become ours, of the kind the classification table gives them; the
     message carries SQLSTATE and text, never parameters.
@@ -65,6 +68,10 @@ def translate(exc: BaseException, *, connecting: bool = False) -> WarehouseError
     if not fields:
         return _client_side(exc, connecting)
     state, message = fields.get("C") or None, fields.get("M", str(exc))
+    if state == _INTERNAL and fields.get("D"):
+        # Redshift's own errors say what went wrong only in the detail ("1023" alone tells
+        # an operator nothing); it names tables and transactions, never row values.
+        message = f"{message}: {fields['D'].strip()}"
     return WarehouseError(
         f"warehouse error ({type(exc).__name__}, SQLSTATE {state}): {message}",
         kind=sqlstate_kind(state, message),
