@@ -8,7 +8,6 @@ artifacts a data engineer reads in the UI.
 
 from __future__ import annotations
 
-import functools
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -17,7 +16,7 @@ from prefect import Task, flow, get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
-from prefect.states import Failed, State
+from prefect.states import State
 
 from fleet_import import pipeline
 from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
@@ -33,7 +32,7 @@ from flows.common import (
     runtime_for_flow,
     tag_flow_run,
 )
-from flows.reporting import failed, publish_artifacts, state_for
+from flows.reporting import failed, foreseen_as_state, publish_artifacts, state_for
 from flows.story import tell
 from flows.task_runner import SettingsTaskRunner
 
@@ -47,24 +46,6 @@ def _run_name() -> str:
     folder = str(parameters.get("folder", ""))
     leaf = folder.rstrip("/").rsplit("/", 1)[-1] or folder
     return f"import/{parameters.get('tenant_id', '?')}/{leaf}"
-
-
-def _foreseen_as_state(fn: Callable[..., T]) -> Callable[..., T | State]:
-    """A foreseen failure of a step (a fleet-import error Prefect is not to retry) becomes
-    the task's Failed state: raised, Prefect's engine would log it with a traceback, as a
-    crash, in this task and again in each task waiting on it. A transient error is still
-    raised (Prefect retries it); anything else is a bug, raised and logged in full."""
-
-    @functools.wraps(fn)
-    def step(*args: Any, **kwargs: Any) -> T | State:
-        try:
-            return fn(*args, **kwargs)
-        except FleetImportError as exc:
-            if exc.transient:
-                raise
-            return Failed(message=f"{type(exc).__name__}: {exc}", data=exc)
-
-    return step
 
 
 class PrefectSteps:
@@ -90,7 +71,7 @@ class PrefectSteps:
             if step.name == "commit-slice":  # one warehouse load slot, one of the tenant's
                 fn = holding_load_slots(fn)
             self._tasks[key] = task(
-                _foreseen_as_state(fn),
+                foreseen_as_state(fn),
                 name=step.name,
                 task_run_name=_RUN_NAMES.get(step.name),
                 cache_policy=NO_CACHE,

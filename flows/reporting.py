@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import IntEnum
 from types import MappingProxyType
+from typing import Any, TypeVar
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.states import Completed, Failed, State
 
 from fleet_import import pipeline
+from fleet_import.errors import FleetImportError
 from fleet_import.runtime import Runtime
+
+T = TypeVar("T")
 
 _REJECTS_SHOWN = 20
 _REJECT_VALUE_SHOWN = 60
@@ -66,6 +71,24 @@ class BusinessFailure(Exception):
 def failed(message: str, *, name: str = "Failed", crash: BaseException | None = None) -> State:
     """A Failed state that is quiet in a worker's log, unless `crash` says it is a bug."""
     return Failed(name=name, message=message, data=crash or BusinessFailure(message))
+
+
+def foreseen_as_state(fn: Callable[..., T]) -> Callable[..., T | State]:
+    """A foreseen failure of a step (a fleet-import error Prefect is not to retry) becomes
+    the task's Failed state: raised, Prefect's engine would log it with a traceback, as a
+    crash, in this task and again in each task waiting on it. A transient error is still
+    raised (Prefect retries it); anything else is a bug, raised and logged in full."""
+
+    @functools.wraps(fn)
+    def step(*args: Any, **kwargs: Any) -> T | State:
+        try:
+            return fn(*args, **kwargs)
+        except FleetImportError as exc:
+            if exc.transient:
+                raise
+            return Failed(message=f"{type(exc).__name__}: {exc}", data=exc)
+
+    return step
 
 
 class _QuietBusinessFailures(logging.Filter):

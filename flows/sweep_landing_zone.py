@@ -15,6 +15,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.deployments import run_deployment
+from prefect.states import State
 
 from fleet_import import sweep
 from fleet_import.batches.sweep_repository import SweepRepository
@@ -29,6 +30,7 @@ from flows.common import (
     prefect_event_sink,
     retry_if_transient,
 )
+from flows.reporting import failed, foreseen_as_state
 
 DEFAULT_IMPORT_DEPLOYMENT = "import-s3-folder/import-s3-folder"
 # The artifact is for reading: a landing zone of years of daily folders would make a table
@@ -44,6 +46,7 @@ _ARTIFACT_MAX_ROWS = 500
     retry_condition_fn=retry_if_transient,
     cache_policy=NO_CACHE,
 )
+@foreseen_as_state
 def find_ready_folders(
     bucket: str, prefix: str, layout: str, rule: sweep.CompletionRule, lookback_days: int
 ) -> sweep.Scan:
@@ -114,7 +117,7 @@ def sweep_landing_zone(
     layout: str = DEFAULT_PATTERN,
     deployment: str = DEFAULT_IMPORT_DEPLOYMENT,
     lookback_days: int | None = None,
-) -> dict[str, int]:
+) -> dict[str, int] | State:
     """Start an import for every complete landing folder whose current content has not
     been loaded, at most one run per delivery however many sweeps and events overlap.
 
@@ -145,7 +148,10 @@ def sweep_landing_zone(
         quiet_seconds=quiet_seconds,
         marker_grace_seconds=marker_grace_seconds,
     )
-    scan = find_ready_folders(bucket, prefix, layout, rule, lookback_days)
+    scanned = find_ready_folders(bucket, prefix, layout, rule, lookback_days, return_state=True)
+    if scanned.is_failed():  # e.g. no such bucket: the run says so, without a traceback
+        return failed(f"sweep of s3://{bucket}/{prefix} failed: {scanned.message}")
+    scan = scanned.result()
     if lookback_days and scan.window is None:
         logger.warning("layout %r names no date: the lookback window cannot apply", layout)
     plan = plan_sweep(scan)

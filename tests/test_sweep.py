@@ -689,3 +689,22 @@ def _read_events(name: str, resource_id: str, count: int) -> list[Any]:
                 return events
             assert time.monotonic() < deadline, f"{len(events)} of {count} {name} events stored"
             time.sleep(0.25)
+
+
+def test_a_sweep_of_a_missing_bucket_fails_with_its_reason_and_no_traceback(
+    flow_env: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A configuration mistake is not a crash: the run ends Failed saying which bucket,
+    and nothing logs a traceback (an operator would read it as a bug in fleet-import)."""
+    import logging
+
+    from flows.sweep_landing_zone import sweep_landing_zone
+
+    bucket = f"no-such-bucket-{uuid.uuid4().hex[:8]}"
+    with caplog.at_level(logging.INFO):
+        state = sweep_landing_zone(bucket=bucket, lookback_days=0, return_state=True)
+    assert state.is_failed(), state
+    assert f"sweep of s3://{bucket}/ failed" in state.message, state.message
+    assert bucket in state.message.split("failed: ", 1)[1], state.message
+    tracebacks = [record for record in caplog.records if record.exc_info]
+    assert not tracebacks, [record.getMessage() for record in tracebacks]
