@@ -69,10 +69,14 @@ class Settings(BaseSettings):
         DEFAULT_NORMALIZE_WORKERS, ge=1, le=32, description="files normalised at once"
     )
     warehouse_load_slots: int = Field(
-        DEFAULT_WAREHOUSE_LOAD_SLOTS, ge=1, description="slice loads at once, all workers"
+        DEFAULT_WAREHOUSE_LOAD_SLOTS,
+        ge=0,
+        description="slice loads at once, all workers (0: no cap)",
     )
     tenant_load_slots: int = Field(
-        DEFAULT_TENANT_LOAD_SLOTS, ge=1, description="slice loads at once of one tenant"
+        DEFAULT_TENANT_LOAD_SLOTS,
+        ge=0,
+        description="slice loads at once of one tenant (0: no cap)",
     )
     dask_address: str | None = Field(
         None, description="Dask scheduler (tcp://host:8786) flows normalise on; else threads"

@@ -63,15 +63,27 @@ def load_settings() -> Settings:
 @contextmanager
 def warehouse_load_slots(tenant_id: str, settings: Settings | None = None) -> Iterator[None]:
     """Hold a slot of the global load limit and one of the tenant's while a slice loads;
-    waits while either is full. A missing limit is created, sized by the settings."""
+    waits while either is full. A missing limit is created, sized by the settings; a size
+    of 0 turns that limit off.
+
+    A worker that dies holding a slot gives it back when its lease expires: the Prefect
+    server's repossessor service does that. An ephemeral server (Prefect's test harness, a
+    flow run with no PREFECT_API_URL) runs no services: there a dead holder's slot is never
+    freed, so turn the limits off (0) or point the flows at a real `prefect server`."""
     from blocks.limits import WAREHOUSE_LOADS_LIMIT, ensure_limit, tenant_limit
 
     settings = settings or Settings()
-    names = [WAREHOUSE_LOADS_LIMIT, tenant_limit(tenant_id)]
-    for name, size in zip(names, (settings.warehouse_load_slots, settings.tenant_load_slots),
-                          strict=True):
-        if ensure_limit(name, size):
-            log.warning("created the missing concurrency limit %s (%d slots)", name, size)
+    sizes = {
+        WAREHOUSE_LOADS_LIMIT: settings.warehouse_load_slots,
+        tenant_limit(tenant_id): settings.tenant_load_slots,
+    }
+    names = [name for name, size in sizes.items() if size > 0]
+    if not names:
+        yield
+        return
+    for name in names:
+        if ensure_limit(name, sizes[name]):
+            log.warning("created the missing concurrency limit %s (%d slots)", name, sizes[name])
     # strict: a limit deleted since is an error, not a silent pass. A failed lease renewal
     # is not: the slot only throttles, the batch's lease in PostgreSQL guards the load.
     with concurrency(

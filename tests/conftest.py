@@ -9,6 +9,13 @@ from fleet_import.batches import BatchRepository
 from fleet_import.scope import Tenant
 from tests import pgtools
 
+# Prefect's test harness runs its server ephemeral, without the repossessor that frees the
+# load slot of a process killed mid-load (flows/common.py): with the limits on, the crash
+# tests' dead holders would leave every later load of their tenant waiting. The limits'
+# own tests (tests/workers) turn them on; their children inherit this otherwise.
+os.environ.setdefault("FLEET_WAREHOUSE_LOAD_SLOTS", "0")
+os.environ.setdefault("FLEET_TENANT_LOAD_SLOTS", "0")
+
 
 @pytest.fixture(scope="session")
 def pg_server_url() -> str:

@@ -127,6 +127,8 @@ def test_a_tenant_with_its_slots_taken_waits_without_taking_a_global_slot(
     from blocks.limits import ensure_limit
 
     tenant = "limits-busy"
+    monkeypatch.setenv("FLEET_WAREHOUSE_LOAD_SLOTS", "4")
+    monkeypatch.setenv("FLEET_TENANT_LOAD_SLOTS", "1")
     _delete(tenant_limit(tenant))
     ensure_limit(tenant_limit(tenant), 1)
     ensure_limit(WAREHOUSE_LOADS_LIMIT, 4)
