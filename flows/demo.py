@@ -62,6 +62,9 @@ def run_demo(home: Path = DEMO_HOME) -> int:
     # The demo narrates; Prefect's run logs and the S3 server's request lines would bury it.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # The local API's first start migrates a new database: tens of seconds on a busy 2-core
+    # machine, past Prefect's default wait of 20 s.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     database_url, endpoint, services = _start_services(home, say)
     os.environ.update(
