@@ -154,7 +154,7 @@ def test_alembic_command_line_upgrades(empty_database_url: str) -> None:
     )
     assert result.returncode == 0, result.stderr
     with psycopg.connect(libpq_url(empty_database_url)) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0005",)
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0006",)
 
 
 def test_retired_outbox_steps_round_trip(empty_database_url: str) -> None:
@@ -178,3 +178,25 @@ def test_retired_outbox_steps_round_trip(empty_database_url: str) -> None:
         with pytest.raises(psycopg.errors.CheckViolation):
             conn.execute("UPDATE publication_outbox SET status = 'retired'")
     command.upgrade(config, "head")
+
+
+def test_batch_ids_sort_by_creation(empty_database_url: str) -> None:
+    """0006: each id leads with the next batch number (after the batches already recorded,
+    when upgrading), so ids sort by creation, as the warehouse's slice index appends them,
+    and their 8-digit prefixes are unique."""
+    url = empty_database_url
+    pgtools.migrate(url, "head")
+    repository = BatchRepository(url)
+    tenant = Tenant.named("acme")
+
+    def reserve(n: int) -> uuid.UUID:
+        outcome = repository.reserve(tenant, source_scope(f"s3://b-1/acme/{n}/"), f"d{n}")
+        assert isinstance(outcome, Reserved)
+        return outcome.batch.id
+
+    ids = [reserve(n) for n in range(3)]
+    command.downgrade(pgtools.alembic_config(url), "0005")
+    command.upgrade(pgtools.alembic_config(url), "head")
+    ids.append(reserve(3))
+    assert [str(i)[:8] for i in ids] == ["00000001", "00000002", "00000003", "00000004"]
+    assert ids == sorted(ids) and len({i.bytes[4:] for i in ids}) == 4

@@ -5,13 +5,17 @@
 -- reserve --
 -- The unique partial index ux_ingestion_batches_running_scope is the arbiter: of N
 -- concurrent inserts for one scope exactly one returns a row, the rest wait for it to
--- commit and then do nothing.
+-- commit and then do nothing. The id's first 8 hex digits are the next batch number, the
+-- rest the random %(id)s: ids sort by creation (the warehouse's slice index appends them
+-- at its right edge) and their 8-digit prefixes are unique (migration 0006).
 INSERT INTO ingestion_batches (
     id, tenant_id, company_id, tenant_database, mode, source_type, business_date,
     pipeline_stage, source_scope, delivery_key, status, details, is_current
 )
 VALUES (
-    %(id)s, %(tenant_id)s, %(company_id)s, %(tenant_database)s, %(mode)s, %(source_type)s, NULL,
+    CAST(lpad(to_hex(nextval('ingestion_batch_number')), 8, '0')
+         || substr(CAST(%(id)s AS text), 9) AS uuid),
+    %(tenant_id)s, %(company_id)s, %(tenant_database)s, %(mode)s, %(source_type)s, NULL,
     %(pipeline_stage)s, %(source_scope)s, %(delivery_key)s, 'running', %(details)s, false
 )
 ON CONFLICT (tenant_id, source_scope) WHERE status = 'running' AND source_scope IS NOT NULL
