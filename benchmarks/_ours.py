@@ -12,7 +12,8 @@ from _delivery import TENANT
 from _harness import Measurement, Window, progress
 
 from fleet_import.batches import BatchRepository
-from fleet_import.contracts import TRIPS, ContractSet, contracts_in_force
+from fleet_import.contract_files import contracts_in_force
+from fleet_import.contracts import TRIPS, ContractSet
 from fleet_import.pipeline import AlreadyLoaded, Committed, ImportContext, import_folder
 from fleet_import.scope import Tenant
 from fleet_import.sources import s3_client

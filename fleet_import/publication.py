@@ -13,7 +13,6 @@ Free of Prefect: events go to a sink passed in; the flows pass one that emits Pr
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +31,14 @@ from fleet_import.batches import (
 from fleet_import.batches.outbox import OutboxRepository, OutboxStep, StepStatus
 from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
 from fleet_import.heartbeat import Heartbeat, leased
+from fleet_import.publication_outcomes import (
+    PublicationBusy,
+    PublicationDeferred,
+    PublicationExpired,
+    PublicationFailed,
+    Published,
+    PublishOutcome,
+)
 from fleet_import.scope import split_folder
 
 log = logging.getLogger(__name__)
@@ -92,61 +99,6 @@ class StepContext:
 
 
 StepHandler = Callable[[StepContext], None]
-
-
-# -- outcomes ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Published:
-    """Every step is done and the batch succeeded."""
-
-    batch_id: uuid.UUID
-    steps: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class PublicationFailed:
-    """A step failed. Not dead: it is retried after its backoff. Dead: it is not retried until
-    an explicit resume, and the caller marks the batch failed_publication."""
-
-    batch_id: uuid.UUID
-    step: str
-    error: str
-    attempts: int
-    dead: bool
-
-
-@dataclass(frozen=True)
-class PublicationExpired:
-    """Another batch owns the slice: this batch is failed with publication_expired."""
-
-    batch_id: uuid.UUID
-    step: str
-    slice_owner: uuid.UUID | None
-
-
-@dataclass(frozen=True)
-class PublicationBusy:
-    """Another drain holds the claim on the batch's next step."""
-
-    batch_id: uuid.UUID
-    step: str
-    claimed_by: str | None
-
-
-@dataclass(frozen=True)
-class PublicationDeferred:
-    """The next step waits out its backoff; a later drain runs it (we never sleep for it)."""
-
-    batch_id: uuid.UUID
-    step: str
-    available_at: dt.datetime
-
-
-PublishOutcome = (
-    Published | PublicationFailed | PublicationExpired | PublicationBusy | PublicationDeferred
-)
 
 
 class Publisher:
@@ -246,7 +198,11 @@ class Publisher:
         dead = failed.status == StepStatus.DEAD
         log.warning(
             "publication step %s of batch %s failed (attempt %d, %s): %s",
-            step.step, batch.id, failed.attempts, "dead" if dead else "will retry", error,
+            step.step,
+            batch.id,
+            failed.attempts,
+            "dead" if dead else "will retry",
+            error,
         )
         return PublicationFailed(batch.id, step.step, error, failed.attempts, dead)
 
@@ -263,8 +219,12 @@ class Publisher:
         log.warning("batch %s: %s", batch.id, error)
         self._emit_quietly(
             BATCH_FAILED_EVENT,
-            _payload(batch, kind=str(FailureKind.FAILED_PUBLICATION), publication_expired=True,
-                     error=error),
+            _payload(
+                batch,
+                kind=str(FailureKind.FAILED_PUBLICATION),
+                publication_expired=True,
+                error=error,
+            ),
         )
         return PublicationExpired(batch.id, step.step, stamp)
 

@@ -13,7 +13,7 @@ from fleet_import.batches import BatchRepository
 from fleet_import.batches.outbox import OutboxRepository
 from fleet_import.config import Settings
 from fleet_import.context import EventSink, ImportContext, Progress, no_event, no_progress
-from fleet_import.contracts import contracts_in_force
+from fleet_import.contract_files import contracts_in_force
 from fleet_import.errors import ConfigurationError
 from fleet_import.publication import Publisher
 from fleet_import.sources import s3_client

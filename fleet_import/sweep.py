@@ -15,19 +15,18 @@ only the folders dated from N days ago through tomorrow (the date in the folder'
 fleet_import.landing), and each folder costs one LIST (its listing gives both completion and
 the manifest).
 
-This module imports no Prefect; `marker_event_matches` mirrors the glob matching Prefect's
-server applies to a trigger's `match`, for tests where no server evaluates triggers.
+This module imports no Prefect (`fleet_import.trigger_matching` mirrors how Prefect's server
+matches a trigger, for tests where no server evaluates triggers).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import fnmatch
 import hashlib
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -203,30 +202,6 @@ def idempotency_key(
     key = IDEMPOTENCY_KEY_PREFIX + hashlib.sha256(payload.encode("utf-8")).hexdigest()
     assert len(key) <= MAX_KEY_LENGTH
     return key
-
-
-# -- trigger matching (mirrors prefect.server.events.schemas.events.matches) -----------------
-
-
-def marker_event_matches(resource_id: str | None, pattern: str | Sequence[str]) -> bool:
-    """Whether a trigger's `match` value accepts this resource id, as Prefect decides it:
-    fnmatch globs (case-sensitive; `*` also crosses `/`), a leading `!` negates, a list
-    matches when any of its patterns does, and a missing label never matches."""
-    if resource_id is None:
-        return False
-    patterns = [pattern] if isinstance(pattern, str) else list(pattern)
-    for candidate in patterns:
-        positive = not candidate.startswith("!")
-        matched = fnmatch.fnmatchcase(resource_id, candidate.removeprefix("!"))
-        if matched == positive:
-            return True
-    return False
-
-
-def resource_matches(resource: Mapping[str, str], match: Mapping[str, Any]) -> bool:
-    """A whole `match` specification: every label must match (Prefect's
-    ResourceSpecification.matches)."""
-    return all(marker_event_matches(resource.get(label), value) for label, value in match.items())
 
 
 # -- finding complete folders ----------------------------------------------------------------

@@ -19,7 +19,7 @@ from prefect.states import State
 
 from fleet_import import sweep
 from fleet_import.batches.sweep_repository import SweepRepository
-from fleet_import.contracts import contracts_in_force
+from fleet_import.contract_files import contracts_in_force
 from fleet_import.landing import DEFAULT_PATTERN
 from fleet_import.sources import s3_client
 from flows.common import (

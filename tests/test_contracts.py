@@ -10,14 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
+from fleet_import.contract_files import contract_from_dict, load_contracts
 from fleet_import.contracts import (
     FLEET_DATASETS,
     TRIPS,
     Column,
     ContractError,
     DatasetContract,
-    contract_from_dict,
-    load_contracts,
 )
 from fleet_import.errors import InvalidInput
 

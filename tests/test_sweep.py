@@ -41,10 +41,9 @@ from fleet_import.sweep import (
     completion_rule,
     find_ready_folders,
     idempotency_key,
-    marker_event_matches,
     plan_sweep,
-    resource_matches,
 )
+from fleet_import.trigger_matching import marker_event_matches, resource_matches
 from fleet_import.warehouse import PostgresWarehouse
 from tests.helpers import upload
 from tests.s3fixtures import put_objects

@@ -17,12 +17,8 @@ import pytest
 from psycopg import sql
 
 from fleet_import.batches import BatchRepository, FailureKind, Reserved
-from fleet_import.contracts import (
-    FLEET_DATASETS,
-    ContractError,
-    contract_from_dict,
-    load_contracts,
-)
+from fleet_import.contract_files import contract_from_dict, load_contracts
+from fleet_import.contracts import FLEET_DATASETS, ContractError
 from fleet_import.pipeline import Committed, ImportContext, import_folder
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import InvalidFolder, InvalidTenant, ScopeTooLong, Tenant
