@@ -186,9 +186,11 @@ def race(
             # ours+connect connects per call: a held connection too would double the
             # connections and exceed max_connections at 64 contenders.
             held = method != "ours+connect"
-            with psycopg.connect(libpq_url(database_url), autocommit=True) if held else (
-                contextlib.nullcontext()
-            ) as conn:
+            with (
+                psycopg.connect(libpq_url(database_url), autocommit=True)
+                if held
+                else (contextlib.nullcontext()) as conn
+            ):
                 attempt = METHODS[method](conn, database_url)
                 for round_no in range(rounds):
                     barrier.wait(_BARRIER_TIMEOUT_SECONDS)
@@ -238,8 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             for method in METHODS:
                 progress(f"{method}: {args.contenders} contenders on {scopes} scope(s)")
                 results.append(
-                    race(url, method, contenders=args.contenders, scopes=scopes,
-                         rounds=args.rounds)
+                    race(url, method, contenders=args.contenders, scopes=scopes, rounds=args.rounds)
                 )
         print()
         for result in results:

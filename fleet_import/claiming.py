@@ -135,8 +135,14 @@ def _settle_abandoned(
     )
     ctx.events(
         "fleet.batch.failed",
-        event_payload(tenant.tenant_id, scope, batch.id, kind=str(FailureKind.ABANDONED),
-                      error=error, previous_owner=previous_owner),
+        event_payload(
+            tenant.tenant_id,
+            scope,
+            batch.id,
+            kind=str(FailureKind.ABANDONED),
+            error=error,
+            previous_owner=previous_owner,
+        ),
     )
     return Failed(batch.id, FailureKind.ABANDONED, error)
 
@@ -176,12 +182,20 @@ def _taken_over(
             log.warning("could not end session %s of batch %s: %s", session, batch_id, exc)
     log.warning(
         "took over batch %s from %s (its lease had expired)%s",
-        batch_id, previous_owner, f"; ended its warehouse session {session.pid}" if ended else "",
+        batch_id,
+        previous_owner,
+        f"; ended its warehouse session {session.pid}" if ended else "",
     )
     ctx.events(
         TAKEN_OVER_EVENT,
-        event_payload(batch.tenant_id, batch.source_scope, batch_id, previous_owner=previous_owner,
-                      owner=owner, ended_warehouse_session=ended),
+        event_payload(
+            batch.tenant_id,
+            batch.source_scope,
+            batch_id,
+            previous_owner=previous_owner,
+            owner=owner,
+            ended_warehouse_session=ended,
+        ),
     )
     return batch
 

@@ -134,4 +134,3 @@ class Failed:
 
 
 ImportOutcome = Skipped | NotClaimed | NothingToDo | AlreadyLoaded | Committed | Failed
-

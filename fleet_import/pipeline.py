@@ -121,9 +121,7 @@ class StepRunner(Protocol):
 class CoreSteps:
     """Plain calls, retried on transient errors; `map` on a small thread pool."""
 
-    def __init__(
-        self, workers: int, delays: Sequence[float] = STEP_RETRY_DELAYS_SECONDS
-    ) -> None:
+    def __init__(self, workers: int, delays: Sequence[float] = STEP_RETRY_DELAYS_SECONDS) -> None:
         self._workers, self._delays = max(1, workers), tuple(delays)
 
     def run(self, step: Step, fn: Callable[..., T], *args: Any) -> T:
@@ -135,8 +133,9 @@ class CoreSteps:
                 if delay is None or not is_transient(exc):
                     raise
                 pause = delay * (1 + random.random() * STEP_RETRY_JITTER)
-                log.warning("%s failed (attempt %d: %s); again in %.1fs", step.name, attempt,
-                            exc, pause)
+                log.warning(
+                    "%s failed (attempt %d: %s); again in %.1fs", step.name, attempt, exc, pause
+                )
                 time.sleep(pause)
         raise AssertionError("unreachable")
 
@@ -178,8 +177,16 @@ def import_batch(
                 heartbeat.check()
                 entries = _normalised(ctx, batch_id, manifest, heartbeat, steps)
                 outcome = steps.run(
-                    STEPS["commit-slice"], load_step, ctx, tenant, batch_id, scope, owner,
-                    manifest, entries, heartbeat,
+                    STEPS["commit-slice"],
+                    load_step,
+                    ctx,
+                    tenant,
+                    batch_id,
+                    scope,
+                    owner,
+                    manifest,
+                    entries,
+                    heartbeat,
                 )
             except LeaseLost:
                 raise
@@ -219,9 +226,7 @@ def _normalised(
     objects = list(manifest.load_order())
     bucket = bucket_of(manifest)
     args = [(ctx, batch_id, bucket, obj) for obj in objects]
-    for done, normalised in enumerate(
-        steps.map(STEPS["normalise"], normalize_one, args), start=1
-    ):
+    for done, normalised in enumerate(steps.map(STEPS["normalise"], normalize_one, args), start=1):
         entry = localised(ctx, normalised)  # normalised elsewhere: read from staging
         heartbeat.check()
         failpoints.hit("after_normalized_file")

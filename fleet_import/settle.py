@@ -95,7 +95,10 @@ def record_commit(
     ctx.events(
         "fleet.batch.committed",
         event_payload(
-            batch.tenant_id, batch.source_scope, batch.id, row_counts=row_counts,
+            batch.tenant_id,
+            batch.source_scope,
+            batch.id,
+            row_counts=row_counts,
             recovered=recovered,
         ),
     )

@@ -117,9 +117,7 @@ def run_demo(home: Path = DEMO_HOME) -> int:
     )
     show(
         "rerun acme, forced (unchanged files: every one a cache hit)",
-        import_s3_folder(
-            tenant_id="acme", folder=folders["acme"], force=True, return_state=True
-        ),
+        import_s3_folder(tenant_id="acme", folder=folders["acme"], force=True, return_state=True),
     )
 
     os.environ["FLEET_REFRESH_SQL"] = _FAILING_REFRESH

@@ -84,9 +84,7 @@ class PrefectSteps:
         # back that state; its result() raises the step's exception.
         return self._raised(self._task(step, fn)(*args, return_state=True).result)
 
-    def map(
-        self, step: pipeline.Step, fn: Callable[..., T], args: Sequence[tuple]
-    ) -> Iterator[T]:
+    def map(self, step: pipeline.Step, fn: Callable[..., T], args: Sequence[tuple]) -> Iterator[T]:
         if not args:
             return
         columns = [list(column) for column in zip(*args, strict=True)]

@@ -75,7 +75,6 @@ QUEUES = {"backfill": "backfill"}
 JOB_ENV = {"FLEET_NORMALIZE_WORKERS", "FLEET_WAREHOUSE_LOAD_SLOTS", "FLEET_TENANT_LOAD_SLOTS"}
 
 
-
 def _prefect_yaml() -> dict[str, Any]:
     return yaml.safe_load(PREFECT_YAML.read_text())
 

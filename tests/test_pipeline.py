@@ -328,7 +328,8 @@ def test_a_reject_ratio_failure_names_file_lines_and_rejects_and_keeps_them(
     assert f"in {trips_1} (first lines {', '.join(first_lines)}" in error, error
     assert rejects["uri"] in error
     shown = CliRunner().invoke(
-        app, ["batches", "show", str(batch.id), "--database-url", database_url],
+        app,
+        ["batches", "show", str(batch.id), "--database-url", database_url],
         env={"COLUMNS": "300"},
     )
     assert shown.exit_code == 0, shown.output

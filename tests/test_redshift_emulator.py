@@ -180,9 +180,7 @@ def test_lock_taken_first_serialises_without_errors(
     run(one, "select count(*) from tab2")
     thread, outcome = _in_thread(lambda: (run(two, "lock tab1, tab2"), run(two, "select 1")))
     # The reader ends its transaction once it has read: left open, it races `two` for tab1.
-    reads, read = _in_thread(
-        lambda: (run(reader, "select count(*) from tab1"), reader.commit())
-    )
+    reads, read = _in_thread(lambda: (run(reader, "select count(*) from tab1"), reader.commit()))
     time.sleep(HOLD_SECONDS)
     assert thread.is_alive() and reads.is_alive()
     run(one, "insert into tab1 values (1)")

@@ -624,8 +624,16 @@ def test_a_frozen_holder_is_ended_with_pg_terminate_backend(
     upload(s3, folder, fleet_delivery(trips=40, fuel=10, vehicles=5))
     env = _child_redshift_env(emulator, staging_bucket, lock_wait=2.0)
     release = tmp_path / "never"
-    arguments = [database_url, moto_endpoint, f"s3://{staging_bucket}/stage/", "acme", folder,
-                 "d1", "1.5", str(tmp_path / "frozen")]
+    arguments = [
+        database_url,
+        moto_endpoint,
+        f"s3://{staging_bucket}/stage/",
+        "acme",
+        folder,
+        "d1",
+        "1.5",
+        str(tmp_path / "frozen"),
+    ]
     frozen = subprocess.Popen(
         [sys.executable, "-m", "tests.import_child", *arguments],
         env={**os.environ, **env, "FLEET_FAILPOINTS": f"slice_locked=wait:{release}"},
@@ -639,12 +647,15 @@ def test_a_frozen_holder_is_ended_with_pg_terminate_backend(
             assert frozen.poll() is None, frozen.communicate()
             batches = repo.list()
             session = batches[0].details.get("warehouse_session") if batches else None
-            row = session and db.execute(
-                "SELECT state, (SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid AND"
-                " l.mode = 'AccessExclusiveLock' AND l.relation = 'curated.ingestion_slices'"
-                "::regclass) FROM pg_stat_activity a WHERE pid = %s",
-                (session["pid"],),
-            ).fetchone()
+            row = (
+                session
+                and db.execute(
+                    "SELECT state, (SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid AND"
+                    " l.mode = 'AccessExclusiveLock' AND l.relation = 'curated.ingestion_slices'"
+                    "::regclass) FROM pg_stat_activity a WHERE pid = %s",
+                    (session["pid"],),
+                ).fetchone()
+            )
             # Its short transaction LOCKed the registry (and the curated tables) and waits.
             if row == ("idle in transaction", 1):
                 break
@@ -654,8 +665,14 @@ def test_a_frozen_holder_is_ended_with_pg_terminate_backend(
         os.kill(frozen.pid, signal.SIGSTOP)
         time.sleep(2.0)
         successor = run_import_child(
-            database_url, moto_endpoint, staging_bucket, folder, "d2",
-            workdir=tmp_path / "next", env=env, timeout=120,
+            database_url,
+            moto_endpoint,
+            staging_bucket,
+            folder,
+            "d2",
+            workdir=tmp_path / "next",
+            env=env,
+            timeout=120,
         )
         assert successor.returncode == 0, successor.stderr[-3000:]
         assert successor.stdout.startswith("Committed"), successor.stdout

@@ -251,8 +251,9 @@ def test_cli_and_prefect_records_leak_no_secret(
     upload(s3, folder, fleet_delivery(trips=60, bad_rows=True))
     assert cli("run", "--tenant", "acme", folder).returncode == 0
     assert (
-        cli("run", "--tenant", "acme", folder, "--force", FLEET_REFRESH_SQL='["SELECT 1/0"]')
-        .returncode
+        cli(
+            "run", "--tenant", "acme", folder, "--force", FLEET_REFRESH_SQL='["SELECT 1/0"]'
+        ).returncode
         == 1
     )
     assert cli("run", "--tenant", "acme", folder, FLEET_WAREHOUSE_URL=unreachable).returncode == 1

@@ -230,8 +230,9 @@ def test_a_frozen_holder_does_not_block_its_successor(
 
     release = tmp_path / "never"
     frozen = subprocess.Popen(
-        worker_command({**config, "mode": "once", "folder": new.folder, "key": "d1",
-                        "worker": "frozen"}),
+        worker_command(
+            {**config, "mode": "once", "folder": new.folder, "key": "d1", "worker": "frozen"}
+        ),
         env=worker_env(f"after_staging_rows=wait:{release}"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

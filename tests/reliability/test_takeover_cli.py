@@ -52,8 +52,9 @@ def test_a_killed_cli_run_does_not_block_the_next_delivery(
     repo = BatchRepository(flow_env)
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, fleet_delivery(trips=400))
-    held = _run({**api_env, "FLEET_FAILPOINTS": f"after_staging_rows=wait:{tmp_path / 'x'}"},
-                folder)
+    held = _run(
+        {**api_env, "FLEET_FAILPOINTS": f"after_staging_rows=wait:{tmp_path / 'x'}"}, folder
+    )
     deadline = time.monotonic() + _WAIT_SECONDS
     while time.monotonic() < deadline:  # until it holds the scope inside its slice
         assert held.poll() is None, held.communicate()

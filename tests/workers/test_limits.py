@@ -97,10 +97,12 @@ def test_a_load_holds_a_slot_of_each_limit_while_it_commits(
     run.start()
     try:
         _until(
-            lambda: (_limit(tenant_limit(tenant)) or _limit(WAREHOUSE_LOADS_LIMIT)) is not None
-            and all(
-                (limit := _limit(name)) is not None and limit.active_slots == 1
-                for name in (WAREHOUSE_LOADS_LIMIT, tenant_limit(tenant))
+            lambda: (
+                (_limit(tenant_limit(tenant)) or _limit(WAREHOUSE_LOADS_LIMIT)) is not None
+                and all(
+                    (limit := _limit(name)) is not None and limit.active_slots == 1
+                    for name in (WAREHOUSE_LOADS_LIMIT, tenant_limit(tenant))
+                )
             ),
             "the load to hold both slots",
         )

@@ -145,7 +145,14 @@ def prefect_database(pg_server_url: str) -> Any:
 
 def test_thirty_deliveries_on_three_workers_one_killed_mid_load(
     tmp_path,
-    prefect_database, database_url, warehouse, moto_endpoint, s3, sqs, staging_bucket, fleet_landing
+    prefect_database,
+    database_url,
+    warehouse,
+    moto_endpoint,
+    s3,
+    sqs,
+    staging_bucket,
+    fleet_landing,
 ) -> None:
     queue_url = notify_queue(s3, sqs, fleet_landing, f"fleet-workers-{tmp_path.name[-12:]}")
     env = flow_env(database_url, moto_endpoint, staging_bucket)
