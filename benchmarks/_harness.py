@@ -76,6 +76,51 @@ def moto_s3() -> AbstractContextManager[str]:
     return _tests_module("s3fixtures").moto_server()
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def moto_s3_process(timeout: float = 30.0) -> Iterator[str]:
+    """http://127.0.0.1:<port> of a moto server in a process of its own, for benchmarks of
+    concurrency: its request handling does not share the GIL of what is measured. Fake
+    credentials are in os.environ while it runs (child processes inherit them)."""
+    fixtures = _tests_module("s3fixtures")
+    port = _free_port()
+    saved = {name: os.environ.get(name) for name in [*fixtures._FAKE_ENV, *fixtures._UNSET_ENV]}
+    os.environ.update(fixtures._FAKE_ENV)
+    for name in fixtures._UNSET_ENV:
+        os.environ.pop(name, None)
+    endpoint = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("moto server did not start") from None
+                time.sleep(0.1)
+        yield endpoint
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def checkpoint(url: str) -> None:
     """Flush dirty buffers now, so that one load's checkpoint does not land in the next."""
     import psycopg
@@ -257,9 +302,7 @@ def prefect_server(root: Path, timeout: float = 120.0) -> Iterator[PrefectServer
     """`prefect server start` on a free port with a private home and SQLite file, stopped
     (its whole process group) afterwards."""
     root.mkdir(parents=True, exist_ok=True)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = _free_port()
     server = PrefectServer(f"http://127.0.0.1:{port}/api", root / "client-home")
     env = server.env(
         PREFECT_HOME=str(root / "server-home"),

@@ -3,8 +3,10 @@ which has Redshift's table write locks, snapshots and 1023s).
 
 For N = 1, 4 and 16 tenants, each replaces its own slice (vehicles, `--rows` trips, a fifth
 as many fuel transactions) in the same curated tables: first the N one after another, then
-the same N at once (threads, each with its own RedshiftWarehouse and connections). A round
-before the measured ones loads every slice once, so every measured commit replaces one.
+the same N at once. Each tenant runs in a process of its own, as each flow run does, with its
+own RedshiftWarehouse; the "cluster" (the emulator, in this process) and S3 (moto) run in
+processes apart from them, as Redshift and S3 do. A round before the measured ones loads
+every slice once, so every measured commit replaces one.
 Reported per N: the makespan (N at once / N one after another, same run), the longest any
 transaction held a table lock, the slice transactions replayed (1023 or a lost connection),
 and the slices that failed.
@@ -19,17 +21,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import multiprocessing
 import sys
 import tempfile
-import threading
 import time
 import uuid
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import boto3
-from _harness import REPO, fresh_database, moto_s3, progress
+from _harness import REPO, fresh_database, moto_s3_process, progress
 
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -46,18 +49,6 @@ SCOPE = "fleet_s3:s3://bench-landing/{tenant}/fleet/2026-11-30/"
 TENANTS = (1, 4, 16)
 
 
-class _Replays(logging.Handler):
-    """Counts the writer's "replaying" warnings: one per slice transaction run again."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.count = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if "replay" in record.getMessage():
-            self.count += 1
-
-
 @dataclass
 class Round:
     seconds: float
@@ -67,45 +58,52 @@ class Round:
     errors: list[str]
 
 
-def _warehouse(emulator: RedshiftEmulator, s3: Any) -> RedshiftWarehouse:
-    return RedshiftWarehouse(
-        emulator.connect_kwargs(), s3=s3, staging_uri=f"s3://{BUCKET}/stage/", iam_role=ROLE
+def _commit(connect: dict[str, Any], endpoint: str, loads: list[DatasetLoad], tenant: str) -> str:
+    """One tenant's slice replacement, in a pool process: its error, else the number of
+    slice transactions it replayed."""
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    warehouse = RedshiftWarehouse(
+        connect, s3=s3, staging_uri=f"s3://{BUCKET}/stage/", iam_role=ROLE
     )
+    try:
+        warehouse.commit_slice(
+            tenant_id=tenant,
+            source_scope=SCOPE.format(tenant=tenant),
+            batch_id=uuid.uuid4(),
+            datasets=loads,
+        )
+    except WarehouseError as exc:
+        return f"{tenant}: {exc}"
+    return f"{warehouse.replays}"
 
 
 def _run_round(
-    emulator: RedshiftEmulator, s3: Any, loads: list[DatasetLoad], tenants: int, *, together: bool
+    pool: ProcessPoolExecutor,
+    emulator: RedshiftEmulator,
+    endpoint: str,
+    loads: list[DatasetLoad],
+    tenants: int,
+    *,
+    together: bool,
 ) -> Round:
-    replays = _Replays()
-    logging.getLogger("fleet_import.warehouse.redshift").addHandler(replays)
     emulator.lock_holds.clear()
-    errors: list[str] = []
-
-    def commit(tenant: str) -> None:
-        try:
-            _warehouse(emulator, s3).commit_slice(
-                tenant_id=tenant,
-                source_scope=SCOPE.format(tenant=tenant),
-                batch_id=uuid.uuid4(),
-                datasets=loads,
-            )
-        except WarehouseError as exc:
-            errors.append(f"{tenant}: {exc}")
-
+    connect = emulator.connect_kwargs()
     names = [f"tenant-{i:02d}" for i in range(tenants)]
     started = time.perf_counter()
     if together:
-        threads = [threading.Thread(target=commit, args=(name,)) for name in names]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        futures = [pool.submit(_commit, connect, endpoint, loads, n) for n in names]
+        outcomes = [future.result() for future in futures]
     else:
-        for name in names:
-            commit(name)
+        outcomes = [pool.submit(_commit, connect, endpoint, loads, n).result() for n in names]
     seconds = time.perf_counter() - started
-    logging.getLogger("fleet_import.warehouse.redshift").removeHandler(replays)
-    return Round(seconds, max(emulator.lock_holds, default=0.0), replays.count, len(errors), errors)
+    errors = [o for o in outcomes if not o.isdigit()]
+    retries = sum(int(o) for o in outcomes if o.isdigit())
+    return Round(seconds, max(emulator.lock_holds, default=0.0), retries, len(errors), errors)
+
+
+def _warm(_: int) -> None:
+    """Make a pool process start (imports done) before anything is timed."""
+    time.sleep(0.5)
 
 
 def main() -> None:
@@ -114,29 +112,29 @@ def main() -> None:
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
-    # The writer's warnings are what _Replays counts: let them through, but not to stderr.
-    writer_log = logging.getLogger("fleet_import.warehouse.redshift")
-    writer_log.setLevel(logging.WARNING)
-    writer_log.propagate = False
     counts = {"vehicles": 1_000, "trips": args.rows, "fuel_transactions": args.rows // 5}
     with (
-        moto_s3() as endpoint,
+        moto_s3_process() as endpoint,
         fresh_database(args.database_url, "fleet_bench_rs") as url,
         tempfile.TemporaryDirectory(prefix="bench-redshift-") as tmp,
+        ProcessPoolExecutor(max(TENANTS), mp_context=multiprocessing.get_context("spawn")) as pool,
     ):
+        list(pool.map(_warm, range(max(TENANTS))))
         s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
         s3.create_bucket(Bucket=BUCKET)
         loads = fleet_loads(Path(tmp), counts)
         with RedshiftEmulator(url, s3) as emulator:
-            _warehouse(emulator, s3).ensure_tables(FLEET_DATASETS.values())
+            RedshiftWarehouse(
+                emulator.connect_kwargs(), s3=s3, staging_uri=f"s3://{BUCKET}/stage/", iam_role=ROLE
+            ).ensure_tables(FLEET_DATASETS.values())
             progress(f"loading {max(TENANTS)} slices once ({counts})")
-            _run_round(emulator, s3, loads, max(TENANTS), together=False)
+            _run_round(pool, emulator, endpoint, loads, max(TENANTS), together=False)
             lines: list[str] = []
             for tenants in TENANTS:
                 progress(f"n={tenants}: one after another")
-                serial = _run_round(emulator, s3, loads, tenants, together=False)
+                serial = _run_round(pool, emulator, endpoint, loads, tenants, together=False)
                 progress(f"n={tenants}: at once")
-                together = _run_round(emulator, s3, loads, tenants, together=True)
+                together = _run_round(pool, emulator, endpoint, loads, tenants, together=True)
                 for error in together.errors[:3]:
                     progress(f"  failed: {error[:300]}")
                 print(
