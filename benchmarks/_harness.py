@@ -283,67 +283,8 @@ class _Raised:
     exc: BaseException
 
 
-@dataclass(frozen=True)
-class PrefectServer:
-    api_url: str
-    client_home: Path
-
-    def env(self, **extra: str) -> dict[str, str]:
-        """A subprocess environment talking to this server only (no PREFECT_* or FLEET_*
-        variables leak in from the shell)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "FLEET_"))}
-        env.update(PREFECT_HOME=str(self.client_home), PREFECT_API_URL=self.api_url)
-        env.update(extra)
-        return env
-
-
-@contextmanager
-def prefect_server(root: Path, timeout: float = 120.0) -> Iterator[PrefectServer]:
-    """`prefect server start` on a free port with a private home and SQLite file, stopped
-    (its whole process group) afterwards."""
-    root.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
-    server = PrefectServer(f"http://127.0.0.1:{port}/api", root / "client-home")
-    env = server.env(
-        PREFECT_HOME=str(root / "server-home"),
-        PREFECT_SERVER_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{root / 'prefect.db'}",
-        PREFECT_UI_ENABLED="false",
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_LOGGING_LEVEL="WARNING",
-    )
-    env.pop("PREFECT_API_URL")
-    prefect = str(Path(sys.executable).with_name("prefect"))
-    log = root / "server.log"
-    progress(f"starting prefect server on port {port}")
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            cwd=root,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + timeout
-        while not _healthy(server.api_url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"prefect server did not start:\n{log.read_text()[-2000:]}")
-            time.sleep(0.25)
-        yield server
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-
-
-def _healthy(api_url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{api_url}/health", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
+def prefect_server(root: Path) -> AbstractContextManager[Any]:
+    """tests.prefect_server's private `prefect server start` (own port, home and SQLite file,
+    its process group stopped afterwards); yields its PrefectServer (api_url, env())."""
+    progress("starting a prefect server")
+    return _tests_module("prefect_server").prefect_server(root)

@@ -1,6 +1,6 @@
 """A private `prefect server start` for tests and benchmarks: its own port, PREFECT_HOME
 and SQLite file, stopped with its whole process group. Shared by tests/test_deployments.py,
-tests/workers/ and benchmarks/workers_scale.py."""
+tests/workers/ and the benchmarks (through benchmarks/_harness.py)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -62,29 +62,16 @@ def flow_env(database_url: str, moto_endpoint: str, staging_bucket: str, **extra
 
 
 @contextmanager
-def worker(
-    server: PrefectServer, name: str, env: Mapping[str, str], log_dir: Path, limit: int = 2
+def _spawned(
+    argv: list[str], env: Mapping[str, str], log: Path, stop_timeout: float = _WORKER_STOP_SECONDS
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """`prefect worker start` as a process of its own (its own process group), at most
-    `limit` flow runs at once."""
-    log = log_dir / f"{name}.log"
+    """A process in a group of its own, logging to `log`, run from `log`'s folder; the group
+    stopped afterwards, and any child that outlived it killed."""
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [
-                PREFECT,
-                "worker",
-                "start",
-                "--pool",
-                WORK_POOL,
-                "--name",
-                name,
-                "--limit",
-                str(limit),
-                "--type",
-                "process",
-            ],
-            env=server.env(**env),
-            cwd=log_dir,
+            argv,
+            env=dict(env),
+            cwd=log.parent,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -92,9 +79,19 @@ def worker(
     try:
         yield process
     finally:
-        stop_group(process, timeout=_WORKER_STOP_SECONDS)
+        stop_group(process, timeout=stop_timeout)
         for child in _children(process.pid):
             _kill(child)
+
+
+def worker(
+    server: PrefectServer, name: str, env: Mapping[str, str], log_dir: Path, limit: int = 2
+) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    """`prefect worker start` as a process of its own (its own process group), at most
+    `limit` flow runs at once."""
+    argv = [PREFECT, "worker", "start", "--pool", WORK_POOL, "--name", name]
+    argv += ["--limit", str(limit), "--type", "process"]
+    return _spawned(argv, server.env(**env), log_dir / f"{name}.log")
 
 
 def _children(pid: int) -> list[int]:
@@ -122,36 +119,14 @@ def kill_worker(process: subprocess.Popen[bytes]) -> list[int]:
     return children
 
 
-@contextmanager
 def relay(
     server: PrefectServer, queue_url: str, moto_endpoint: str, log_dir: Path
-) -> Iterator[subprocess.Popen[bytes]]:
+) -> AbstractContextManager[subprocess.Popen[bytes]]:
     """`fleet-import relay`: the landing bucket's S3 notifications (SQS) to Prefect events."""
-    log = log_dir / "relay.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                str(Path(PREFECT).with_name("fleet-import")),
-                "relay",
-                "--queue-url",
-                queue_url,
-                "--endpoint-url",
-                moto_endpoint,
-                "--wait-seconds",
-                "1",
-                "--dead-letter-file",
-                str(log_dir / "dead-letters.jsonl"),
-            ],
-            env=server.env(),
-            cwd=log_dir,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        yield process
-    finally:
-        stop_group(process)
+    argv = [str(Path(PREFECT).with_name("fleet-import")), "relay", "--queue-url", queue_url]
+    argv += ["--endpoint-url", moto_endpoint, "--wait-seconds", "1"]
+    argv += ["--dead-letter-file", str(log_dir / "dead-letters.jsonl")]
+    return _spawned(argv, server.env(), log_dir / "relay.log")
 
 
 def notify_queue(s3: Any, sqs: Any, bucket: str, name: str) -> str:
