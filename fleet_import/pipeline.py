@@ -121,8 +121,9 @@ class StepRunner(Protocol):
 class CoreSteps:
     """Plain calls, retried on transient errors; `map` on a small thread pool."""
 
-    def __init__(self, workers: int, delays: Sequence[float] = STEP_RETRY_DELAYS_SECONDS) -> None:
-        self._workers, self._delays = max(1, workers), tuple(delays)
+    def __init__(self, workers: int, delays: Sequence[float] | None = None) -> None:
+        self._workers = max(1, workers)
+        self._delays = tuple(STEP_RETRY_DELAYS_SECONDS if delays is None else delays)
 
     def run(self, step: Step, fn: Callable[..., T], *args: Any) -> T:
         delays = self._delays if step.retried else ()

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from fleet_import import loading, pipeline
 from fleet_import.batches import BatchRepository
 from fleet_import.config import Settings
 from fleet_import.errors import FleetImportError
@@ -137,8 +138,12 @@ def test_failing_imports_leak_no_secret_in_process(
     staging_bucket: str,
     caplog: pytest.LogCaptureFixture,
     tmp_path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     caplog.set_level(logging.DEBUG)
+    # Every retry still runs and logs its error (what is checked here), without the backoff.
+    monkeypatch.setattr(loading, "_LOAD_RETRY_DELAYS_SECONDS", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(pipeline, "STEP_RETRY_DELAYS_SECONDS", (0.0, 0.0, 0.0))
     events: list[tuple[str, dict[str, Any]]] = []
     base = Settings(
         database_url=secret_url,
