@@ -8,6 +8,11 @@ as the id's first 8 hex digits (the rest stays random): each new id sorts after 
 one, so its entries take the btree's rightmost-page fast path, and the 8-digit prefixes the
 CLI prints stay unique (they are the batch's number).
 
+On a warehouse that already holds slices under random ids, new ids sort below most of them
+until those slices are replaced (their index entries then go with them): the gain arrives
+as old slices are reloaded. Starting the sequence above the highest existing prefix instead
+would leave too few numbers (random prefixes reach ffff....).
+
 Revision ID: 0006
 Revises: 0005
 Create Date: 2026-11-30
