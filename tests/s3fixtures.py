@@ -20,7 +20,16 @@ import pytest
 from botocore.config import Config
 from moto.server import ThreadedMotoServer
 
-__all__ = ["landing_bucket", "moto_endpoint", "moto_server", "put_objects", "s3", "staging_bucket"]
+__all__ = [
+    "landing_bucket",
+    "moto_endpoint",
+    "moto_server",
+    "notify_queue_of",
+    "put_objects",
+    "s3",
+    "sqs",
+    "staging_bucket",
+]
 
 REGION = "us-east-1"
 _FAKE_ENV = {
@@ -84,6 +93,31 @@ def s3(moto_endpoint: str) -> Any:
         config=Config(
             retries={"mode": "standard", "max_attempts": 3}, max_pool_connections=_PUT_THREADS
         ),
+    )
+
+
+@pytest.fixture
+def sqs(moto_endpoint: str) -> Any:
+    """A boto3 SQS client for the moto server."""
+    return _boto_session().client(
+        "sqs",
+        endpoint_url=moto_endpoint,
+        region_name=REGION,
+        aws_access_key_id=_FAKE_ENV["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=_FAKE_ENV["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
+def notify_queue_of(s3: Any, sqs: Any, bucket: str, queue_url: str) -> None:
+    """Make `bucket` send every ObjectCreated notification to the SQS queue at `queue_url`."""
+    arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    s3.put_bucket_notification_configuration(
+        Bucket=bucket,
+        NotificationConfiguration={
+            "QueueConfigurations": [{"QueueArn": arn, "Events": ["s3:ObjectCreated:*"]}]
+        },
     )
 
 

@@ -26,7 +26,7 @@ from fleet_import.relay import (
     event_id,
     parse_s3_notification,
 )
-from tests.s3fixtures import REGION, _boto_session, put_objects
+from tests.s3fixtures import REGION, _boto_session, notify_queue_of, put_objects
 
 _DEADLINE_SECONDS = 15.0
 
@@ -107,17 +107,6 @@ def _queue_depth(sqs: Any, queue_url: str) -> int:
 # --- fixtures ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def sqs(moto_endpoint: str) -> Any:
-    return _boto_session().client(
-        "sqs",
-        endpoint_url=moto_endpoint,
-        region_name=REGION,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-
-
 def _make_queue(sqs: Any, **attributes: str) -> Iterator[str]:
     url = sqs.create_queue(QueueName=f"fleet-relay-{uuid.uuid4().hex[:12]}", Attributes=attributes)[
         "QueueUrl"
@@ -139,15 +128,7 @@ def dlq_url(sqs: Any) -> Iterator[str]:
 @pytest.fixture
 def notifying_bucket(s3: Any, sqs: Any, landing_bucket: str, queue_url: str) -> str:
     """The landing bucket sending every ObjectCreated notification to `queue_url`."""
-    arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
-    s3.put_bucket_notification_configuration(
-        Bucket=landing_bucket,
-        NotificationConfiguration={
-            "QueueConfigurations": [{"QueueArn": arn, "Events": ["s3:ObjectCreated:*"]}]
-        },
-    )
+    notify_queue_of(s3, sqs, landing_bucket, queue_url)
     return landing_bucket
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.prefect_server import PREFECT, REPO, PrefectServer, output, run, stop_group
+from tests.s3fixtures import notify_queue_of
 
 WORK_POOL = "fleet-process-pool"
 # The S3 trigger in prefect.yaml matches markers of this bucket only.
@@ -132,15 +133,7 @@ def relay(
 def notify_queue(s3: Any, sqs: Any, bucket: str, name: str) -> str:
     """An SQS queue receiving every ObjectCreated notification of `bucket`; its URL."""
     url = sqs.create_queue(QueueName=name, Attributes={"VisibilityTimeout": "5"})["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
-    s3.put_bucket_notification_configuration(
-        Bucket=bucket,
-        NotificationConfiguration={
-            "QueueConfigurations": [{"QueueArn": arn, "Events": ["s3:ObjectCreated:*"]}]
-        },
-    )
+    notify_queue_of(s3, sqs, bucket, url)
     return url
 
 

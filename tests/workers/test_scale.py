@@ -23,7 +23,7 @@ import pytest
 from fleet_import.sample_data import fleet_delivery
 from fleet_import.scope import source_scope
 from tests.prefect_server import asyncpg_url, prefect_server
-from tests.s3fixtures import REGION, _boto_session, _empty_and_delete, put_objects
+from tests.s3fixtures import _empty_and_delete, put_objects
 from tests.workers.cluster import (
     LANDING_BUCKET,
     deploy,
@@ -118,11 +118,6 @@ def _run_deployment(name: str, **parameters: Any) -> None:
     from prefect.deployments import run_deployment
 
     run_deployment(name, parameters=parameters, timeout=0)
-
-
-@pytest.fixture
-def sqs(moto_endpoint: str) -> Any:
-    return _boto_session().client("sqs", endpoint_url=moto_endpoint, region_name=REGION)
 
 
 @pytest.fixture
