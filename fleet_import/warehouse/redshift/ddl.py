@@ -5,7 +5,7 @@ DDL is the shared one (warehouse.sql) in Redshift types."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from fleet_import.contracts import Column, DatasetContract
 from fleet_import.warehouse.base import STAMP_COLUMNS, WarehouseError
@@ -102,23 +102,24 @@ def _spelled(columns: Sequence[TableColumn]) -> str:
     )
 
 
-def column_definitions(contract: DatasetContract, *, stamps: bool) -> list[str]:
-    columns = [
-        f"{quote_identifier(c.name)} {column_type(c)}{'' if c.nullable else ' NOT NULL'}"
+def column_definitions(
+    contract: DatasetContract, type_of: Callable[[Column], str] = column_type
+) -> list[str]:
+    """The contract's columns in order, `"name" TYPE [NOT NULL]`, typed by `type_of`."""
+    return [
+        f"{quote_identifier(c.name)} {type_of(c)}{'' if c.nullable else ' NOT NULL'}"
         for c in contract.columns
     ]
-    if stamps:
-        columns += [
-            f"{quote_identifier(name)} VARCHAR({length}) NOT NULL"
-            for name, length in zip(STAMP_COLUMNS, _STAMP_LENGTHS, strict=True)
-        ]
-    return columns
 
 
 def create_table_sql(contract: DatasetContract) -> str:
     """The curated table. No keys: Redshift would not enforce them, and slices are found by
     their stamps."""
-    columns = ", ".join(column_definitions(contract, stamps=True))
+    stamps = [
+        f"{quote_identifier(name)} VARCHAR({length}) NOT NULL"
+        for name, length in zip(STAMP_COLUMNS, _STAMP_LENGTHS, strict=True)
+    ]
+    columns = ", ".join([*column_definitions(contract), *stamps])
     return (
         f"CREATE TABLE IF NOT EXISTS {table_name(contract.target_table)} ({columns}) "
         f"{TABLE_ATTRIBUTES}"

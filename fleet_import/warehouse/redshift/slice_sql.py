@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from fleet_import.contracts import Column, DatasetContract
 from fleet_import.warehouse.base import STAMP_COLUMNS
-from fleet_import.warehouse.redshift.ddl import column_type
+from fleet_import.warehouse.redshift.ddl import column_definitions, column_type
 from fleet_import.warehouse.sql import Statement, quote_identifier, staging_table, table_name
 
 SESSION_UTC_SQL = "SET timezone TO 'UTC'"
@@ -35,10 +35,7 @@ def _staging_type(column: Column) -> str:
 def create_staging_sql(contract: DatasetContract) -> str:
     """A session temp table with the contract's columns only, in order: what COPY fills
     from the staged Parquet by position."""
-    columns = ", ".join(
-        f"{quote_identifier(c.name)} {_staging_type(c)}{'' if c.nullable else ' NOT NULL'}"
-        for c in contract.columns
-    )
+    columns = ", ".join(column_definitions(contract, _staging_type))
     return f"CREATE TEMP TABLE {table_name(staging_table(contract))} ({columns})"
 
 
