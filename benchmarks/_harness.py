@@ -87,38 +87,29 @@ def moto_s3_process(timeout: float = 30.0) -> Iterator[str]:
     """http://127.0.0.1:<port> of a moto server in a process of its own, for benchmarks of
     concurrency: its request handling does not share the GIL of what is measured. Fake
     credentials are in os.environ while it runs (child processes inherit them)."""
-    fixtures = _tests_module("s3fixtures")
     port = _free_port()
-    saved = {name: os.environ.get(name) for name in [*fixtures._FAKE_ENV, *fixtures._UNSET_ENV]}
-    os.environ.update(fixtures._FAKE_ENV)
-    for name in fixtures._UNSET_ENV:
-        os.environ.pop(name, None)
     endpoint = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto server did not start") from None
-                time.sleep(0.1)
-        yield endpoint
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with _tests_module("s3fixtures").fake_credentials():
+        process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).close()
+                    break
+                except OSError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("moto server did not start") from None
+                    time.sleep(0.1)
+            yield endpoint
+        finally:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def checkpoint(url: str) -> None:

@@ -44,15 +44,23 @@ _DELETE_BATCH = 1000
 
 
 @contextmanager
-def moto_server() -> Iterator[str]:
-    """http://127.0.0.1:<port> of a moto server in this process; while it runs, fake
-    credentials are in os.environ so that subprocesses authenticate against it too (the
-    benchmarks use it as well)."""
+def fake_credentials() -> Iterator[None]:
+    """Fake AWS credentials in os.environ (subprocesses inherit them), and none of the
+    variables that could point boto3 at a real account."""
     with pytest.MonkeyPatch.context() as env:
         for name, value in _FAKE_ENV.items():
             env.setenv(name, value)
         for name in _UNSET_ENV:
             env.delenv(name, raising=False)
+        yield
+
+
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """http://127.0.0.1:<port> of a moto server in this process; while it runs, fake
+    credentials are in os.environ so that subprocesses authenticate against it too (the
+    benchmarks use it as well)."""
+    with fake_credentials():
         # werkzeug logs every request at INFO to stderr; failures are easier to read without.
         request_log = logging.getLogger("werkzeug")
         previous_level = request_log.level
