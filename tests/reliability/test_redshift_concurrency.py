@@ -1,11 +1,13 @@
-"""Sixteen tenants import at once into the same curated tables through the Redshift emulator,
-which locks tables, takes snapshots and raises 1023s as Redshift does: every batch succeeds,
-every slice holds exactly its source rows, and no serializable isolation violation reaches
-a batch (the short slice transactions LOCK their tables first, in one order)."""
+"""Sixteen tenants, each in a process of its own as a flow run is, import at once into the
+same curated tables through the Redshift emulator, which locks tables, takes snapshots and
+raises 1023s as Redshift does: every batch succeeds, every slice holds exactly its source
+rows, and no serializable isolation violation reaches a batch (the short slice transactions
+LOCK their tables first, in one order)."""
 
 from __future__ import annotations
 
-import threading
+import multiprocessing
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from fleet_import.batches import BatchRepository, BatchStatus
 from fleet_import.context import Committed, ImportContext
 from fleet_import.contracts import FLEET_DATASETS
 from fleet_import.pipeline import import_folder
+from fleet_import.s3client import s3_client
 from fleet_import.scope import Tenant
 from fleet_import.staging import StagingArea
 from fleet_import.warehouse.redshift import RedshiftWarehouse
@@ -28,8 +31,41 @@ ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
 _JOIN_SECONDS = 240
 
 
+def _import(
+    tenant_id: str, folder: str, urls: dict[str, Any], workdir: Path, start: Any, results: Any
+) -> None:
+    """One tenant's import in a process of its own, as a flow run is; its outcome (the
+    batch id, or why not) goes to `results`."""
+    s3 = s3_client(urls["s3"])
+    ctx = ImportContext(
+        repo=BatchRepository(urls["database"]),
+        warehouse=RedshiftWarehouse(
+            urls["redshift"], s3=s3, staging_uri=f"{urls['staging']}redshift/", iam_role=ROLE
+        ),
+        s3=s3,
+        staging=StagingArea(f"{urls['staging']}stage/", s3),
+        lease_ttl=60,
+        normalize_workers=1,
+        workdir=workdir,
+    )
+    start.wait()
+    try:
+        outcome = import_folder(ctx, Tenant.named(tenant_id), folder, "delivery-1")
+    except Exception as exc:  # noqa: BLE001 - reported by the test with the others
+        outcome = exc
+    if isinstance(outcome, Committed):
+        results.put((tenant_id, str(outcome.batch_id)))
+    else:
+        results.put((tenant_id, repr(outcome)))
+
+
 def test_sixteen_tenants_import_at_once(
-    database_url: str, s3: Any, landing_bucket: str, staging_bucket: str, tmp_path: Path
+    database_url: str,
+    moto_endpoint: str,
+    s3: Any,
+    landing_bucket: str,
+    staging_bucket: str,
+    tmp_path: Path,
 ) -> None:
     sources = [
         make_source(
@@ -38,53 +74,49 @@ def test_sixteen_tenants_import_at_once(
         for i in range(TENANTS)
     ]
     upload_sources(s3, sources)
-    outcomes: dict[str, Any] = {}
+    spawn = multiprocessing.get_context("spawn")
+    start, results = spawn.Barrier(TENANTS), spawn.Queue()
     with RedshiftEmulator(database_url, s3) as emulator:
-        warehouses = [
-            RedshiftWarehouse(
-                emulator.connect_kwargs(),
-                s3=s3,
-                staging_uri=f"s3://{staging_bucket}/redshift/",
-                iam_role=ROLE,
+        RedshiftWarehouse(
+            emulator.connect_kwargs(),
+            s3=s3,
+            staging_uri=f"s3://{staging_bucket}/redshift/",
+            iam_role=ROLE,
+        ).ensure_tables(FLEET_DATASETS.values())
+        urls = {
+            "database": database_url,
+            "redshift": emulator.connect_kwargs(),
+            "s3": moto_endpoint,
+            "staging": f"s3://{staging_bucket}/",
+        }
+        processes = [
+            spawn.Process(
+                target=_import,
+                args=(s.tenant_id, s.folder, urls, tmp_path / s.tenant_id, start, results),
             )
-            for _ in sources
+            for s in sources
         ]
-        warehouses[0].ensure_tables(FLEET_DATASETS.values())
-        start = threading.Barrier(TENANTS)
-
-        def run(source: Any, warehouse: RedshiftWarehouse) -> None:
-            ctx = ImportContext(
-                repo=BatchRepository(database_url),
-                warehouse=warehouse,
-                s3=s3,
-                staging=StagingArea(f"s3://{staging_bucket}/stage/", s3),
-                lease_ttl=60,
-                normalize_workers=1,
-                workdir=tmp_path / source.tenant_id,
-            )
-            start.wait()
-            try:
-                outcomes[source.tenant_id] = import_folder(
-                    ctx, Tenant.named(source.tenant_id), source.folder, "delivery-1"
-                )
-            except Exception as exc:  # noqa: BLE001 - reported below with the others
-                outcomes[source.tenant_id] = exc
-
-        threads = [
-            threading.Thread(target=run, args=(source, warehouse))
-            for source, warehouse in zip(sources, warehouses, strict=True)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=_JOIN_SECONDS)
-        assert not any(thread.is_alive() for thread in threads)
+        for process in processes:
+            process.start()
+        try:
+            outcomes = dict(results.get(timeout=_JOIN_SECONDS) for _ in processes)
+        finally:
+            for process in processes:
+                process.join(timeout=10)
+                if process.is_alive():
+                    process.kill()
         lock_holds = list(emulator.lock_holds)
-    failed = {t: o for t, o in outcomes.items() if not isinstance(o, Committed)}
+    batch_ids: dict[str, uuid.UUID] = {}
+    failed = {}
+    for tenant_id, outcome in outcomes.items():
+        try:
+            batch_ids[tenant_id] = uuid.UUID(outcome)
+        except ValueError:
+            failed[tenant_id] = outcome
     assert not failed and len(outcomes) == TENANTS, failed
     repo = BatchRepository(database_url)
     for source in sources:
-        batch = repo.get(outcomes[source.tenant_id].batch_id)
+        batch = repo.get(batch_ids[source.tenant_id])
         assert batch is not None and batch.status == BatchStatus.SUCCEEDED
         assert "1023" not in str(batch.details)
     with connect(database_url) as conn:
@@ -95,7 +127,7 @@ def test_sixteen_tenants_import_at_once(
             for problem in slice_differences(
                 conn,
                 source,
-                str(outcomes[source.tenant_id].batch_id),  # type: ignore[arg-type]
+                str(batch_ids[source.tenant_id]),
             )
         ]
     assert problems == []
