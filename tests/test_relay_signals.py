@@ -31,7 +31,6 @@ _STOP_BOUND_SECONDS = 1.5  # the relay promises about one second; the rest is sl
 _READY_LINE = "relaying S3 notifications from"
 
 # The SQS client and the queue (1 s visibility timeout) of the relay's own tests.
-sqs = test_relay.sqs
 queue_url = test_relay.queue_url
 
 
