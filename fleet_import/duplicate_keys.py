@@ -1,12 +1,15 @@
 """Duplicate natural keys across a delivery's normalised files: every copy of a repeated key
 is rejected (never silently deduplicated). A first pass hashes each file's keys (vectorised
-FNV-1a, computable ahead, while the slice loads); only rows whose hash repeats are read again
-and compared by value.
+FNV-1a, computable ahead, while the slice loads) into buckets on disk; only rows whose hash
+repeats are read again and compared by value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,27 +37,31 @@ def find_duplicate_keys(files: Sequence[NormalizedFile], contract: DatasetContra
 def find_duplicates(
     files: Sequence[NormalizedFile],
     contract: DatasetContract,
-    hashes_of: Callable[[NormalizedFile], np.ndarray] | None = None,
+    repeated: np.ndarray | None = None,
 ) -> tuple[list[Reject], pa.Table]:
     """The duplicate-key rejects, and the repeated keys themselves (typed, one row each) so
     a loader can drop every copy of them.
 
-    Memory matters here (a delivery can hold millions of keys): a first pass keeps only a
-    64-bit hash per row (`key_hashes` per file, or `hashes_of(file)` where a caller computed
-    them earlier and hands them over), and only rows whose hash repeats are read again and
-    compared exactly, so a collision never makes a false reject."""
+    Memory matters here (a delivery can hold millions of keys): a first pass keeps a 64-bit
+    hash per row, in `HashBuckets` on disk (`repeated` is their `repeated()` where a caller
+    hashed the files earlier), and only rows whose hash repeats are read again and compared
+    exactly, so a collision never makes a false reject."""
     keys = list(contract.natural_key)
     key_schema = pa.schema([contract.arrow_schema.field(key).with_nullable(True) for key in keys])
     nothing: tuple[list[Reject], pa.Table] = ([], key_schema.empty_table())
     if not keys or not files:
         return nothing
-    repeated = _repeated_values(_all_hashes(files, contract, hashes_of))
+    if repeated is None:
+        with HashBuckets(files[0].parquet_path.parent) as buckets:
+            for normalized in files:
+                buckets.add(key_hashes(normalized, contract))
+            repeated = buckets.repeated()
     if not repeated.size:
         return nothing
     tables = []
     for index, normalized in enumerate(files):
         # Rare (some hash repeats): hashing the file again costs less than keeping every
-        # file's hashes in memory beside their sorted copy for the common case.
+        # file's hashes for the common case.
         candidates = np.isin(key_hashes(normalized, contract), repeated)
         if not candidates.any():
             continue
@@ -135,31 +142,54 @@ def _key_hashes(table: pa.Table, keys: list[str], first_row: int = 0) -> np.ndar
     return combined
 
 
-def _all_hashes(
-    files: Sequence[NormalizedFile],
-    contract: DatasetContract,
-    hashes_of: Callable[[NormalizedFile], np.ndarray] | None,
-) -> np.ndarray:
-    """Every file's key hashes in one array, filled a file at a time: peak memory is the
-    delivery's hashes plus one file's, not twice the delivery's."""
-    out = np.empty(sum(max(0, normalized.row_count) for normalized in files), np.uint64)
-    filled = 0
-    for normalized in files:
-        part = key_hashes(normalized, contract) if hashes_of is None else hashes_of(normalized)
-        if filled + part.size > out.size:
-            out = np.resize(out, filled + part.size)
-        out[filled : filled + part.size] = part
-        filled += part.size
-        del part
-    return out[:filled]
+class HashBuckets:
+    """A delivery's key hashes on disk, split by their top bits into buckets: finding the
+    repeated ones sorts one bucket at a time, so memory stays flat however many rows the
+    delivery holds (the whole array was 40 MB at 5M rows, 1.04-1.08x the 1M-row peak RSS)."""
 
+    _BITS = 6  # 64 buckets: under 1 MB each at 5M rows
 
-def _repeated_values(values: np.ndarray) -> np.ndarray:
-    """Sorts `values` in place: a delivery's hashes are the largest array here (40 MB at 5M
-    rows), so no sorted copy of them is made."""
-    values.sort()
-    same = values[1:] == values[:-1]
-    return np.unique(values[1:][same])
+    def __init__(self, parent: Path) -> None:
+        parent.mkdir(parents=True, exist_ok=True)
+        self._directory = Path(tempfile.mkdtemp(prefix="key-hashes-", dir=parent))
+        self._shift = np.uint64(64 - self._BITS)
+
+    def __enter__(self) -> HashBuckets:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        shutil.rmtree(self._directory, ignore_errors=True)
+
+    def _path(self, bucket: int) -> Path:
+        return self._directory / f"{bucket:02d}.u64"
+
+    def add(self, hashes: np.ndarray) -> None:
+        """Append one file's hashes, each to its bucket (sorted first, so a bucket's share
+        is one contiguous run)."""
+        ordered = np.sort(hashes)
+        bounds = np.searchsorted(
+            ordered >> self._shift, np.arange((1 << self._BITS) + 1, dtype=np.uint64)
+        )
+        for bucket in range(1 << self._BITS):
+            start, end = bounds[bucket], bounds[bucket + 1]
+            if end > start:
+                with self._path(bucket).open("ab") as out:
+                    ordered[start:end].tofile(out)
+
+    def repeated(self) -> np.ndarray:
+        """Every hash added more than once, sorted."""
+        found = [np.empty(0, np.uint64)]
+        for bucket in range(1 << self._BITS):
+            path = self._path(bucket)
+            if path.exists():
+                values = np.fromfile(path, np.uint64)
+                values.sort()
+                same = values[1:] == values[:-1]
+                found.append(np.unique(values[1:][same]))
+        return np.concatenate(found)
 
 
 def _duplicate_rejects(rows: pa.Table, keys: list[str], source_keys: list[str]) -> list[Reject]:

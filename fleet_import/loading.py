@@ -24,6 +24,7 @@ from fleet_import.contracts import ContractSet, DatasetContract
 from fleet_import.heartbeat import Heartbeat
 from fleet_import.normalising import NormalizedEntry
 from fleet_import.normalize import (
+    HashBuckets,
     NormalizedFile,
     Reject,
     RejectRatioExceeded,
@@ -69,7 +70,7 @@ def load_step(
     layer for the slice, never one inside the other."""
     started = time.monotonic()
     delays = () if ctx.warehouse.replays_slices else _LOAD_RETRY_DELAYS_SECONDS
-    with _KeyHashes(ctx.contracts) as hashes:
+    with _KeyHashes(ctx.contracts, ctx.workdir) as hashes:
         arrivals = _Arrivals([], iter(entries), hashes, heartbeat)
         for delay in (*delays, None):
             try:
@@ -98,29 +99,41 @@ def load_step(
 class _KeyHashes:
     """The duplicate check's first pass (a hash per key) for each file, computed on a
     thread of its own while the slice loads, so little of the check is left after the last
-    COPY. Kept across load attempts: a file's hashes do not depend on the warehouse."""
+    COPY, and kept on disk per dataset (`HashBuckets`), so memory does not grow with the
+    delivery. Kept across load attempts: a file's hashes do not depend on the warehouse."""
 
-    def __init__(self, contracts: ContractSet) -> None:
+    def __init__(self, contracts: ContractSet, workdir: Path) -> None:
         self._contracts = contracts
+        self._workdir = workdir
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="key-hashes")
-        self._by_path: dict[Path, Future[np.ndarray]] = {}
+        self._hashed: dict[Path, Future[None]] = {}
+        self._buckets: dict[str, HashBuckets] = {}
 
     def __enter__(self) -> _KeyHashes:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        for buckets in self._buckets.values():
+            buckets.close()
 
     def add(self, file: NormalizedFile) -> None:
         contract = self._contracts[file.dataset]
-        if contract.natural_key and file.parquet_path not in self._by_path:
-            self._by_path[file.parquet_path] = self._pool.submit(key_hashes, file, contract)
+        if not contract.natural_key or file.parquet_path in self._hashed:
+            return
+        if file.dataset not in self._buckets:
+            self._buckets[file.dataset] = HashBuckets(self._workdir)
+        buckets = self._buckets[file.dataset]
+        self._hashed[file.parquet_path] = self._pool.submit(
+            lambda: buckets.add(key_hashes(file, contract))
+        )
 
-    def take(self, file: NormalizedFile) -> np.ndarray:
-        """The file's hashes, handed over: kept here no longer (a later attempt that needs
-        them again computes them again), so they are freed as soon as their user is done."""
-        self.add(file)
-        return self._by_path.pop(file.parquet_path).result()
+    def repeated(self, files: Sequence[NormalizedFile]) -> np.ndarray:
+        """The hashes that repeat among `files` (all of one dataset, each added before)."""
+        for file in files:
+            self.add(file)
+            self._hashed[file.parquet_path].result()
+        return self._buckets[files[0].dataset].repeated()
 
 
 @dataclass
@@ -190,7 +203,7 @@ def _load_slice_once(
         # differently, so hand them back and keep the peak bounded by batch size.
         pa.default_memory_pool().release_unused()
         duplicates, summary = reject_step(
-            ctx, tenant, batch_id, owner, arrivals.loaded, arrivals.hashes.take
+            ctx, tenant, batch_id, owner, arrivals.loaded, arrivals.hashes.repeated
         )
         for dataset, keys in duplicates.items():
             writer.discard_keys(ctx.contracts[dataset], keys)
@@ -206,13 +219,13 @@ def reject_step(
     batch_id: uuid.UUID,
     owner: str,
     entries: Sequence[NormalizedEntry],
-    hashes_of: Callable[[NormalizedFile], np.ndarray],
+    repeated_of: Callable[[Sequence[NormalizedFile]], np.ndarray],
 ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
     """Duplicate keys across the delivery, the batch's rejects (file and details), then the
     reject ratios (raises above a contract's limit, naming the file, first lines and the
     rejects file, which are already on the batch). Returns the repeated keys to drop, per
-    dataset. `hashes_of(file)` is the first pass of the duplicate check
-    (`normalize.key_hashes`)."""
+    dataset. `repeated_of(files)` is the first pass of the duplicate check: the key hashes
+    that repeat among a dataset's files (`HashBuckets.repeated`)."""
     by_dataset: dict[str, list[NormalizedEntry]] = {}
     for entry in entries:
         by_dataset.setdefault(entry.file.dataset, []).append(entry)
@@ -223,7 +236,8 @@ def reject_step(
     for dataset, dataset_entries in by_dataset.items():
         contract = ctx.contracts[dataset]
         files = [entry.file for entry in dataset_entries]
-        duplicates, keys = find_duplicates(files, contract, hashes_of)
+        repeated = repeated_of(files) if contract.natural_key else None
+        duplicates, keys = find_duplicates(files, contract, repeated)
         dataset_rejects = [r for f in files for r in f.rejects] + list(duplicates)
         rejected = sum(f.reject_count for f in files) + len(duplicates)
         rows[dataset] = sum(f.row_count for f in files) - len(duplicates)

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from fleet_import.contracts import DatasetContract, FileFormat
 from fleet_import.duplicate_keys import (
     DUPLICATE_REASON,
+    HashBuckets,
     find_duplicate_keys,
     find_duplicates,
     key_hashes,
@@ -43,6 +44,7 @@ __all__ = [
     "DEFAULT_BATCH_ROWS",
     "SOURCE_LINE_COLUMN",
     "FileRejected",
+    "HashBuckets",
     "NormalizedFile",
     "Reject",
     "RejectRatioExceeded",

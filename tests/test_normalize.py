@@ -23,6 +23,7 @@ from fleet_import.contracts import TRIPS, Column, DatasetContract
 from fleet_import.normalize import (
     SOURCE_LINE_COLUMN,
     FileRejected,
+    HashBuckets,
     NormalizedFile,
     Reject,
     RejectRatioExceeded,
@@ -742,10 +743,32 @@ def test_key_hashes_span_row_groups_and_agree_across_files(tmp_path: Path) -> No
 
     repeat = run(tmp_path, lines[0] + lines[-1], name="repeat.csv")  # the header, the last row
     assert key_hashes(repeat, TRIPS).tolist() == hashes[-1:].tolist()
-    computed = {big.parquet_path: hashes, repeat.parquet_path: key_hashes(repeat, TRIPS)}
-    ahead = find_duplicates([big, repeat], TRIPS, lambda file: computed[file.parquet_path])
+    with HashBuckets(tmp_path) as buckets:
+        buckets.add(hashes)
+        buckets.add(key_hashes(repeat, TRIPS))
+        repeated = buckets.repeated()
+    assert repeated.tolist() == hashes[-1:].tolist()
+    ahead = find_duplicates([big, repeat], TRIPS, repeated)
     assert ahead[0] == find_duplicates([big, repeat], TRIPS)[0]
     assert [(r.file, r.line) for r in ahead[0]] == [("big.csv", rows + 1), ("repeat.csv", 2)]
+
+
+def test_hash_buckets_find_every_repeat_across_buckets_and_adds(tmp_path: Path) -> None:
+    """Repeats are found whichever bucket (top bits) and whichever add holds each copy; the
+    buckets live on disk under `tmp_path` until closed."""
+    rng = np.random.default_rng(7)
+    values = rng.integers(0, 2**64 - 1, size=50_000, dtype=np.uint64, endpoint=True)
+    edges = np.array([0, 1, 2**58 - 1, 2**58, 2**63, 2**64 - 1], dtype=np.uint64)
+    planted = np.concatenate([values[rng.choice(values.size, 300, replace=False)], edges])
+    parts = [values[:20_000], np.concatenate([values[20_000:], edges]), planted[::-1]]
+    with HashBuckets(tmp_path) as buckets:
+        for part in parts:
+            buckets.add(part)
+        assert list(tmp_path.glob("key-hashes-*/*.u64"))
+        found = buckets.repeated()
+    unique, counts = np.unique(np.concatenate(parts), return_counts=True)
+    assert found.tolist() == unique[counts > 1].tolist()
+    assert not list(tmp_path.iterdir())
 
 
 def test_reject_ratio_above_the_limit_fails(tmp_path: Path) -> None:
