@@ -70,7 +70,7 @@ def load_step(
     layer for the slice, never one inside the other."""
     started = time.monotonic()
     delays = () if ctx.warehouse.replays_slices else _LOAD_RETRY_DELAYS_SECONDS
-    with _KeyHashes(ctx.contracts, ctx.workdir) as hashes:
+    with _KeyHashes(ctx.contracts, ctx.workdir / str(batch_id)) as hashes:
         arrivals = _Arrivals([], iter(entries), hashes, heartbeat)
         for delay in (*delays, None):
             try:
