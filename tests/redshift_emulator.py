@@ -17,7 +17,8 @@ What it changes on the way (everything else is forwarded byte for byte):
   target table (Redshift matches Parquet columns by position), string values checked in
   **bytes** against the VARCHAR widths (AWS "Character types": VARCHAR lengths are bytes;
   COPY from Parquet has no TRUNCATECOLUMNS or MAXERROR, so one long value fails it), and the
-  rows sent upstream with `COPY t FROM STDIN (FORMAT csv)` in the client's own transaction.
+  rows sent upstream with `COPY t FROM STDIN` in the client's own transaction (FORMAT binary
+  where every column's type allows, else csv: tests/redshift_copy.py).
   Failures become ErrorResponses raised upstream, so the transaction is aborted as Redshift
   would abort it;
 - `TRUNCATE` commits the open transaction first, and itself (AWS "Serializable isolation":
@@ -63,7 +64,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tests import redshift_isolation as isolation
-from tests.redshift_copy import COPY_S3, CopyFailed, check_columns, csv_chunks, read_copy
+from tests.redshift_copy import COPY_S3, CopyFailed, check_columns, copy_input, read_copy
 
 SERVER_VERSION = "8.0.2"
 _SSL_REQUEST, _GSS_REQUEST, _PROTOCOL_3 = 80877103, 80877104, 196608
@@ -506,30 +507,35 @@ class _Session:
             table, columns, rows = await asyncio.to_thread(read_copy, sql, self.emulator.get_object)
             target = await self._columns(table)
             if columns:
-                widths = dict(target)
-                target = [(c, widths.get(c.strip('"'))) for c in columns]
-            check_columns(table, rows, target)
-            chunks = await asyncio.to_thread(lambda: list(csv_chunks(rows)))
+                by_name = {name: (width, oid) for name, width, oid in target}
+                target = [(c, *by_name.get(c.strip('"'), (None, None))) for c in columns]
+            check_columns(table, rows, [(name, width) for name, width, _ in target])
+            copy_format, data = await asyncio.to_thread(
+                copy_input, rows, [oid for _, _, oid in target]
+            )
         except CopyFailed as exc:
             return await self.raise_upstream(str(exc), "XX000"), b""
         column_list = f" ({', '.join(columns)})" if columns else ""
-        result = await self.query(f"COPY {table}{column_list} FROM STDIN (FORMAT csv)", chunks)
+        result = await self.query(
+            f"COPY {table}{column_list} FROM STDIN (FORMAT {copy_format})", iter(data)
+        )
         if result.error is not None:
             return result.error, b""
         self.emulator.copies.append(sql)
         return None, result.tag
 
-    async def _columns(self, table: str) -> list[tuple[str, int | None]]:
-        """(name, VARCHAR/CHAR width or None) of the table's columns, in order."""
+    async def _columns(self, table: str) -> list[tuple[str, int | None, int]]:
+        """(name, VARCHAR/CHAR width or None, type oid) of the table's columns, in order."""
         result = await self.query(
             "SELECT attname, CASE WHEN atttypid IN (1042, 1043) AND atttypmod > 4 "
-            "THEN atttypmod - 4 END FROM pg_attribute WHERE attrelid = "
+            "THEN atttypmod - 4 END, atttypid FROM pg_attribute WHERE attrelid = "
             f"{_literal(table)}::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
         )
         if result.error is not None:
             raise CopyFailed(f"table {table} does not exist")
         return [
-            (name.decode(), None if width is None else int(width)) for name, width in result.rows
+            (name.decode(), None if width is None else int(width), int(oid))
+            for name, width, oid in result.rows
         ]
 
 

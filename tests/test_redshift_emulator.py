@@ -18,6 +18,7 @@ import redshift_connector
 
 from fleet_import.error_table import sqlstate_kind
 from fleet_import.errors import ErrorKind
+from tests.redshift_copy import copy_input
 from tests.redshift_emulator import RedshiftEmulator
 
 ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
@@ -251,3 +252,47 @@ def test_copy_counts_varchar_widths_in_bytes(
     assert "Table: 5, Data: 6" in fields(caught.value)["M"]
     conn.rollback()
     assert db.execute("SELECT count(*) FROM names").fetchone() == (2,)
+
+
+def test_copy_feeds_postgresql_binary_where_types_allow_the_same_rows_as_csv(
+    db: psycopg.Connection[Any],
+) -> None:
+    """The emulator's COPY sends PostgreSQL binary when every column's Arrow type is the one
+    its column reads, CSV otherwise; both load the same values (the emulator's sessions read
+    timestamps in UTC, as this one does)."""
+    utc = pa.timestamp("us", tz="UTC")
+    rows = pa.table(
+        {
+            "s": pa.array(["a,b", None, 'q"uote\nline'], pa.string()),
+            "v": pa.array(["é", "x", None], pa.string()),
+            "i": pa.array([2**62, None, -1], pa.int64()),
+            "f": pa.array([1.5, None, 1e300], pa.float64()),
+            "b": pa.array([True, None, False], pa.bool_()),
+            "ts": pa.array([0, None, 1_700_000_000_123_456], utc),
+            "tz": pa.array([-86_400_000_000, 1, None], utc),
+            "d": pa.array([0, 19_000, None], pa.date32()),
+        }
+    )
+    oids = [25, 1043, 20, 701, 16, 1114, 1184, 1082]  # text varchar int8 float8 bool ts tstz date
+    db.execute("SET timezone TO 'UTC'")
+    db.execute(
+        "CREATE TABLE via_binary (s text, v varchar(20), i bigint, f double precision,"
+        " b boolean, ts timestamp, tz timestamptz, d date)"
+    )
+    db.execute("CREATE TABLE via_csv (LIKE via_binary)")
+    binary = copy_input(rows, oids)
+    assert binary[0] == "binary"
+    assert copy_input(rows, [*oids[:-1], 23])[0] == "csv"  # an INTEGER column: int64 is not it
+    assert copy_input(rows.set_column(2, "i", pa.array([1, 2, 3], pa.int32())), oids)[0] == "csv"
+    csv = copy_input(rows, [*oids[:-1], None])
+    assert csv[0] == "csv"
+    for table, (copy_format, data) in (("via_binary", binary), ("via_csv", csv)):
+        with db.cursor().copy(f"COPY {table} FROM STDIN (FORMAT {copy_format})") as copy:
+            for chunk in data:
+                copy.write(chunk)
+    loaded = [
+        db.execute(f"SELECT * FROM {table} ORDER BY i NULLS FIRST").fetchall()
+        for table in ("via_binary", "via_csv")
+    ]
+    assert loaded[0] == loaded[1]
+    assert len(loaded[0]) == 3 and loaded[0][0][0] is None and loaded[0][2][1] == "é"
