@@ -22,6 +22,7 @@ from moto.server import ThreadedMotoServer
 
 __all__ = [
     "landing_bucket",
+    "moto_client",
     "moto_endpoint",
     "moto_server",
     "notify_queue_of",
@@ -88,32 +89,34 @@ def _boto_session() -> boto3.session.Session:
     return boto3.session.Session()
 
 
-@pytest.fixture
-def s3(moto_endpoint: str) -> Any:
-    """A boto3 S3 client for the moto server (plain boto3, independent of the code under test)."""
+def moto_client(service: str, endpoint: str, config: Config | None = None) -> Any:
+    """A boto3 client of `service` for the moto server at `endpoint` (plain boto3,
+    independent of the code under test), with the fake credentials given explicitly rather
+    than read from the shared session's credential cache."""
     return _boto_session().client(
-        "s3",
-        endpoint_url=moto_endpoint,
+        service,
+        endpoint_url=endpoint,
         region_name=REGION,
-        # Explicit, not read from the shared session's credential cache.
         aws_access_key_id=_FAKE_ENV["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=_FAKE_ENV["AWS_SECRET_ACCESS_KEY"],
-        config=Config(
-            retries={"mode": "standard", "max_attempts": 3}, max_pool_connections=_PUT_THREADS
-        ),
+        config=config,
+    )
+
+
+@pytest.fixture
+def s3(moto_endpoint: str) -> Any:
+    """A boto3 S3 client for the moto server."""
+    return moto_client(
+        "s3",
+        moto_endpoint,
+        Config(retries={"mode": "standard", "max_attempts": 3}, max_pool_connections=_PUT_THREADS),
     )
 
 
 @pytest.fixture
 def sqs(moto_endpoint: str) -> Any:
     """A boto3 SQS client for the moto server."""
-    return _boto_session().client(
-        "sqs",
-        endpoint_url=moto_endpoint,
-        region_name=REGION,
-        aws_access_key_id=_FAKE_ENV["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=_FAKE_ENV["AWS_SECRET_ACCESS_KEY"],
-    )
+    return moto_client("sqs", moto_endpoint)
 
 
 def notify_queue_of(s3: Any, sqs: Any, bucket: str, queue_url: str) -> None:

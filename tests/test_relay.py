@@ -26,7 +26,7 @@ from fleet_import.relay import (
     event_id,
     parse_s3_notification,
 )
-from tests.s3fixtures import REGION, _boto_session, notify_queue_of, put_objects
+from tests.s3fixtures import moto_client, notify_queue_of, put_objects
 
 _DEADLINE_SECONDS = 15.0
 
@@ -576,7 +576,7 @@ def test_the_relay_command_relays_a_folder_to_prefect(
 
     put_objects(s3, notifying_bucket, {"acme/fleet/2026-07-22/_SUCCESS": b""})
     put_objects(s3, notifying_bucket, {"acme/fleet/2026-02-30/_SUCCESS": b""})
-    sqs_poison = _boto_session().client("sqs", endpoint_url=moto_endpoint, region_name=REGION)
+    sqs_poison = moto_client("sqs", moto_endpoint)
     sqs_poison.send_message(QueueUrl=queue_url, MessageBody="poison")
     dead_file = tmp_path / "dead.jsonl"
 
