@@ -310,25 +310,24 @@ class Publisher:
     def retire_superseded(self, ctx: StepContext) -> None:
         """Mark superseded what this batch's slice replaced: every earlier failed publication
         of the scope (its open steps retired, so it is never resumed or published) and the
-        previous succeeded batch, whose normalised files only it used are deleted. For the
-        latter, files go first, cache rows next, the mark last: a retry after any failure
-        finds the same previous batch and the remaining entries again. Superseding the failed
-        ones is one idempotent statement, so its place in that order does not matter."""
+        previous succeeded batch; then delete the normalised files that only earlier batches
+        of the scope used, failed ones included. Files go first, cache rows next, the
+        previous success's mark last: a retry after any failure finds the same entries
+        again. Superseding the failed ones is one idempotent statement, so its place in that
+        order does not matter."""
         for failed_id in self._outbox.supersede_failed_publications(ctx.batch.id):
             log.info("failed publication %s is superseded by batch %s", failed_id, ctx.batch.id)
-        previous = self._outbox.previous_batch(ctx.batch.id)
-        if previous is None:
-            return
         keep_keys = _source_keys(ctx.batch.details.get("manifest"))
         # Without a staging area (or a manifest saying what we still use) nothing is deleted:
         # a cache row forgotten while its file stays would leak the file for good.
         if self._staging is not None and keep_keys is not None:
-            entries = self._outbox.cache_entries_only_used_by(previous.id, keep_keys)
+            entries = self._outbox.cache_entries_only_used_by(ctx.batch.id, keep_keys)
             names = [name for entry in entries for name in _staged_names(self._staging, entry)]
             if names:
                 self._staging.delete(names)
-            self._outbox.forget_cache_entries(previous.id, entries)
-        if not self._outbox.mark_superseded(previous.id, ctx.batch.id):
+            self._outbox.forget_cache_entries(ctx.batch.id, entries)
+        previous = self._outbox.previous_batch(ctx.batch.id)
+        if previous is not None and not self._outbox.mark_superseded(previous.id, ctx.batch.id):
             log.warning("batch %s was superseded by another batch meanwhile", previous.id)
 
     def _emit_quietly(self, name: str, payload: Mapping[str, Any]) -> None:

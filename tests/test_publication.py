@@ -901,6 +901,38 @@ def test_retire_supersedes_every_earlier_failed_publication_and_retires_its_step
     ]
 
 
+def test_retire_deletes_the_staged_files_of_superseded_failed_publications(
+    repo: BatchRepository, slices: SliceTable, tables: str, staging: StagingArea, tmp_path: Path
+) -> None:
+    """A failed publication's normalised files go with it, whether or not a success came
+    before it: with none before (nothing to mark superseded), and after one (newer than the
+    success the new batch marks)."""
+    prefix = "acme/fleet/2026-07-22/"
+    root = tmp_path / "staging"
+    publisher = make_publisher(tables, staging=staging)
+
+    def delivery(key: str, name: str) -> dict[str, Any]:
+        cache = _cache(repo, staging, tmp_path, prefix + name, rejects=True)
+        return {"key": key, "cache": cache, "manifest_keys": (prefix + name,)}
+
+    _failed_publication(repo, slices, tables, **delivery("d1", "a.csv"))
+    second = committed(repo, slices, **delivery("d2", "b.csv"))
+    assert isinstance(publisher.publish_batch(second.id, "importer", "importer"), Published)
+    assert _cached_keys(tables) == {f"s3://fleet-landing/{prefix}b.csv"}
+    assert len(_staged(root)) == 2
+
+    _failed_publication(repo, slices, tables, **delivery("d3", "c.csv"))
+    fourth = committed(repo, slices, **delivery("d4", "d.csv"))
+    assert isinstance(publisher.publish_batch(fourth.id, "importer", "importer"), Published)
+    assert repo.get(second.id).details["superseded_by"] == str(fourth.id)  # type: ignore[union-attr]
+    assert _cached_keys(tables) == {f"s3://fleet-landing/{prefix}d.csv"}
+    digest = uuid.uuid5(uuid.NAMESPACE_URL, f"s3://fleet-landing/{prefix}d.csv").hex
+    assert _staged(root) == {
+        f"normalized/trips/{digest}.parquet",
+        f"normalized/trips/{digest}.rejects.csv",
+    }
+
+
 @pytest.fixture(autouse=True)
 def _no_leftover_threads() -> Iterator[None]:
     before = set(threading.enumerate())

@@ -184,19 +184,19 @@ class OutboxRepository(SqlStore):
     # -- the normalised-file cache of a superseded batch ----------------------------------
 
     def cache_entries_only_used_by(
-        self, previous_batch_id: uuid.UUID, keep_keys: Iterable[str]
+        self, batch_id: uuid.UUID, keep_keys: Iterable[str]
     ) -> list[CachedFile]:
-        """Cache entries of the superseded batch's scope that only it (and batches it
-        superseded) used: created by it or by an earlier finished batch of the scope, for
-        source keys not in `keep_keys` (the new batch's `s3://bucket/key` source keys)."""
+        """Cache entries that only batches before `batch_id` used: created by a finished
+        batch of its scope older than it, for source keys not in `keep_keys` (the batch's
+        own `s3://bucket/key` source keys). The slice it committed replaced all of theirs."""
         rows = self._all(
             "cache_entries_only_used_by",
-            {"batch_id": previous_batch_id, "keep_keys": sorted(set(keep_keys))},
+            {"batch_id": batch_id, "keep_keys": sorted(set(keep_keys))},
         )
         return [CachedFile(**row) for row in rows]
 
     def forget_cache_entries(
-        self, previous_batch_id: uuid.UUID, entries: Sequence[CachedFile]
+        self, batch_id: uuid.UUID, entries: Sequence[CachedFile]
     ) -> list[CachedFile]:
         """Delete these entries unless another batch re-stored them meanwhile; returns those
         deleted."""
@@ -205,7 +205,7 @@ class OutboxRepository(SqlStore):
         rows = self._all(
             "forget_cache_entries",
             {
-                "batch_id": previous_batch_id,
+                "batch_id": batch_id,
                 "source_keys": [e.source_key for e in entries],
                 "etags": [e.etag for e in entries],
                 "contract_versions": [e.contract_version for e in entries],

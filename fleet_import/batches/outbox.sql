@@ -204,17 +204,19 @@ ORDER BY prev.created_at DESC, prev.id DESC
 LIMIT 1
 
 -- cache_entries_only_used_by --
--- Entries created by the superseded batch, or by an earlier finished batch of its scope
--- whose entries it reused (a cache hit keeps the creator), for source keys the new batch no
--- longer reads. Entries of other scopes, and of running batches, are never candidates.
+-- Entries that only batches older than this one used, for source keys this one no longer
+-- reads: created by a finished batch of its scope (a cache hit keeps the creator), whether
+-- it succeeded, failed its publication or failed before committing. This batch committed the
+-- slice that replaced all of theirs. Entries of other scopes, and of running batches (this
+-- one), are never candidates.
 SELECT n.source_key, n.etag, n.contract_version, n.dataset, n.output_uri, n.row_count,
        n.reject_count, n.details
 FROM normalized_files n
 JOIN ingestion_batches creator ON creator.id = n.created_by_batch
-JOIN ingestion_batches prev ON prev.id = %(batch_id)s
-WHERE creator.tenant_id = prev.tenant_id
-  AND creator.source_scope = prev.source_scope
-  AND creator.created_at <= prev.created_at
+JOIN ingestion_batches cur ON cur.id = %(batch_id)s
+WHERE creator.tenant_id = cur.tenant_id
+  AND creator.source_scope = cur.source_scope
+  AND creator.created_at < cur.created_at
   AND creator.status <> 'running'
   AND NOT (n.source_key = ANY (%(keep_keys)s::text[]))
 ORDER BY n.source_key, n.etag, n.contract_version
@@ -226,15 +228,15 @@ DELETE FROM normalized_files n
 USING unnest(%(source_keys)s::text[], %(etags)s::text[], %(contract_versions)s::text[])
       AS f (source_key, etag, contract_version),
       ingestion_batches creator,
-      ingestion_batches prev
+      ingestion_batches cur
 WHERE n.source_key = f.source_key
   AND n.etag = f.etag
   AND n.contract_version = f.contract_version
   AND creator.id = n.created_by_batch
-  AND prev.id = %(batch_id)s
-  AND creator.tenant_id = prev.tenant_id
-  AND creator.source_scope = prev.source_scope
-  AND creator.created_at <= prev.created_at
+  AND cur.id = %(batch_id)s
+  AND creator.tenant_id = cur.tenant_id
+  AND creator.source_scope = cur.source_scope
+  AND creator.created_at < cur.created_at
   AND creator.status <> 'running'
 RETURNING n.source_key, n.etag, n.contract_version, n.dataset, n.output_uri, n.row_count,
           n.reject_count, n.details
