@@ -26,6 +26,7 @@ from fleet_import.batches import (
     BatchStatus,
     CachedFile,
     FailureKind,
+    FileInUse,
     LeaseAcquired,
 )
 from fleet_import.batches.outbox import OutboxRepository, OutboxStep, StepStatus
@@ -317,11 +318,11 @@ class Publisher:
         order does not matter."""
         for failed_id in self._outbox.supersede_failed_publications(ctx.batch.id):
             log.info("failed publication %s is superseded by batch %s", failed_id, ctx.batch.id)
-        keep_keys = _source_keys(ctx.batch.details.get("manifest"))
+        in_use = _files_in_use(ctx.batch.details)
         # Without a staging area (or a manifest saying what we still use) nothing is deleted:
         # a cache row forgotten while its file stays would leak the file for good.
-        if self._staging is not None and keep_keys is not None:
-            entries = self._outbox.cache_entries_only_used_by(ctx.batch.id, keep_keys)
+        if self._staging is not None and in_use is not None:
+            entries = self._outbox.cache_entries_only_used_by(ctx.batch.id, in_use)
             names = [name for entry in entries for name in _staged_names(self._staging, entry)]
             if names:
                 self._staging.delete(names)
@@ -349,12 +350,20 @@ def _payload(batch: Batch, **extra: Any) -> dict[str, Any]:
     return event_payload(batch.tenant_id, batch.source_scope, batch.id, **extra)
 
 
-def _source_keys(manifest: object) -> set[str] | None:
-    """The `s3://bucket/key` source keys of a stored manifest; None if there is none."""
+def _files_in_use(details: Mapping[str, Any]) -> list[FileInUse] | None:
+    """What the batch's slice was loaded from: each manifest object as (`s3://bucket/key`,
+    etag, contract version), the version None where the details do not record it (then every
+    entry of that key and etag counts as in use); None if there is no manifest."""
+    manifest = details.get("manifest")
     if not isinstance(manifest, Mapping) or not isinstance(manifest.get("folder"), str):
         return None
     bucket, _ = split_folder(manifest["folder"])
-    return {f"s3://{bucket}/{obj['key']}" for obj in manifest.get("objects", [])}
+    versions = details.get("contract_versions")
+    versions = versions if isinstance(versions, Mapping) else {}
+    return [
+        FileInUse(f"s3://{bucket}/{obj['key']}", obj.get("etag"), versions.get(obj.get("dataset")))
+        for obj in manifest.get("objects", [])
+    ]
 
 
 def _staged_names(staging: Staging, entry: CachedFile) -> list[str]:

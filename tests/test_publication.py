@@ -203,6 +203,8 @@ def committed(
     owner: str | None = "importer",
     steps: tuple[str, ...] = DEFAULT_PUBLICATION_STEPS,
     manifest_keys: tuple[str, ...] = (),
+    manifest_objects: tuple[dict[str, str], ...] = (),
+    contract_versions: dict[str, str] | None = None,
     cache: Callable[[Batch], None] | None = None,
     stamp: bool = True,
 ) -> Batch:
@@ -215,13 +217,16 @@ def committed(
     assert isinstance(repo.acquire_lease(batch.id, "importer", 60), LeaseAcquired)
     if cache is not None:
         cache(batch)
-    manifest = {"folder": folder, "objects": [{"key": k} for k in manifest_keys]}
+    objects = [{"key": k} for k in manifest_keys] + list(manifest_objects)
+    patch: dict[str, Any] = {"manifest": {"folder": folder, "objects": objects}}
+    if contract_versions is not None:
+        patch["contract_versions"] = contract_versions
     repo.mark_committed(
         batch.id,
         "importer",
         row_counts={"trips": 3, "vehicles": 2},
         publication_steps=steps,
-        patch={"manifest": manifest},
+        patch=patch,
     )
     if stamp:
         slices.stamp(tenant.tenant_id, source_scope(folder), batch.id)
@@ -675,12 +680,24 @@ def test_publishing_without_the_lease_is_refused(
 # -- retire_superseded -------------------------------------------------------------------------
 
 
+def _digest(source_key: str, etag: str = "etag-1", version: str = "v1") -> str:
+    """Staged names depend on key, etag and contract version, as normalising's do."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"{source_key}\0{etag}\0{version}").hex
+
+
 def _cache(
-    repo: BatchRepository, staging: StagingArea, tmp: Path, key: str, *, rejects: bool = False
+    repo: BatchRepository,
+    staging: StagingArea,
+    tmp: Path,
+    key: str,
+    *,
+    rejects: bool = False,
+    etag: str = "etag-1",
+    version: str = "v1",
 ):
     def store(batch: Batch) -> None:
         source_key = f"s3://fleet-landing/{key}"
-        digest = uuid.uuid5(uuid.NAMESPACE_URL, source_key).hex
+        digest = _digest(source_key, etag, version)
         local = tmp / f"{digest}.parquet"
         local.write_bytes(b"PAR1")
         output_uri = staging.put_file(local, f"normalized/trips/{digest}.parquet")
@@ -691,7 +708,7 @@ def _cache(
                 local.with_suffix(".csv"), f"normalized/trips/{digest}.rejects.csv"
             )
         repo.store_cached_file(
-            CachedFile(source_key, "etag-1", "v1", "trips", output_uri, 3, 0, details), batch.id
+            CachedFile(source_key, etag, version, "trips", output_uri, 3, 0, details), batch.id
         )
 
     return store
@@ -763,7 +780,7 @@ def test_retire_superseded_marks_the_previous_batch_and_deletes_only_what_it_alo
         "s3://fleet-landing/acme/fleet/2026-07-23/x.csv",
     }
     gone = {name for name in files_before if name not in _staged(root)}
-    digest = uuid.uuid5(uuid.NAMESPACE_URL, f"s3://fleet-landing/{prefix}gone.csv").hex
+    digest = _digest(f"s3://fleet-landing/{prefix}gone.csv")
     assert gone == {f"normalized/trips/{digest}.parquet", f"normalized/trips/{digest}.rejects.csv"}
 
     # The next batch retires the second one, not the already superseded first.
@@ -926,11 +943,44 @@ def test_retire_deletes_the_staged_files_of_superseded_failed_publications(
     assert isinstance(publisher.publish_batch(fourth.id, "importer", "importer"), Published)
     assert repo.get(second.id).details["superseded_by"] == str(fourth.id)  # type: ignore[union-attr]
     assert _cached_keys(tables) == {f"s3://fleet-landing/{prefix}d.csv"}
-    digest = uuid.uuid5(uuid.NAMESPACE_URL, f"s3://fleet-landing/{prefix}d.csv").hex
+    digest = _digest(f"s3://fleet-landing/{prefix}d.csv")
     assert _staged(root) == {
         f"normalized/trips/{digest}.parquet",
         f"normalized/trips/{digest}.rejects.csv",
     }
+
+
+def test_retire_deletes_the_staged_files_of_content_the_slice_no_longer_holds(
+    repo: BatchRepository, slices: SliceTable, tables: str, staging: StagingArea, tmp_path: Path
+) -> None:
+    """A file delivered again with other content (another etag), then read under another
+    contract version: each time the replaced content's entry and files go, the loaded stay."""
+    key = "acme/fleet/2026-07-22/trips.csv"
+    source_key = f"s3://fleet-landing/{key}"
+    publisher = make_publisher(tables, staging=staging)
+
+    def deliver(delivery_key: str, etag: str, version: str) -> None:
+        batch = committed(
+            repo,
+            slices,
+            key=delivery_key,
+            cache=_cache(repo, staging, tmp_path, key, rejects=True, etag=etag, version=version),
+            manifest_objects=({"key": key, "etag": etag, "dataset": "trips"},),
+            contract_versions={"trips": version},
+        )
+        assert isinstance(publisher.publish_batch(batch.id, "importer", "importer"), Published)
+        with psycopg.connect(tables) as conn:
+            cached = conn.execute("SELECT etag, contract_version FROM normalized_files").fetchall()
+        assert cached == [(etag, version)]
+        digest = _digest(source_key, etag, version)
+        assert _staged(tmp_path / "staging") == {
+            f"normalized/trips/{digest}.parquet",
+            f"normalized/trips/{digest}.rejects.csv",
+        }
+
+    deliver("d1", "etag-1", "v1")
+    deliver("d2", "etag-2", "v1")
+    deliver("d3", "etag-2", "v2")
 
 
 @pytest.fixture(autouse=True)

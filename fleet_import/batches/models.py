@@ -172,6 +172,15 @@ ResumeOutcome = Resumed | NotResumable | ScopeBusy
 
 
 @dataclass(frozen=True)
+class FileInUse:
+    """A source file a batch was loaded from, as cache entries name it; None where unknown."""
+
+    source_key: str
+    etag: str | None
+    contract_version: str | None
+
+
+@dataclass(frozen=True)
 class CachedFile:
     """A normalised source file: `(source_key, etag, contract_version)` -> staged output."""
 

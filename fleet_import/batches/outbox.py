@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from fleet_import.batches.models import Batch, CachedFile
+from fleet_import.batches.models import Batch, CachedFile, FileInUse
 from fleet_import.batches.store import SqlStore
 from fleet_import.errors import InvalidInput, LeaseLost
 from fleet_import.sqlfiles import load_queries
@@ -184,14 +184,21 @@ class OutboxRepository(SqlStore):
     # -- the normalised-file cache of a superseded batch ----------------------------------
 
     def cache_entries_only_used_by(
-        self, batch_id: uuid.UUID, keep_keys: Iterable[str]
+        self, batch_id: uuid.UUID, in_use: Iterable[FileInUse]
     ) -> list[CachedFile]:
         """Cache entries that only batches before `batch_id` used: created by a finished
-        batch of its scope older than it, for source keys not in `keep_keys` (the batch's
-        own `s3://bucket/key` source keys). The slice it committed replaced all of theirs."""
+        batch of its scope older than it, and not among the files it was loaded from
+        (`in_use`; a None etag or version there matches any). The slice it committed
+        replaced all of theirs."""
+        files = list(in_use)
         rows = self._all(
             "cache_entries_only_used_by",
-            {"batch_id": batch_id, "keep_keys": sorted(set(keep_keys))},
+            {
+                "batch_id": batch_id,
+                "keep_keys": [f.source_key for f in files],
+                "keep_etags": [f.etag for f in files],
+                "keep_versions": [f.contract_version for f in files],
+            },
         )
         return [CachedFile(**row) for row in rows]
 

@@ -204,11 +204,12 @@ ORDER BY prev.created_at DESC, prev.id DESC
 LIMIT 1
 
 -- cache_entries_only_used_by --
--- Entries that only batches older than this one used, for source keys this one no longer
--- reads: created by a finished batch of its scope (a cache hit keeps the creator), whether
--- it succeeded, failed its publication or failed before committing. This batch committed the
--- slice that replaced all of theirs. Entries of other scopes, and of running batches (this
--- one), are never candidates.
+-- Entries that only batches older than this one used: created by a finished batch of its
+-- scope (a cache hit keeps the creator), whether it succeeded, failed its publication or
+-- failed before committing, and not among the files this batch was loaded from (a key it
+-- still reads with other content, or under another contract version, is not). This batch
+-- committed the slice that replaced all of theirs. Entries of other scopes, and of running
+-- batches (this one), are never candidates. A NULL etag or version to keep matches any.
 SELECT n.source_key, n.etag, n.contract_version, n.dataset, n.output_uri, n.row_count,
        n.reject_count, n.details
 FROM normalized_files n
@@ -218,7 +219,13 @@ WHERE creator.tenant_id = cur.tenant_id
   AND creator.source_scope = cur.source_scope
   AND creator.created_at < cur.created_at
   AND creator.status <> 'running'
-  AND NOT (n.source_key = ANY (%(keep_keys)s::text[]))
+  AND NOT EXISTS (
+      SELECT 1
+      FROM unnest(%(keep_keys)s::text[], %(keep_etags)s::text[], %(keep_versions)s::text[])
+           AS k (source_key, etag, contract_version)
+      WHERE k.source_key = n.source_key
+        AND (k.etag IS NULL OR k.etag = n.etag)
+        AND (k.contract_version IS NULL OR k.contract_version = n.contract_version))
 ORDER BY n.source_key, n.etag, n.contract_version
 
 -- forget_cache_entries --
