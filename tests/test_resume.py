@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import time
 
+import psycopg
+
 from fleet_import.batches import BatchStatus, FailureKind, NotResumable
 from fleet_import.batches.outbox import OutboxRepository, StepStatus
 from fleet_import.pipeline import Committed, Failed, ImportContext, import_folder
 from fleet_import.publication import Publisher
 from fleet_import.resume import resume_batch
-from fleet_import.sample_data import fleet_delivery, today_folder
-from fleet_import.scope import Tenant
+from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
+from fleet_import.scope import Tenant, split_folder
 from fleet_import.warehouse import PostgresWarehouse
 from tests.helpers import slice_rows, upload
+from tests.s3fixtures import put_objects
 
 ACME = Tenant.named("acme")
 
@@ -62,6 +65,29 @@ def test_import_publishes_and_supersedes_the_previous_batch(
     names = [name for name, _ in publishing_ctx.recorded_events]
     assert names.count("fleet.slice.published") == 2
     assert names.count("fleet.batch.published") == 2
+
+
+def test_a_replaced_file_leaves_no_normalised_file_behind(
+    publishing_ctx: ImportContext, s3, landing_bucket: str, staging_bucket: str, database_url: str
+) -> None:
+    """The staging area holds what the slice was loaded from, nothing of the content a later
+    delivery replaced."""
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=40))
+    assert import_folder(publishing_ctx, ACME, folder, "d1").published
+    bucket, prefix = split_folder(folder)
+    put_objects(s3, bucket, {prefix + "trips-1.csv": csv_bytes(trips_table(30, start=500))})
+    second = import_folder(publishing_ctx, ACME, folder, "d2")
+    assert isinstance(second, Committed) and second.published, second
+
+    with psycopg.connect(database_url) as conn:
+        cached = conn.execute("SELECT output_uri, details FROM normalized_files").fetchall()
+    expected = {uri for uri, _ in cached} | {
+        details["rejects_uri"] for _, details in cached if details.get("rejects_uri")
+    }
+    assert len(cached) == len(second.summary["files"])
+    staged = s3.list_objects_v2(Bucket=staging_bucket, Prefix="stage/normalized/")
+    assert {f"s3://{staging_bucket}/{o['Key']}" for o in staged.get("Contents", [])} == expected
 
 
 def test_publication_failure_is_resumed_without_copying_a_row(
