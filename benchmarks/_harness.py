@@ -138,6 +138,12 @@ def _process_ticks(stat: str, *, children: bool) -> int:
     return sum(int(value) for value in fields[11 : 15 if children else 13])
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process on this host (a local PostgreSQL backend, say)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return _process_ticks(stat, children=False) / os.sysconf("SC_CLK_TCK")
+
+
 def _database_ticks() -> int:
     """CPU ticks of every local PostgreSQL process, with what the postmaster reaped: a
     backend that ends within the window is counted through its parent."""

@@ -21,36 +21,32 @@ shared table's replace goes on.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
-from _harness import checkpoint, fresh_database, progress
+from _harness import checkpoint, fresh_database, process_cpu_seconds, progress
 from psycopg import sql
 
 from fleet_import.config import libpq_url
 from fleet_import.contracts import TRIPS
 from fleet_import.sample_data import trips_table
 from fleet_import.warehouse import PostgresWarehouse
-from fleet_import.warehouse.postgres.binary_copy import CopyEncoder, text_field, uuid_field
+from fleet_import.warehouse.base import STAMP_COLUMNS
+from fleet_import.warehouse.postgres.binary_copy import (
+    BATCH_ROWS,
+    CopyEncoder,
+    text_field,
+    uuid_field,
+)
 
 TENANT = "bench"
 SCOPE = "fleet_s3:s3://fleet-landing/bench/fleet/2026-07-22/"
-_CHUNK_ROWS = 16_384
 _READER_LOCK_TIMEOUT = "2s"
 Work = Callable[[psycopg.Cursor[Any]], None]
-
-
-def backend_cpu_seconds(pid: int) -> float:
-    """utime + stime of a local backend (the server runs on this host)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Layouts:
@@ -76,7 +72,7 @@ class Layouts:
 
     def encoded(self, *stamps: bytes) -> list[bytes]:
         encoder = CopyEncoder(TRIPS.arrow_schema, stamps)
-        body = [bytes(encoder.encode(b)) for b in self.table.to_batches(_CHUNK_ROWS)]
+        body = [bytes(encoder.encode(b)) for b in self.table.to_batches(BATCH_ROWS)]
         return [encoder.header, *body, encoder.trailer]
 
     def copy(
@@ -96,10 +92,10 @@ class Layouts:
         """Backend CPU seconds of `work` in one transaction, after a CHECKPOINT."""
         checkpoint(self.url)
         with psycopg.connect(libpq_url(self.url)) as conn, conn.cursor() as cursor:
-            before = backend_cpu_seconds(conn.info.backend_pid)
+            before = process_cpu_seconds(conn.info.backend_pid)
             work(cursor)
             conn.commit()
-            return backend_cpu_seconds(conn.info.backend_pid) - before
+            return process_cpu_seconds(conn.info.backend_pid) - before
 
     def empty(self) -> None:
         with psycopg.connect(libpq_url(self.url)) as conn:
@@ -146,7 +142,7 @@ class Layouts:
         return load, replace
 
     def partition(self, old: uuid.UUID, new: uuid.UUID) -> tuple[Work, Work]:
-        stamps = ["tenant_id", "source_scope", "ingestion_batch_id"]
+        stamps = list(STAMP_COLUMNS)
         data = {
             b: self.encoded(text_field(TENANT), text_field(SCOPE), uuid_field(b))
             for b in (old, new)
@@ -186,7 +182,7 @@ class Layouts:
                 "plain": self.plain(old, new),
                 "shared": self.stamped(
                     "curated.fleet_trips",
-                    ["tenant_id", "source_scope", "ingestion_batch_id"],
+                    list(STAMP_COLUMNS),
                     old,
                     new,
                 ),
@@ -216,9 +212,7 @@ class Layouts:
             _, replace = (
                 self.partition(old, new)
                 if name == "partition"
-                else self.stamped(
-                    table, ["tenant_id", "source_scope", "ingestion_batch_id"], old, new
-                )
+                else self.stamped(table, list(STAMP_COLUMNS), old, new)
             )
             with psycopg.connect(libpq_url(self.url)) as reader:
                 reader.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(table)))
