@@ -49,6 +49,12 @@ _READER_LOCK_TIMEOUT = "2s"
 Work = Callable[[psycopg.Cursor[Any]], None]
 
 
+def _stamp_fields(stamps: list[str], batch: uuid.UUID) -> list[bytes]:
+    """The COPY fields of `stamps` (the batch id last) for a slice of `batch`."""
+    values = {"tenant_id": TENANT, "source_scope": SCOPE}
+    return [text_field(values[s]) for s in stamps[:-1]] + [uuid_field(batch)]
+
+
 class Layouts:
     def __init__(self, url: str, rows: int) -> None:
         self.url = url
@@ -123,13 +129,9 @@ class Layouts:
     def stamped(
         self, table: str, stamps: list[str], old: uuid.UUID, new: uuid.UUID
     ) -> tuple[Work, Work]:
-        values = {"tenant_id": TENANT, "source_scope": SCOPE}
         target = sql.SQL(table)
-
-        def fields(batch: uuid.UUID) -> list[bytes]:
-            return [text_field(values[s]) for s in stamps[:-1]] + [uuid_field(batch)]
-
-        first, second = self.encoded(*fields(old)), self.encoded(*fields(new))
+        first = self.encoded(*_stamp_fields(stamps, old))
+        second = self.encoded(*_stamp_fields(stamps, new))
 
         def load(cursor: psycopg.Cursor[Any]) -> None:
             self.copy(cursor, target, stamps, first)
@@ -143,10 +145,7 @@ class Layouts:
 
     def partition(self, old: uuid.UUID, new: uuid.UUID) -> tuple[Work, Work]:
         stamps = list(STAMP_COLUMNS)
-        data = {
-            b: self.encoded(text_field(TENANT), text_field(SCOPE), uuid_field(b))
-            for b in (old, new)
-        }
+        data = {b: self.encoded(*_stamp_fields(stamps, b)) for b in (old, new)}
 
         def attach(cursor: psycopg.Cursor[Any], batch: uuid.UUID) -> None:
             name = sql.Identifier("layouts", f"slice_{batch.hex}")
@@ -180,12 +179,7 @@ class Layouts:
             old, new = uuid.uuid4(), uuid.uuid4()
             layouts = {
                 "plain": self.plain(old, new),
-                "shared": self.stamped(
-                    "curated.fleet_trips",
-                    list(STAMP_COLUMNS),
-                    old,
-                    new,
-                ),
+                "shared": self.stamped("curated.fleet_trips", list(STAMP_COLUMNS), old, new),
                 "no_scope": self.stamped(
                     "layouts.no_scope", ["tenant_id", "ingestion_batch_id"], old, new
                 ),
