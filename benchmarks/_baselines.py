@@ -31,7 +31,7 @@ from _harness import Measurement, Window, prefetch, progress
 from psycopg import sql
 
 from fleet_import.config import libpq_url
-from fleet_import.contracts import TRIPS
+from fleet_import.contracts.fleet import TRIPS
 from fleet_import.warehouse.postgres.binary_copy import SIGNATURE, TRAILER, CopyEncoder
 from fleet_import.warehouse.postgres.ddl import PG_TYPES
 

@@ -10,7 +10,7 @@ from _harness import progress
 from psycopg import sql
 
 from fleet_import.config import libpq_url
-from fleet_import.contracts import TRIPS
+from fleet_import.contracts.fleet import TRIPS
 from fleet_import.sample_data import csv_bytes, parquet_bytes, trips_table
 from fleet_import.scope import split_folder
 from fleet_import.warehouse.postgres.ddl import table_identifier

@@ -11,14 +11,16 @@ from typing import Any
 from _delivery import TENANT
 from _harness import Measurement, Window, progress
 
-from fleet_import.batches import BatchRepository
-from fleet_import.contract_files import contracts_in_force
-from fleet_import.contracts import TRIPS, ContractSet
-from fleet_import.pipeline import AlreadyLoaded, Committed, ImportContext, import_folder
+from fleet_import.contracts.files import contracts_in_force
+from fleet_import.contracts.fleet import TRIPS
+from fleet_import.contracts.model import ContractSet
+from fleet_import.importing.context import AlreadyLoaded, Committed, ImportContext
+from fleet_import.importing.driver import import_folder
+from fleet_import.s3.client import s3_client
+from fleet_import.s3.staging import StagingArea
 from fleet_import.scope import Tenant
-from fleet_import.sources import s3_client
-from fleet_import.staging import StagingArea
-from fleet_import.warehouse import PostgresWarehouse
+from fleet_import.store.repository import BatchRepository
+from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
 LEASE_TTL_SECONDS = 120.0
 # (name, from mark, to mark): a mark is the first or last progress message of a kind.

@@ -35,11 +35,16 @@ from psycopg.types.json import Jsonb
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fleet_import.batches import BatchRepository, FailureKind, Reserved
-from fleet_import.batches.models import FLEET_MODE, FLEET_PIPELINE_STAGE, SourceType
-from fleet_import.batches.repository import QUERIES
 from fleet_import.config import libpq_url
 from fleet_import.scope import Tenant
+from fleet_import.store.models import (
+    FLEET_MODE,
+    FLEET_PIPELINE_STAGE,
+    FailureKind,
+    Reserved,
+    SourceType,
+)
+from fleet_import.store.repository import QUERIES, BatchRepository
 
 TENANT = Tenant.named("bench")
 DEFAULT_CONTENDERS = 64

@@ -28,14 +28,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fleet_import.config import libpq_url
-from fleet_import.contracts import TRIPS
-from fleet_import.warehouse import DatasetLoad, LoadFile, PostgresWarehouse
-from fleet_import.warehouse.postgres.binary_copy import (
-    CopyEncoder,
-    ParquetSource,
-    stream_parquet,
-)
+from fleet_import.contracts.fleet import TRIPS
+from fleet_import.warehouse.base import DatasetLoad, LoadFile
+from fleet_import.warehouse.postgres.binary_copy import CopyEncoder, ParquetSource, stream_parquet
 from fleet_import.warehouse.postgres.ddl import PG_TYPES, table_identifier
+from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
 DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 TENANT = "acme"

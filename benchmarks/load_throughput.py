@@ -54,11 +54,11 @@ from _ours import measure_ours
 from psycopg import sql
 
 from fleet_import.config import libpq_url
-from fleet_import.contracts import TRIPS
+from fleet_import.contracts.fleet import TRIPS
 from fleet_import.sample_data import fleet_delivery
 from fleet_import.scope import source_scope, split_folder
-from fleet_import.warehouse import PostgresWarehouse
 from fleet_import.warehouse.postgres.ddl import table_identifier
+from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
 VARIANTS = ("parquet", "csv")
 TARGETS = {"parquet": 0.85, "csv": 1.0}

@@ -38,9 +38,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from fleet_import.config import DEFAULT_WAREHOUSE_LOAD_SLOTS  # noqa: E402
-from fleet_import.contracts import FLEET_DATASETS  # noqa: E402
-from fleet_import.warehouse import DatasetLoad, WarehouseError  # noqa: E402
-from fleet_import.warehouse.redshift import RedshiftWarehouse  # noqa: E402
+from fleet_import.contracts.fleet import FLEET_DATASETS  # noqa: E402
+from fleet_import.warehouse.base import DatasetLoad, WarehouseError  # noqa: E402
+from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse  # noqa: E402
 from tests.redshift_emulator import RedshiftEmulator  # noqa: E402
 from tests.warehouse_helpers import fleet_loads  # noqa: E402
 

@@ -32,9 +32,8 @@ from _harness import checkpoint, fresh_database, process_cpu_seconds, progress
 from psycopg import sql
 
 from fleet_import.config import libpq_url
-from fleet_import.contracts import TRIPS
+from fleet_import.contracts.fleet import TRIPS
 from fleet_import.sample_data import trips_table
-from fleet_import.warehouse import PostgresWarehouse
 from fleet_import.warehouse.base import STAMP_COLUMNS
 from fleet_import.warehouse.postgres.binary_copy import (
     BATCH_ROWS,
@@ -42,6 +41,7 @@ from fleet_import.warehouse.postgres.binary_copy import (
     text_field,
     uuid_field,
 )
+from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
 TENANT = "bench"
 SCOPE = "fleet_s3:s3://fleet-landing/bench/fleet/2026-07-22/"

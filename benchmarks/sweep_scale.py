@@ -32,10 +32,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._harness import fresh_database, moto_s3, progress
-from fleet_import.batches.sweep_repository import SweepRepository
-from fleet_import.s3client import s3_client
+from fleet_import.intake.sweep import Marker, find_ready_folders, plan_sweep
+from fleet_import.s3.client import s3_client
 from fleet_import.sample_data import fleet_delivery
-from fleet_import.sweep import Marker, find_ready_folders, plan_sweep
+from fleet_import.store.sweep_repository import SweepRepository
 
 BUCKET = "fleet-landing-bench"
 _PUT_THREADS = 32

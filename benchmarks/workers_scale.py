@@ -41,10 +41,10 @@ import boto3
 import psycopg
 
 from benchmarks import _harness
-from fleet_import.contracts import FLEET_DATASETS
+from fleet_import.contracts.fleet import FLEET_DATASETS
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import source_scope
-from fleet_import.warehouse import PostgresWarehouse
+from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
 DEFAULT_FOLDERS = 12
 DEFAULT_WORKERS = (1, 3)

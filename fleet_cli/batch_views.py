@@ -18,9 +18,9 @@ from rich.measure import Measurement
 from rich.table import Column, Table
 from rich.text import Text
 
-from fleet_import.batches import Batch
-from fleet_import.batches.outbox import OutboxStep
 from fleet_import.scope import SOURCE_SCOPE_PREFIX
+from fleet_import.store.models import Batch
+from fleet_import.store.outbox import OutboxStep
 
 SHORT_ID_LENGTH = 8  # `batches show` takes it back as a prefix
 _STATUS_STYLE = {"succeeded": "green", "failed": "red", "running": "yellow"}

@@ -12,10 +12,11 @@ from rich.console import Console
 from rich.text import Text
 
 from fleet_cli.batch_views import batch_detail_record, batch_record, batch_views, batches_table
-from fleet_import.batches import BatchRepository, BatchStatus
 from fleet_import.config import Settings
 from fleet_import.errors import FleetImportError
-from fleet_import.landing import DEFAULT_PATTERN
+from fleet_import.intake.landing import DEFAULT_PATTERN
+from fleet_import.store.models import BatchStatus
+from fleet_import.store.repository import BatchRepository
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 db_app = typer.Typer(no_args_is_help=True, help="The operational database.")
@@ -64,7 +65,7 @@ def db_upgrade(
     """Migrate the operational database (Alembic)."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from fleet_import import migrate
+    from fleet_import.store import migrate
 
     url = _database_url(database_url)
     try:
@@ -131,7 +132,7 @@ def batches_show(
     database_url: DatabaseOption = None,
 ) -> None:
     """A batch's details, failures and resumes, publication steps and first rejects."""
-    from fleet_import.batches.outbox import OutboxRepository
+    from fleet_import.store.outbox import OutboxRepository
 
     url = _database_url(database_url)
     repo = BatchRepository(url)
@@ -283,9 +284,9 @@ def relay(
 
     import boto3
 
-    from fleet_import.dead_letters import FileDeadLetter, SqsDeadLetter
-    from fleet_import.landing import LandingLayout
-    from fleet_import.relay import Relay, queue_region
+    from fleet_import.intake.dead_letters import FileDeadLetter, SqsDeadLetter
+    from fleet_import.intake.landing import LandingLayout
+    from fleet_import.intake.relay import Relay, queue_region
     from flows.events import PrefectEventEmitter
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")

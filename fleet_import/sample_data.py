@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from fleet_import.contracts import FUEL_TRANSACTIONS, TRIPS, VEHICLES, DatasetContract
+from fleet_import.contracts.fleet import FUEL_TRANSACTIONS, TRIPS, VEHICLES
+from fleet_import.contracts.model import DatasetContract
 
 _EPOCH = np.datetime64("2026-07-01T00:00:00", "s")
 _STATUSES = np.array(["completed", "cancelled", "in_progress"])

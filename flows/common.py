@@ -21,8 +21,8 @@ from prefect.states import State
 
 from fleet_import.config import Settings
 from fleet_import.errors import is_transient
-from fleet_import.pipeline import STEP_RETRY_DELAYS_SECONDS, STEP_RETRY_JITTER
-from fleet_import.runtime import Runtime, build_runtime
+from fleet_import.importing.driver import STEP_RETRY_DELAYS_SECONDS, STEP_RETRY_JITTER
+from fleet_import.importing.runtime import Runtime, build_runtime
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -33,7 +33,7 @@ LOAD_SLOT_LEASE_SECONDS = 60.0
 
 # Exponential backoff with jitter for transient failures (S3 throttling, dropped
 # connections, serialisation conflicts); contract violations are never retried.
-# The core's step retry policy (fleet_import.pipeline), so a step is retried alike under the
+# The core's step retry policy (fleet_import.importing.driver), so a step is retried alike under the
 # CLI's core path and as a Prefect task.
 TASK_RETRY_DELAYS = list(STEP_RETRY_DELAYS_SECONDS)
 TASK_RETRIES = len(TASK_RETRY_DELAYS)

@@ -76,12 +76,12 @@ def run_demo(home: Path = DEMO_HOME) -> int:
     )
     os.environ.pop("PREFECT_API_URL", None)  # the runs go to the demo's own local API
 
-    from fleet_import import migrate
-    from fleet_import.contracts import FLEET_DATASETS
+    from fleet_import.contracts.fleet import FLEET_DATASETS
+    from fleet_import.s3.client import s3_client
     from fleet_import.sample_data import fleet_delivery, today_folder
     from fleet_import.scope import split_folder
-    from fleet_import.sources import s3_client
-    from fleet_import.warehouse import PostgresWarehouse
+    from fleet_import.store import migrate
+    from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
     say("migrating the operational database and creating the curated tables...")
     migrate.upgrade(database_url)
@@ -126,7 +126,7 @@ def run_demo(home: Path = DEMO_HOME) -> int:
     )
     show("globex with a failing refresh_dependants step", failed)
     os.environ["FLEET_REFRESH_SQL"] = "[]"
-    from fleet_import.batches import BatchRepository
+    from fleet_import.store.repository import BatchRepository
 
     repo = BatchRepository(database_url)
     to_resume = next(b for b in repo.list(tenant="globex", status="failed"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 
-from fleet_import.claiming import settle_abandoned_batches
+from fleet_import.importing.claim import settle_abandoned_batches
 from flows.common import lease_owner, runtime_for_flow
 from flows.story import tell
 

@@ -19,7 +19,8 @@ from prefect.events import Event
 from prefect.exceptions import EventTooLarge
 from prefect.settings import get_current_settings
 
-from fleet_import.relay import EVENT_NAME, S3ObjectCreated
+from fleet_import.intake.notifications import S3ObjectCreated
+from fleet_import.intake.relay import EVENT_NAME
 
 __all__ = ["PrefectEventEmitter", "build_s3_object_created", "emit_s3_object_created"]
 

@@ -18,9 +18,9 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 from prefect.states import State
 
-from fleet_import import pipeline
 from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
-from fleet_import.runtime import Runtime
+from fleet_import.importing import driver as pipeline
+from fleet_import.importing.runtime import Runtime
 from fleet_import.scope import Tenant, source_scope
 from flows.common import (
     TASK_RETRIES,

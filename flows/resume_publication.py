@@ -7,9 +7,9 @@ import uuid
 from prefect import flow, get_run_logger
 from prefect.states import State
 
-from fleet_import import pipeline
-from fleet_import.batches import NotResumable
-from fleet_import.resume import resume_batch
+from fleet_import.importing import driver as pipeline
+from fleet_import.importing.resume import resume_batch
+from fleet_import.store.models import NotResumable
 from flows.common import lease_owner, runtime_for_flow
 from flows.reporting import failed, publish_artifacts, state_for
 from flows.story import tell

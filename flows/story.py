@@ -23,8 +23,8 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 
-from fleet_import.batches import Batch, BatchStatus
-from fleet_import.runtime import Runtime
+from fleet_import.importing.runtime import Runtime
+from fleet_import.store.models import Batch, BatchStatus
 from flows.reporting import escape_markdown
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """sweep_landing_zone: start imports for complete landing folders nobody loaded yet.
 
-Thin: completeness, fingerprints and the start/skip decision live in fleet_import.sweep.
+Thin: completeness, fingerprints and the start/skip decision live in fleet_import.intake.sweep.
 This flow lists, plans, starts `import-s3-folder` runs through their deployment, and shows
 what it did (every row with its tenant, and how long the sweep took) as a table artifact;
 the skips an operator may look for are also `fleet.delivery.skipped` events.
@@ -17,11 +17,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.deployments import run_deployment
 from prefect.states import State
 
-from fleet_import import sweep
-from fleet_import.batches.sweep_repository import SweepRepository
-from fleet_import.contract_files import contracts_in_force
-from fleet_import.landing import DEFAULT_PATTERN
-from fleet_import.sources import s3_client
+from fleet_import.contracts.files import contracts_in_force
+from fleet_import.intake import sweep
+from fleet_import.intake.landing import DEFAULT_PATTERN
+from fleet_import.s3.client import s3_client
+from fleet_import.store.sweep_repository import SweepRepository
 from flows.common import (
     TASK_RETRIES,
     TASK_RETRY_DELAYS,
@@ -132,7 +132,7 @@ def sweep_landing_zone(
             the S3 event trigger (set it above the trigger's schedule_after), so the sweep
             only catches deliveries whose event was lost.
         layout: Where delivery folders are below the prefix, with {tenant}, {yyyy-mm-dd}
-            and * placeholders (fleet_import.landing describes them).
+            and * placeholders (fleet_import.intake.landing describes them).
         deployment: The import deployment to start, as flow-name/deployment-name.
         lookback_days: Only folders dated from this many days ago through tomorrow, by the
             layout's {yyyy-mm-dd}; older folders are never listed. Unset: the

@@ -4,7 +4,7 @@ FLEET_DASK_ADDRESS set, the Dask cluster at that address (prefect-dask's DaskTas
 
 Only mapped steps (normalising a delivery's files) go through it; the other steps run in
 the flow's own thread. On Dask, each file's task gets the import context rebuilt from the
-run's settings on its worker (fleet_import.runtime), and its normalised output reaches the
+run's settings on its worker (fleet_import.importing.runtime), and its normalised output reaches the
 flow through the S3 staging area.
 """
 

@@ -5,8 +5,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from fleet_import.batches import BatchRepository
 from fleet_import.scope import Tenant
+from fleet_import.store.repository import BatchRepository
 from tests import pgtools
 
 # Prefect's test harness runs its server ephemeral, without the repossessor that frees the
@@ -85,8 +85,8 @@ from tests.s3fixtures import *  # noqa: E402,F403  (moto server, s3 client, buck
 @pytest.fixture
 def warehouse(database_url: str):
     """The PostgreSQL warehouse in the test's own database (schema `curated`)."""
-    from fleet_import.contracts import FLEET_DATASETS
-    from fleet_import.warehouse import PostgresWarehouse
+    from fleet_import.contracts.fleet import FLEET_DATASETS
+    from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
     warehouse = PostgresWarehouse(database_url)
     warehouse.ensure_tables(FLEET_DATASETS.values())
@@ -95,8 +95,8 @@ def warehouse(database_url: str):
 
 @pytest.fixture
 def import_ctx(repo, warehouse, s3, staging_bucket, tmp_path):
-    from fleet_import.pipeline import ImportContext
-    from fleet_import.staging import StagingArea
+    from fleet_import.importing.context import ImportContext
+    from fleet_import.s3.staging import StagingArea
 
     events: list[tuple[str, dict]] = []
     ctx = ImportContext(
@@ -114,7 +114,7 @@ def import_ctx(repo, warehouse, s3, staging_bucket, tmp_path):
 
 @pytest.fixture
 def outbox(database_url: str):
-    from fleet_import.batches.outbox import OutboxRepository
+    from fleet_import.store.outbox import OutboxRepository
 
     return OutboxRepository(database_url)
 
@@ -122,7 +122,7 @@ def outbox(database_url: str):
 @pytest.fixture
 def publishing_ctx(import_ctx, outbox):
     """import_ctx with the default publication steps (refresh, notify, retire)."""
-    from fleet_import.publication import Publisher
+    from fleet_import.publication.publisher import Publisher
 
     import_ctx.publisher = Publisher(
         import_ctx.repo,

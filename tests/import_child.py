@@ -11,12 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fleet_import.batches import BatchRepository
-from fleet_import.pipeline import ImportContext, import_folder
+from fleet_import.importing.context import ImportContext
+from fleet_import.importing.driver import import_folder
+from fleet_import.s3.client import s3_client
+from fleet_import.s3.staging import StagingArea
 from fleet_import.scope import Tenant
-from fleet_import.sources import s3_client
-from fleet_import.staging import StagingArea
-from fleet_import.warehouse import PostgresWarehouse, Warehouse
+from fleet_import.store.repository import BatchRepository
+from fleet_import.warehouse.base import Warehouse
+from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
 
 def peak_rss_kb() -> int:
@@ -32,7 +34,7 @@ def _warehouse(database_url: str, s3: object) -> Warehouse:
     redshift = os.environ.get("FLEET_TEST_REDSHIFT")
     if not redshift:
         return PostgresWarehouse(database_url)
-    from fleet_import.warehouse.redshift import RedshiftWarehouse
+    from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 
     config = json.loads(redshift)
     return RedshiftWarehouse(

@@ -8,8 +8,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fleet_import.contracts import TRIPS, DatasetContract
-from fleet_import.normalize import NormalizedFile, normalize_file
+from fleet_import.contracts.fleet import TRIPS
+from fleet_import.contracts.model import DatasetContract
+from fleet_import.normalize.file import normalize_file
+from fleet_import.normalize.output import NormalizedFile
 
 TRIP_COLUMNS = TRIPS.column_names
 HEADER = ",".join(TRIP_COLUMNS)

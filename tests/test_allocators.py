@@ -15,8 +15,8 @@ from pathlib import Path
 import fleet_import  # first, as every entry point does
 import pyarrow as pa
 
-from fleet_import.contracts import TRIPS
-from fleet_import.normalize import normalize_file
+from fleet_import.contracts.fleet import TRIPS
+from fleet_import.normalize.file import normalize_file
 from fleet_import.sample_data import csv_bytes, trips_table
 
 work = Path(tempfile.mkdtemp())

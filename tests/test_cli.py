@@ -16,8 +16,9 @@ from prefect.states import Completed, Failed, State
 from typer.testing import CliRunner
 
 from fleet_cli.cli import app
-from fleet_import.batches import Batch, BatchRepository, FailureKind, Reserved
 from fleet_import.scope import Tenant, source_scope
+from fleet_import.store.models import Batch, FailureKind, Reserved
+from fleet_import.store.repository import BatchRepository
 
 
 def run_cli(*args: str, database_url: str, columns: int = 200) -> subprocess.CompletedProcess[str]:

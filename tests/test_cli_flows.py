@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from fleet_import.batches import BatchRepository, BatchStatus
 from fleet_import.sample_data import fleet_delivery, today_folder
+from fleet_import.store.models import BatchStatus
+from fleet_import.store.repository import BatchRepository
 from tests.helpers import upload
 
 pytestmark = pytest.mark.slow

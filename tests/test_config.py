@@ -6,8 +6,8 @@ import pytest
 
 from fleet_import.config import Settings
 from fleet_import.errors import InvalidInput
-from fleet_import.runtime import build_warehouse
-from fleet_import.warehouse import PostgresWarehouse
+from fleet_import.importing.runtime import build_warehouse
+from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
 
 def test_redshift_connection_from_a_url_or_from_variables() -> None:
@@ -40,8 +40,8 @@ def test_warehouse_selection(monkeypatch: pytest.MonkeyPatch) -> None:
         build_warehouse(Settings(warehouse="redshift"), s3=None)
     for name in ("FLEET_REDSHIFT_HOST", "FLEET_REDSHIFT_IAM_ROLE", "FLEET_REDSHIFT_STAGING_URI"):
         assert name in str(missing.value)
-    from fleet_import.sources import s3_client
-    from fleet_import.warehouse.redshift import RedshiftWarehouse
+    from fleet_import.s3.client import s3_client
+    from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 
     redshift = build_warehouse(
         Settings(

@@ -17,14 +17,17 @@ import redshift_connector
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-from fleet_import.batches.store import SqlStore
-from fleet_import.contracts import FLEET_DATASETS, TRIPS
+from fleet_import.contracts.fleet import FLEET_DATASETS, TRIPS
 from fleet_import.error_table import s3_kind
 from fleet_import.errors import ErrorKind, FleetImportError, OperationalStoreError, TransientError
-from fleet_import.sources import DiscoveryError, discover, s3_client
-from fleet_import.staging import StagingArea, StagingError
-from fleet_import.warehouse import PostgresWarehouse, WarehouseError
-from fleet_import.warehouse.redshift import RedshiftWarehouse, driver
+from fleet_import.s3.client import s3_client
+from fleet_import.s3.sources import DiscoveryError, discover
+from fleet_import.s3.staging import StagingArea, StagingError
+from fleet_import.store.connection import SqlStore
+from fleet_import.warehouse.base import WarehouseError
+from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
+from fleet_import.warehouse.redshift import driver
+from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 from tests.redshift_emulator import RedshiftEmulator
 from tests.warehouse_helpers import fleet_loads
 

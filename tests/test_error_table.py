@@ -24,7 +24,7 @@ from fleet_import.errors import (
     TransientError,
     error_of_kind,
 )
-from fleet_import.warehouse import WarehouseError
+from fleet_import.warehouse.base import WarehouseError
 
 TRANSIENT, TERMINAL = ErrorKind.TRANSIENT, ErrorKind.TERMINAL
 CONFIGURATION, LEASE_LOST = ErrorKind.CONFIGURATION, ErrorKind.LEASE_LOST
@@ -227,9 +227,9 @@ def test_error_of_kind_keeps_transient_errors_catchable_by_class() -> None:
 
 def test_configuration_errors_raised_by_the_core_are_never_retried() -> None:
     from fleet_import.config import Settings
-    from fleet_import.contracts import ContractError
+    from fleet_import.contracts.model import ContractError
     from fleet_import.errors import ErrorKind, is_transient
-    from fleet_import.runtime import build_runtime
+    from fleet_import.importing.runtime import build_runtime
 
     with pytest.raises(FleetImportError) as missing:
         build_runtime(Settings(staging_uri=None))

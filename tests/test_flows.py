@@ -19,8 +19,9 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.sorting import ArtifactSort
 
-from fleet_import.batches import BatchRepository, BatchStatus
 from fleet_import.sample_data import fleet_delivery, today_folder
+from fleet_import.store.models import BatchStatus
+from fleet_import.store.repository import BatchRepository
 from flows.drain_publications import drain_publications
 from flows.import_s3_folder import import_s3_folder
 from flows.resume_publication import resume_publication
@@ -379,8 +380,8 @@ def test_resume_is_refused_when_a_newer_batch_owns_the_slice(
 def test_an_expiry_found_while_resuming_ends_not_resumable(flow_env: str, monkeypatch) -> None:
     """A batch that died after its commit is still running, so its stamp is read only once
     it is leased; a newer owner found then refuses the resume like any other."""
-    from fleet_import.batches import FailureKind
-    from fleet_import.pipeline import Failed
+    from fleet_import.importing.context import Failed
+    from fleet_import.store.models import FailureKind
 
     batch_id = uuid.uuid4()
     expired = Failed(batch_id, FailureKind.FAILED_PUBLICATION, "publication expired", expired=True)
@@ -478,7 +479,7 @@ def test_the_event_sink_hands_prefect_the_payloads_event_id(prefect_api, monkeyp
     from prefect.events.clients import AssertingEventsClient
     from prefect.events.worker import EventsWorker
 
-    from fleet_import.publication import published_event_id
+    from fleet_import.publication.publisher import published_event_id
     from flows.common import prefect_event_sink
 
     worker = EventsWorker.instance(AssertingEventsClient)

@@ -14,8 +14,8 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from prefect.states import Cancelled, Completed, Crashed, Failed, Running, State
 
-from fleet_import import pipeline
-from fleet_import.batches import FailureKind
+from fleet_import.importing import driver as pipeline
+from fleet_import.store.models import FailureKind
 from flows import reporting
 from flows.reporting import EXIT_CODES, ExitCode, escape_markdown, exit_code_for, state_for
 
@@ -176,7 +176,7 @@ def test_already_loaded_names_the_owner_and_has_its_own_code() -> None:
 
 
 def _batch(status: str, **details: Any) -> Any:
-    from fleet_import.batches import BatchStatus
+    from fleet_import.store.models import BatchStatus
 
     return SimpleNamespace(
         id=BATCH,

@@ -15,8 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from fleet_import.contracts import FLEET_DATASETS, Column, DatasetContract
-from fleet_import.warehouse import DatasetLoad, LoadFile, SliceCommit, Warehouse
+from fleet_import.contracts.fleet import FLEET_DATASETS
+from fleet_import.contracts.model import Column, DatasetContract
+from fleet_import.warehouse.base import DatasetLoad, LoadFile, SliceCommit, Warehouse
 
 ACME = "acme"
 SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-22/"

@@ -5,31 +5,3 @@ slice registry, slice deletes and counts); postgres/ and redshift/ each hold ddl
 slice_sql.py, driver.py, writer.py and warehouse.py. The Redshift backend needs the
 `redshift` extra, so it is imported from fleet_import.warehouse.redshift only when used.
 """
-
-from fleet_import.warehouse.base import (
-    SOURCE_LINE_COLUMN,
-    STAMP_COLUMNS,
-    DatasetLoad,
-    LoadFile,
-    Progress,
-    SliceCommit,
-    SliceWriter,
-    Warehouse,
-    WarehouseError,
-    WarehouseSession,
-)
-from fleet_import.warehouse.postgres import PostgresWarehouse
-
-__all__ = [
-    "SOURCE_LINE_COLUMN",
-    "STAMP_COLUMNS",
-    "DatasetLoad",
-    "LoadFile",
-    "PostgresWarehouse",
-    "Progress",
-    "SliceCommit",
-    "SliceWriter",
-    "Warehouse",
-    "WarehouseError",
-    "WarehouseSession",
-]

@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from fleet_import.contracts import DatasetContract
+from fleet_import.contracts.model import DatasetContract
 from fleet_import.errors import FleetImportError
 
 STAMP_COLUMNS = ("tenant_id", "source_scope", "ingestion_batch_id")

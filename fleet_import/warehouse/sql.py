@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from fleet_import.contracts import DatasetContract
+from fleet_import.contracts.model import DatasetContract
 from fleet_import.warehouse.base import STAMP_COLUMNS
 
 Statement = tuple[str, Sequence[object] | Mapping[str, object]]

@@ -23,7 +23,8 @@ import pyarrow as pa
 from psycopg import sql
 
 from fleet_import.config import libpq_url
-from fleet_import.contracts import FLEET_DATASETS, FUEL_TRANSACTIONS, DatasetContract
+from fleet_import.contracts.fleet import FLEET_DATASETS, FUEL_TRANSACTIONS
+from fleet_import.contracts.model import DatasetContract
 from fleet_import.sample_data import (
     csv_bytes,
     fuel_table,

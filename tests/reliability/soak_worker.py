@@ -22,15 +22,16 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from fleet_import.batches import BatchRepository
-from fleet_import.batches.outbox import OutboxRepository
 from fleet_import.errors import FleetImportError
-from fleet_import.pipeline import ImportContext, import_folder
-from fleet_import.publication import Publisher
+from fleet_import.importing.context import ImportContext
+from fleet_import.importing.driver import import_folder
+from fleet_import.publication.publisher import Publisher
+from fleet_import.s3.client import s3_client
+from fleet_import.s3.staging import StagingArea
 from fleet_import.scope import Tenant
-from fleet_import.sources import s3_client
-from fleet_import.staging import StagingArea
-from fleet_import.warehouse import PostgresWarehouse
+from fleet_import.store.outbox import OutboxRepository
+from fleet_import.store.repository import BatchRepository
+from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
 _DRAIN_PROBABILITY = 0.1
 
@@ -121,7 +122,7 @@ def import_through_flow(
     on this worker's ImportContext so its events reach the same file; the outcome the flow
     turned into its final state."""
     from fleet_import.config import Settings
-    from fleet_import.runtime import Runtime
+    from fleet_import.importing.runtime import Runtime
     from flows import import_s3_folder as module
 
     runtime = Runtime(Settings(), ctx, outbox, publisher)

@@ -24,9 +24,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from fleet_import.batches import BatchStatus, FailureKind, Reserved
-from fleet_import.contracts import FLEET_DATASETS
-from fleet_import.pipeline import Committed, Failed, ImportContext, import_folder
+from fleet_import.contracts.fleet import FLEET_DATASETS
+from fleet_import.importing.context import Committed, Failed, ImportContext
+from fleet_import.importing.driver import import_folder
 from fleet_import.sample_data import (
     csv_bytes,
     fleet_delivery,
@@ -35,6 +35,7 @@ from fleet_import.sample_data import (
     trips_table,
 )
 from fleet_import.scope import Tenant, source_scope, split_folder
+from fleet_import.store.models import BatchStatus, FailureKind, Reserved
 from tests.s3fixtures import put_objects
 
 CORPUS = Path(__file__).parent.parent / "data" / "bad"

@@ -19,16 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from fleet_import.batches import (
-    BatchRepository,
-    BatchStatus,
-    FailureKind,
-    Reserved,
-)
-from fleet_import.batches.outbox import OutboxRepository, StepStatus
-from fleet_import.pipeline import Committed, NotClaimed, NothingToDo, Skipped, import_folder
-from fleet_import.publication import BATCH_PUBLISHED_EVENT, DEFAULT_PUBLICATION_STEPS
+from fleet_import.importing.context import Committed, NotClaimed, NothingToDo, Skipped
+from fleet_import.importing.driver import import_folder
+from fleet_import.publication.publisher import BATCH_PUBLISHED_EVENT, DEFAULT_PUBLICATION_STEPS
 from fleet_import.scope import Tenant
+from fleet_import.store.models import BatchStatus, FailureKind, Reserved
+from fleet_import.store.outbox import OutboxRepository, StepStatus
+from fleet_import.store.repository import BatchRepository
 from tests.reliability import soak_worker
 from tests.reliability.conftest import (
     KILLED,

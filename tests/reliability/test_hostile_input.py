@@ -16,13 +16,16 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from fleet_import.batches import BatchRepository, FailureKind, Reserved
-from fleet_import.contract_files import contract_from_dict, load_contracts
-from fleet_import.contracts import FLEET_DATASETS, ContractError
-from fleet_import.pipeline import Committed, ImportContext, import_folder
+from fleet_import.contracts.files import contract_from_dict, load_contracts
+from fleet_import.contracts.fleet import FLEET_DATASETS
+from fleet_import.contracts.model import ContractError
+from fleet_import.importing.context import Committed, ImportContext
+from fleet_import.importing.driver import import_folder
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import InvalidFolder, InvalidTenant, ScopeTooLong, Tenant
-from fleet_import.warehouse import WarehouseError
+from fleet_import.store.models import FailureKind, Reserved
+from fleet_import.store.repository import BatchRepository
+from fleet_import.warehouse.base import WarehouseError
 from tests.helpers import upload
 
 ACME = Tenant.named("acme")

@@ -13,14 +13,15 @@ from typing import Any
 
 import pytest
 
-from fleet_import.batches import BatchRepository, BatchStatus
-from fleet_import.context import Committed, ImportContext
-from fleet_import.contracts import FLEET_DATASETS
-from fleet_import.pipeline import import_folder
-from fleet_import.s3client import s3_client
+from fleet_import.contracts.fleet import FLEET_DATASETS
+from fleet_import.importing.context import Committed, ImportContext
+from fleet_import.importing.driver import import_folder
+from fleet_import.s3.client import s3_client
+from fleet_import.s3.staging import StagingArea
 from fleet_import.scope import Tenant
-from fleet_import.staging import StagingArea
-from fleet_import.warehouse.redshift import RedshiftWarehouse
+from fleet_import.store.models import BatchStatus
+from fleet_import.store.repository import BatchRepository
+from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 from tests.redshift_emulator import RedshiftEmulator
 from tests.reliability.conftest import connect, make_source, slice_differences, upload_sources
 

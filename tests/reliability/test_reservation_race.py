@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from benchmarks.contention import race
-from fleet_import.batches import BatchRepository, FailureKind, Reserved, ScopeBusy
-from fleet_import.batches.models import ReserveOutcome
 from fleet_import.scope import Tenant, source_scope
+from fleet_import.store.models import FailureKind, Reserved, ReserveOutcome, ScopeBusy
+from fleet_import.store.repository import BatchRepository
 
 _CONTENDERS = 16
 _ROUNDS = 10

@@ -21,15 +21,17 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from fleet_import import loading, pipeline
-from fleet_import.batches import BatchRepository
 from fleet_import.config import Settings
 from fleet_import.errors import FleetImportError
-from fleet_import.pipeline import Committed, Failed, import_folder
-from fleet_import.runtime import build_runtime
+from fleet_import.importing import driver as pipeline
+from fleet_import.importing import load as loading
+from fleet_import.importing.context import Committed, Failed
+from fleet_import.importing.driver import import_folder
+from fleet_import.importing.runtime import build_runtime
+from fleet_import.s3.client import s3_client
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant, split_folder
-from fleet_import.sources import s3_client
+from fleet_import.store.repository import BatchRepository
 from tests.helpers import upload
 
 ACME = Tenant.named("acme")
@@ -301,7 +303,7 @@ def test_operational_store_errors_do_not_quote_a_mangled_password(database_url: 
 
 
 def test_warehouse_errors_do_not_quote_a_mangled_password(database_url: str) -> None:
-    from fleet_import.warehouse import PostgresWarehouse
+    from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
     with pytest.raises(FleetImportError) as raised:
         PostgresWarehouse(_unencoded_at_url(database_url)).slice_owner("acme", "fleet_s3:s3://b/x/")

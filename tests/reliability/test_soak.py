@@ -22,9 +22,11 @@ from pathlib import Path
 import pytest
 from prefect.settings import PREFECT_API_URL
 
-from fleet_import.batches import BatchRepository, BatchStatus
-from fleet_import.pipeline import Committed, Skipped, import_folder
+from fleet_import.importing.context import Committed, Skipped
+from fleet_import.importing.driver import import_folder
 from fleet_import.scope import Tenant
+from fleet_import.store.models import BatchStatus
+from fleet_import.store.repository import BatchRepository
 from tests.reliability import soak_worker
 from tests.reliability.conftest import (
     REFRESH_SQL,

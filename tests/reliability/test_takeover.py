@@ -20,15 +20,17 @@ from typing import Any
 
 import pytest
 
-from fleet_import.batches import BatchRepository, BatchStatus, FailureKind
-from fleet_import.batches.outbox import OutboxRepository, StepStatus
-from fleet_import.batches.sweep_repository import SweepRepository
-from fleet_import.claiming import settle_abandoned_batches
-from fleet_import.context import Committed, Failed
-from fleet_import.pipeline import import_folder
-from fleet_import.publication import DEFAULT_CLAIM_TTL_SECONDS, Published
+from fleet_import.importing.claim import settle_abandoned_batches
+from fleet_import.importing.context import Committed, Failed
+from fleet_import.importing.driver import import_folder
+from fleet_import.intake.sweep import Marker, find_ready_folders, plan_sweep
+from fleet_import.publication.outcomes import Published
+from fleet_import.publication.publisher import DEFAULT_CLAIM_TTL_SECONDS
 from fleet_import.scope import Tenant, split_folder
-from fleet_import.sweep import Marker, find_ready_folders, plan_sweep
+from fleet_import.store.models import BatchStatus, FailureKind
+from fleet_import.store.outbox import OutboxRepository, StepStatus
+from fleet_import.store.repository import BatchRepository
+from fleet_import.store.sweep_repository import SweepRepository
 from tests.reliability import soak_worker
 from tests.reliability.conftest import (
     KILLED,

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from fleet_import.batches import BatchRepository
 from fleet_import.sample_data import fleet_delivery, today_folder
+from fleet_import.store.repository import BatchRepository
 from tests.helpers import upload
 from tests.prefect_server import (
     PREFECT,

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from fleet_import.contracts import FUEL_TRANSACTIONS
+from fleet_import.contracts.fleet import FUEL_TRANSACTIONS
 from fleet_import.sample_data import (
     csv_bytes,
     fuel_table,
@@ -106,7 +106,7 @@ def test_a_delivery_normalised_on_dask_loads_the_same_slice(
 
 def _remote_contexts_here() -> tuple[int, int]:
     """(contexts built in this Dask worker, Parquet files left in their scratch dirs)."""
-    from fleet_import import runtime
+    from fleet_import.importing import runtime
 
     contexts = list(runtime._REMOTE_CONTEXTS.values())
     left = sum(len(list(ctx.workdir.rglob("*.parquet"))) for ctx in contexts)

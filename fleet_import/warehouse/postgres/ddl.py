@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from psycopg import sql
 
-from fleet_import.contracts import DatasetContract
+from fleet_import.contracts.model import DatasetContract
 from fleet_import.warehouse.base import STAMP_COLUMNS
 from fleet_import.warehouse.sql import SQL_TYPES, Dialect, split_table
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from fleet_import.contracts import DatasetContract
+from fleet_import.contracts.model import DatasetContract
 from fleet_import.sqlfiles import load_queries
 from fleet_import.warehouse.base import STAMP_COLUMNS
 from fleet_import.warehouse.postgres.ddl import table_identifier

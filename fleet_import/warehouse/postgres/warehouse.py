@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from fleet_import.config import libpq_url
-from fleet_import.contracts import DatasetContract
+from fleet_import.contracts.model import DatasetContract
 from fleet_import.warehouse.base import WarehouseError, WarehouseSession, check_contract
 from fleet_import.warehouse.committer import Cursor, SliceCommitter
 from fleet_import.warehouse.postgres import ddl, driver

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import pyarrow as pa
 
-from fleet_import.contracts import DatasetContract
+from fleet_import.contracts.model import DatasetContract
 from fleet_import.warehouse.base import (
     SOURCE_LINE_COLUMN,
     LoadFile,

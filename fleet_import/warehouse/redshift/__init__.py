@@ -2,8 +2,3 @@
 temp tables, COPY from S3, stamped inserts), driver.py (connections, sessions and their
 errors), writer.py (one slice replacement), warehouse.py (the Warehouse). Needs the
 `redshift` extra (redshift_connector)."""
-
-from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
-from fleet_import.warehouse.redshift.writer import RedshiftSliceWriter
-
-__all__ = ["RedshiftSliceWriter", "RedshiftWarehouse"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from fleet_import.contracts import Column, DatasetContract
+from fleet_import.contracts.model import Column, DatasetContract
 from fleet_import.warehouse.base import STAMP_COLUMNS, WarehouseError
 from fleet_import.warehouse.sql import (
     REGISTRY_TABLE,

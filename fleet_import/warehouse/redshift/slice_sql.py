@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fleet_import.contracts import Column, DatasetContract
+from fleet_import.contracts.model import Column, DatasetContract
 from fleet_import.warehouse.base import STAMP_COLUMNS
 from fleet_import.warehouse.redshift.ddl import column_definitions, column_type
 from fleet_import.warehouse.sql import Statement, quote_identifier, staging_table, table_name

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any, TypeVar
 
-from fleet_import.contracts import DatasetContract
+from fleet_import.contracts.model import DatasetContract
 from fleet_import.errors import ErrorKind
-from fleet_import.staging import StagingArea
+from fleet_import.s3.staging import StagingArea
 from fleet_import.warehouse.base import WarehouseError, WarehouseSession, check_contract
 from fleet_import.warehouse.committer import Cursor, SliceCommitter, run
 from fleet_import.warehouse.redshift import ddl, driver

@@ -32,8 +32,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fleet_import import failpoints
-from fleet_import.contracts import DatasetContract
-from fleet_import.staging import StagingError
+from fleet_import.contracts.model import DatasetContract
+from fleet_import.s3.staging import StagingError
 from fleet_import.warehouse.base import (
     SOURCE_LINE_COLUMN,
     LoadFile,

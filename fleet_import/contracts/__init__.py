@@ -1,0 +1,1 @@
+"""Dataset contracts: the shipped Fleet datasets, users' contract files."""

@@ -1,0 +1,85 @@
+"""Users' dataset contracts, from the YAML files and Python modules FLEET_CONTRACTS names,
+checked whole: one run reports every mistake of a file."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from fleet_import.contracts.describe import describe, label
+from fleet_import.contracts.fleet import FLEET_DATASETS
+from fleet_import.contracts.model import ContractError, ContractSet, DatasetContract
+
+
+def contract_from_dict(raw: Mapping[str, Any], where: str = "dataset") -> DatasetContract:
+    """A dataset from its plain definition; `where` says where it was found, for the message."""
+    try:
+        return DatasetContract.model_validate(raw)
+    except ValidationError as exc:
+        raise ContractError(describe(exc, DatasetContract, label(where, raw))) from None
+
+
+def _contracts_from(items: Iterable[Any], source: str, listed_as: str) -> list[DatasetContract]:
+    """Every definition is checked, so one run reports all of a file's mistakes."""
+    contracts, problems = [], []
+    for index, item in enumerate(items):
+        try:
+            contracts.append(
+                item
+                if isinstance(item, DatasetContract)
+                else contract_from_dict(item, f"{listed_as}[{index}]")
+            )
+        except ContractError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ContractError(f"{source}: " + "; ".join(problems))
+    return contracts
+
+
+def _read_yaml(spec: str) -> Any:
+    import yaml
+
+    path = Path(spec)
+    if not path.is_file():
+        raise ContractError(f"contract file {spec!r} does not exist")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ContractError(f"{spec}: not valid YAML: {exc}") from None
+    if isinstance(raw, dict):
+        unknown = sorted(map(str, raw.keys() - {"datasets"}))
+        if unknown:
+            raise ContractError(f"{spec}: {', '.join(unknown)}: unknown field (one of datasets)")
+        raw = raw.get("datasets", [])
+    if not isinstance(raw, list):
+        raise ContractError(f"contract file {spec!r}: expected a list of datasets")
+    return raw
+
+
+def load_contracts(spec: str) -> list[DatasetContract]:
+    """Datasets from a YAML file (`path.yaml`, a list or `{datasets: [...]}`) or a module
+    (`package.module`, exposing `DATASETS`)."""
+    if spec.endswith((".yaml", ".yml")):
+        return _contracts_from(_read_yaml(spec), spec, "datasets")
+    try:
+        module = importlib.import_module(spec)
+    except ImportError as exc:
+        raise ContractError(f"cannot import contract module {spec!r}: {exc}") from None
+    except ContractError as exc:  # a DatasetContract(...) the module builds as it loads
+        raise ContractError(f"{spec}: {exc}") from None
+    datasets = getattr(module, "DATASETS", None)
+    if datasets is None:
+        raise ContractError(f"contract module {spec!r} has no DATASETS")
+    return _contracts_from(datasets, spec, "DATASETS")
+
+
+def contracts_in_force(extra_specs: str | None = None) -> ContractSet:
+    """The Fleet datasets plus whatever FLEET_CONTRACTS names."""
+    contracts = FLEET_DATASETS
+    for spec in filter(None, (s.strip() for s in (extra_specs or "").split(","))):
+        contracts = contracts.with_extra(load_contracts(spec))
+    return contracts

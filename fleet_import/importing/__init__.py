@@ -1,0 +1,1 @@
+"""The import of one folder: claim, normalise, load, settle, resume."""

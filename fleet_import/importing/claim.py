@@ -1,0 +1,261 @@
+"""Steps 1-2 of the import: reserve the scope and lease the batch, taking over a batch
+whose executor died or froze (DESIGN, "Abandoned batches").
+
+A running batch whose lease expired (or that nobody leased for a lease TTL) is abandoned.
+Whoever meets it next takes it over, fenced like any takeover: the next delivery of its
+scope, or the drain. Before anything else the taker ends the warehouse session the old
+holder recorded, so a frozen holder neither keeps its locks nor commits later. Then:
+committed (recorded, or stamped in the warehouse) -> its publication is finished; not
+committed -> continued by a delivery of the same content, else failed as `abandoned`
+(recorded with the old owner), and the scope is free for the new delivery.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+
+from fleet_import import failpoints
+from fleet_import.errors import FleetImportError
+from fleet_import.importing.context import (
+    AlreadyLoaded,
+    Claimed,
+    Failed,
+    ImportContext,
+    ImportOutcome,
+    NotClaimed,
+    NothingToDo,
+    Skipped,
+)
+from fleet_import.importing.settle import publish_step, recover_committed, stamped
+from fleet_import.publication.publisher import event_payload
+from fleet_import.s3.sources import Manifest, discover
+from fleet_import.scope import Tenant, folder_of_scope
+from fleet_import.store.heartbeat import Heartbeat, leased
+from fleet_import.store.models import (
+    Batch,
+    BatchNotRunning,
+    BatchStatus,
+    FailureKind,
+    LeaseAcquired,
+    LeaseHeld,
+    Reserved,
+    ScopeBusy,
+)
+from fleet_import.warehouse.base import WarehouseSession
+
+log = logging.getLogger(__name__)
+
+TAKEN_OVER_EVENT = "fleet.batch.taken_over"
+
+
+def new_owner() -> str:
+    """A lease owner unique to this acquisition, readable in `batches list`."""
+    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def claim(
+    ctx: ImportContext,
+    tenant: Tenant,
+    scope: str,
+    delivery_key: str,
+    owner: str,
+    *,
+    force: bool = False,
+) -> Claimed | Skipped | NotClaimed | NothingToDo | AlreadyLoaded:
+    """Reserve the scope (or continue this delivery's batch), then its lease. A scope held
+    by an abandoned batch is taken over first. Content the slice already holds is not
+    loaded again unless `force`."""
+    if not force:
+        loaded = already_loaded(ctx, tenant, scope, delivery_key)
+        if loaded is not None:
+            return loaded
+    reserved = ctx.repo.reserve(tenant, scope, delivery_key)
+    if isinstance(reserved, ScopeBusy):
+        continued = _take_over_holder(ctx, reserved.holder_batch_id, owner)
+        if continued is not None:
+            return continued
+        reserved = ctx.repo.reserve(tenant, scope, delivery_key)
+        if isinstance(reserved, ScopeBusy):
+            return Skipped(scope, reserved.holder_batch_id)
+    batch = reserved.batch
+    if isinstance(reserved, Reserved):
+        ctx.events(
+            "fleet.batch.reserved",
+            event_payload(tenant.tenant_id, scope, batch.id, delivery_key=delivery_key),
+        )
+    failpoints.hit("after_reserve")
+    lease = ctx.repo.acquire_lease(batch.id, owner, ctx.lease_ttl)
+    if isinstance(lease, LeaseHeld):
+        return NotClaimed(batch.id, lease.owner, lease.expires_at)
+    if isinstance(lease, BatchNotRunning):
+        return NothingToDo(batch.id, str(lease.status))
+    if lease.previous_owner is not None:  # this delivery's own batch, after its executor died
+        _taken_over(ctx, batch.id, owner, lease.previous_owner)
+    failpoints.hit("after_lease")
+    return Claimed(batch.id, scope, owner)
+
+
+def _take_over_holder(ctx: ImportContext, holder_id: uuid.UUID, owner: str) -> Claimed | None:
+    """Settle the scope's holder if it is abandoned. Claimed: a delivery of the same content
+    continues it (the lease is ours now, the caller runs it); None: the holder is alive, or
+    it was settled and the scope is free again."""
+    lease = ctx.repo.take_over(holder_id, owner, ctx.lease_ttl)
+    if not isinstance(lease, LeaseAcquired):
+        return None
+    batch = _taken_over(ctx, holder_id, owner, lease.previous_owner)
+    if not _committed(ctx, batch) and _same_content(ctx, batch):
+        log.warning("batch %s continues under %s: same content", holder_id, owner)
+        assert batch.source_scope is not None
+        return Claimed(holder_id, batch.source_scope, owner)
+    with leased(ctx.repo, holder_id, owner, ctx.lease_ttl) as heartbeat:
+        _settle_abandoned(ctx, batch, owner, lease.previous_owner, heartbeat)
+    return None
+
+
+def _settle_abandoned(
+    ctx: ImportContext, batch: Batch, owner: str, previous_owner: str | None, heartbeat: Heartbeat
+) -> ImportOutcome:
+    """A taken-over batch that is not continued: its publication finished if it committed,
+    else failed as abandoned, with the old owner on record."""
+    assert batch.source_scope is not None
+    tenant = Tenant(batch.tenant_id, batch.company_id, batch.tenant_database)
+    scope = batch.source_scope
+    committed = recover_committed(ctx, tenant, batch.id, scope, owner)
+    if committed is not None:
+        return publish_step(ctx, committed, owner, heartbeat)
+    error = (
+        f"abandoned before commit: its executor {previous_owner or '(none)'} stopped "
+        f"renewing its lease; taken over by {owner}"
+    )
+    ctx.repo.mark_failed(
+        batch.id, owner, FailureKind.ABANDONED, error, {"previous_owner": previous_owner}
+    )
+    ctx.events(
+        "fleet.batch.failed",
+        event_payload(
+            tenant.tenant_id,
+            scope,
+            batch.id,
+            kind=str(FailureKind.ABANDONED),
+            error=error,
+            previous_owner=previous_owner,
+        ),
+    )
+    return Failed(batch.id, FailureKind.ABANDONED, error)
+
+
+def settle_abandoned_batches(ctx: ImportContext, owner: str, limit: int) -> list[ImportOutcome]:
+    """The drain's part: take over and settle running batches that never recorded a commit
+    and whose executor is gone, so no scope waits for a delivery that may never come."""
+    outcomes: list[ImportOutcome] = []
+    for batch_id in ctx.repo.abandoned_uncommitted(ctx.lease_ttl, limit):
+        lease = ctx.repo.take_over(batch_id, owner, ctx.lease_ttl)
+        if not isinstance(lease, LeaseAcquired):
+            continue  # renewed, finished or taken by another meanwhile
+        try:
+            batch = _taken_over(ctx, batch_id, owner, lease.previous_owner)
+            with leased(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
+                outcomes.append(
+                    _settle_abandoned(ctx, batch, owner, lease.previous_owner, heartbeat)
+                )
+        except FleetImportError as exc:  # the next drain tries again
+            log.warning("could not settle abandoned batch %s: %s", batch_id, exc)
+    return outcomes
+
+
+def _taken_over(
+    ctx: ImportContext, batch_id: uuid.UUID, owner: str, previous_owner: str | None
+) -> Batch:
+    """End the warehouse session the old holder recorded (read after our takeover: it can
+    record no other now), and say so."""
+    batch = ctx.repo.get(batch_id)
+    assert batch is not None
+    session = WarehouseSession.from_json(batch.details.get("warehouse_session"))
+    ended = False
+    if session is not None:
+        try:
+            ended = ctx.warehouse.end_session(session)
+        except FleetImportError as exc:  # no right to signal it: its locks outlive it
+            log.warning("could not end session %s of batch %s: %s", session, batch_id, exc)
+    log.warning(
+        "took over batch %s from %s (its lease had expired)%s",
+        batch_id,
+        previous_owner,
+        f"; ended its warehouse session {session.pid}" if ended else "",
+    )
+    ctx.events(
+        TAKEN_OVER_EVENT,
+        event_payload(
+            batch.tenant_id,
+            batch.source_scope,
+            batch_id,
+            previous_owner=previous_owner,
+            owner=owner,
+            ended_warehouse_session=ended,
+        ),
+    )
+    return batch
+
+
+def _committed(ctx: ImportContext, batch: Batch) -> bool:
+    """Recorded as committed, or its slice already carries its stamp (died in between)."""
+    if batch.parsed_details.redshift_committed:
+        return True
+    return batch.source_scope is not None and stamped(
+        ctx, batch.tenant_id, batch.source_scope, batch.id
+    )
+
+
+def _same_content(ctx: ImportContext, batch: Batch) -> bool:
+    """Whether the folder still holds what the abandoned batch listed."""
+    manifest = batch.details.get("manifest") or {}
+    if not manifest.get("fingerprint") or batch.source_scope is None:
+        return False
+    try:
+        listing = discover(ctx.s3, folder_of_scope(batch.source_scope), ctx.contracts)
+    except FleetImportError:
+        return False
+    return listing.fingerprint == manifest["fingerprint"]
+
+
+def contract_versions(ctx: ImportContext, manifest: Manifest) -> dict[str, str]:
+    """The versions of the contracts a delivery's files are read with: with the manifest's
+    fingerprint, what makes two deliveries the same content."""
+    return {name: ctx.contracts[name].contract_version for name in sorted(manifest.by_dataset())}
+
+
+def already_loaded(
+    ctx: ImportContext, tenant: Tenant, scope: str, delivery_key: str
+) -> AlreadyLoaded | None:
+    """The slice's owner, when it succeeded with exactly the content the folder holds now
+    (manifest fingerprint and contract versions): then a new delivery has nothing to do.
+    Costs a registry read and one listing, before any row is written. A delivery that made
+    a batch already (a duplicate, a rerun) goes its usual way."""
+    try:
+        owner_id = ctx.warehouse.slice_owner(tenant.tenant_id, scope)
+    except FleetImportError:
+        return None  # the load itself will say what is wrong
+    if owner_id is None:
+        return None
+    owner = ctx.repo.get(owner_id)
+    if owner is None or owner.status != BatchStatus.SUCCEEDED or owner.delivery_key == delivery_key:
+        return None
+    if ctx.repo.delivery_batch(tenant.tenant_id, scope, delivery_key) is not None:
+        return None
+    loaded = owner.details.get("manifest") or {}
+    try:
+        manifest = discover(ctx.s3, folder_of_scope(scope), ctx.contracts)
+    except FleetImportError:
+        return None
+    if loaded.get("fingerprint") != manifest.fingerprint:
+        return None
+    if owner.details.get("contract_versions") != contract_versions(ctx, manifest):
+        return None
+    ctx.events(
+        "fleet.delivery.already_loaded",
+        event_payload(tenant.tenant_id, scope, owner_id, delivery_key=delivery_key),
+    )
+    return AlreadyLoaded(scope, owner_id)

@@ -1,0 +1,138 @@
+"""What the import algorithm talks to, and what its steps answer.
+
+Its own module so that each step (claim, normalise, load, settle) can be read, and
+imported, without the others.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet_import.config import DEFAULT_NORMALIZE_WORKERS, Settings
+from fleet_import.contracts.fleet import FLEET_DATASETS
+from fleet_import.contracts.model import ContractSet
+from fleet_import.publication.publisher import EventSink, Publisher
+from fleet_import.s3.staging import StagingArea
+from fleet_import.store.models import FailureKind
+from fleet_import.store.repository import BatchRepository
+from fleet_import.warehouse.base import Warehouse
+
+Progress = Callable[[str, float | None], None]
+
+
+def no_event(name: str, payload: Mapping[str, Any]) -> None:
+    return None
+
+
+def no_progress(message: str, fraction: float | None) -> None:
+    return None
+
+
+@dataclass
+class ImportContext:
+    """What the algorithm talks to; built from Settings or by tests."""
+
+    repo: BatchRepository
+    warehouse: Warehouse
+    s3: Any
+    staging: StagingArea
+    contracts: ContractSet = field(default_factory=lambda: FLEET_DATASETS)
+    lease_ttl: float = 120.0
+    normalize_workers: int = DEFAULT_NORMALIZE_WORKERS
+    publisher: Publisher | None = None  # None: nothing to publish, succeed after commit
+    events: EventSink = no_event
+    progress: Progress = no_progress  # called from the loading and the COPY reader threads
+    workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "fleet-import")
+    # The Settings it was built from (runtime.build_runtime): what lets a step's task run in
+    # another process (a Dask worker), on a context rebuilt there from the same settings.
+    settings: Settings | None = None
+    # Built in such a process: normalised files are left in the staging area only.
+    remote: bool = False
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        if self.settings is None:
+            raise TypeError("an ImportContext built without settings cannot leave its process")
+        from fleet_import.importing.runtime import remote_context
+
+        return remote_context, (self.settings,)
+
+    def publication_steps(self) -> tuple[str, ...]:
+        return tuple(self.publisher.steps) if self.publisher is not None else ()
+
+
+# -- outcomes --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """This worker holds the batch's execution lease: it may work on it."""
+
+    batch_id: uuid.UUID
+    scope: str
+    owner: str
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Another batch holds the scope; nothing was touched."""
+
+    scope: str
+    holder_batch_id: uuid.UUID
+
+
+@dataclass(frozen=True)
+class NotClaimed:
+    """The batch is running under another live executor."""
+
+    batch_id: uuid.UUID
+    holder: str | None
+    expires_at: Any
+
+
+@dataclass(frozen=True)
+class NothingToDo:
+    """The delivery's batch is already failed or succeeded: this delivery does no work."""
+
+    batch_id: uuid.UUID
+    status: str
+
+
+@dataclass(frozen=True)
+class AlreadyLoaded:
+    """The scope's slice already holds this delivery's content (same files, same contract
+    versions), loaded by `owner_batch_id`: no batch was made and no warehouse work done."""
+
+    scope: str
+    owner_batch_id: uuid.UUID
+
+
+@dataclass(frozen=True)
+class Committed:
+    """The slice is committed; `published` says whether the batch also succeeded (else a
+    drain finishes its publication: a step is waiting out a backoff or claimed elsewhere)."""
+
+    batch_id: uuid.UUID
+    scope: str
+    row_counts: dict[str, int]
+    summary: dict[str, Any]
+    recovered: bool = False  # the slice was already stamped: only the record was redone
+    published: bool = False
+
+
+@dataclass(frozen=True)
+class Failed:
+    batch_id: uuid.UUID
+    kind: FailureKind
+    error: str
+    resumable: bool = False
+    """A failed publication `resume_publication` can finish (the slice is still this batch's)."""
+    expired: bool = False
+    """A newer batch owns the slice: nothing of this batch's publication may run any more."""
+
+
+ImportOutcome = Skipped | NotClaimed | NothingToDo | AlreadyLoaded | Committed | Failed

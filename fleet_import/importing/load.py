@@ -1,0 +1,308 @@
+"""Steps 4-6 of the import: the slice load. Each normalised file goes into one open
+warehouse transaction as it arrives; duplicate keys and reject ratios are judged once all
+are in; the commit is recorded in the operational store."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from fleet_import import failpoints
+from fleet_import.contracts.model import ContractSet, DatasetContract
+from fleet_import.importing.context import Committed, ImportContext
+from fleet_import.importing.normalized_files import NormalizedEntry
+from fleet_import.importing.settle import record_commit, recover_committed
+from fleet_import.normalize.duplicates import HashBuckets, find_duplicates, key_hashes
+from fleet_import.normalize.file import (
+    RejectRatioExceeded,
+    check_reject_ratio,
+    summarize_rejects,
+    write_rejects,
+)
+from fleet_import.normalize.output import NormalizedFile
+from fleet_import.normalize.rows import Reject
+from fleet_import.s3.sources import Manifest
+from fleet_import.scope import Tenant
+from fleet_import.store.heartbeat import Heartbeat
+from fleet_import.warehouse.base import LoadFile, SliceCommit, WarehouseError, WarehouseSession
+
+log = logging.getLogger(__name__)
+
+# Rejects kept in batch details: enough to act on; the full list is in the rejects file.
+_REJECT_SAMPLE = 20
+# Lines of the first rejects a reject-ratio failure names.
+_RATIO_LINES_NAMED = 5
+# Backoff before each new attempt at a slice whose load failed transiently.
+_LOAD_RETRY_DELAYS_SECONDS = (1.0, 4.0, 15.0)
+_RETRY_JITTER = 0.5
+
+
+def load_step(
+    ctx: ImportContext,
+    tenant: Tenant,
+    batch_id: uuid.UUID,
+    scope: str,
+    owner: str,
+    manifest: Manifest,
+    entries: Iterable[NormalizedEntry],
+    heartbeat: Heartbeat,
+) -> Committed:
+    """Steps 4-6: load each normalised file as it arrives into one open warehouse
+    transaction, drop duplicate keys and check reject ratios once all are in, commit, then
+    record the commit. Raises on any failure (nothing of the slice is then visible).
+
+    A transient warehouse failure (dropped connection, serialization conflict) rolls the
+    slice back and starts it again, reloading the files already normalised, with backoff --
+    unless the backend's writer replays its own transaction (`replays_slices`): one retry
+    layer for the slice, never one inside the other."""
+    started = time.monotonic()
+    delays = () if ctx.warehouse.replays_slices else _LOAD_RETRY_DELAYS_SECONDS
+    with _KeyHashes(ctx.contracts, ctx.workdir / str(batch_id)) as hashes:
+        arrivals = _Arrivals([], iter(entries), hashes, heartbeat)
+        for delay in (*delays, None):
+            try:
+                commit, summary = _load_slice_once(
+                    ctx, tenant, batch_id, scope, owner, manifest, arrivals
+                )
+                break
+            except WarehouseError as exc:
+                if arrivals.failure is not None:  # a file failed too: that decides the batch
+                    raise arrivals.failure from None
+                if not exc.transient or delay is None:
+                    raise
+                recovered = recover_committed(ctx, tenant, batch_id, scope, owner)
+                if recovered is not None:  # the COMMIT went through; its answer was lost
+                    return recovered
+                pause = delay * (1 + random.random() * _RETRY_JITTER)
+                log.warning("slice load of %s failed (%s); again in %.1fs", scope, exc, pause)
+                time.sleep(pause)
+    failpoints.hit("after_warehouse_commit")
+    summary["seconds"] = {"load": round(time.monotonic() - started, 3)}
+    return record_commit(
+        ctx, batch_id, scope, owner, recovered=False, row_counts=commit.row_counts, summary=summary
+    )
+
+
+class _KeyHashes:
+    """The duplicate check's first pass (a hash per key) for each file, computed on a
+    thread of its own while the slice loads, so little of the check is left after the last
+    COPY, and kept on disk per dataset (`HashBuckets`), so memory does not grow with the
+    delivery. Kept across load attempts: a file's hashes do not depend on the warehouse."""
+
+    def __init__(self, contracts: ContractSet, workdir: Path) -> None:
+        self._contracts = contracts
+        self._workdir = workdir
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="key-hashes")
+        self._hashed: dict[Path, Future[None]] = {}
+        self._buckets: dict[str, HashBuckets] = {}
+
+    def __enter__(self) -> _KeyHashes:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for buckets in self._buckets.values():
+            buckets.close()
+
+    def add(self, file: NormalizedFile) -> None:
+        contract = self._contracts[file.dataset]
+        if not contract.natural_key or file.parquet_path in self._hashed:
+            return
+        if file.dataset not in self._buckets:
+            self._buckets[file.dataset] = HashBuckets(self._workdir)
+        buckets = self._buckets[file.dataset]
+        self._hashed[file.parquet_path] = self._pool.submit(
+            lambda: buckets.add(key_hashes(file, contract))
+        )
+
+    def repeated(self, files: Sequence[NormalizedFile]) -> np.ndarray:
+        """The hashes that repeat among `files` (all of one dataset, each added before)."""
+        for file in files:
+            self.add(file)
+            self._hashed[file.parquet_path].result()
+        return self._buckets[files[0].dataset].repeated()
+
+
+@dataclass
+class _Arrivals:
+    """The slice's files. Each iteration (one per load attempt) replays those earlier
+    attempts took, then takes each new one as it is normalised, recording it in `loaded`
+    and handing it to the key hasher first.
+
+    Files are taken on the COPY's reader thread. If taking one fails while the COPY is
+    failing too, the reader's error is dropped for the COPY's: `failure` keeps it, and no
+    later attempt may go on as if the delivery had ended there."""
+
+    loaded: list[NormalizedEntry]
+    arriving: Iterator[NormalizedEntry]
+    hashes: _KeyHashes
+    heartbeat: Heartbeat
+    failure: BaseException | None = None
+
+    def __iter__(self) -> Iterator[NormalizedEntry]:
+        for entry in list(self.loaded):
+            self.heartbeat.check()
+            yield entry
+        while True:
+            if self.failure is not None:
+                raise self.failure
+            try:
+                entry = next(self.arriving)
+            except StopIteration:
+                return
+            except BaseException as exc:
+                self.failure = exc
+                raise
+            self.loaded.append(entry)
+            self.hashes.add(entry.file)
+            self.heartbeat.check()
+            yield entry
+
+
+def _load_slice_once(
+    ctx: ImportContext,
+    tenant: Tenant,
+    batch_id: uuid.UUID,
+    scope: str,
+    owner: str,
+    manifest: Manifest,
+    arrivals: _Arrivals,
+) -> tuple[SliceCommit, dict[str, Any]]:
+    """One slice transaction. Each dataset's files go into one COPY that pulls them as they
+    arrive (normalisation runs in load order), so the warehouse never waits for a COPY to
+    start between files."""
+    contracts = [ctx.contracts[name] for name in sorted(manifest.by_dataset())]
+    ctx.progress(f"loading the slice of {scope}", None)
+    with ctx.warehouse.open_slice(
+        tenant_id=tenant.tenant_id,
+        source_scope=scope,
+        batch_id=batch_id,
+        contracts=contracts,
+        progress=lambda dataset, rows: ctx.progress(f"loaded {rows:,} {dataset} rows", None),
+        on_session=lambda session: _record_session(ctx, batch_id, owner, session),
+    ) as writer:
+        for dataset, group in groupby(arrivals, key=_dataset_of):
+            writer.load_files(
+                ctx.contracts[dataset], (LoadFile(entry.file.parquet_path) for entry in group)
+            )
+        failpoints.hit("after_staging_rows")
+        # Arrow's allocator keeps freed pages for reuse; what follows allocates
+        # differently, so hand them back and keep the peak bounded by batch size.
+        pa.default_memory_pool().release_unused()
+        duplicates, summary = reject_step(
+            ctx, tenant, batch_id, owner, arrivals.loaded, arrivals.hashes.repeated
+        )
+        for dataset, keys in duplicates.items():
+            writer.discard_keys(ctx.contracts[dataset], keys)
+        pa.default_memory_pool().release_unused()
+        arrivals.heartbeat.renew_now()
+        failpoints.hit("before_warehouse_commit")
+        return writer.commit(), summary
+
+
+def reject_step(
+    ctx: ImportContext,
+    tenant: Tenant,
+    batch_id: uuid.UUID,
+    owner: str,
+    entries: Sequence[NormalizedEntry],
+    repeated_of: Callable[[Sequence[NormalizedFile]], np.ndarray],
+) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+    """Duplicate keys across the delivery, the batch's rejects (file and details), then the
+    reject ratios (raises above a contract's limit, naming the file, first lines and the
+    rejects file, which are already on the batch). Returns the repeated keys to drop, per
+    dataset. `repeated_of(files)` is the first pass of the duplicate check: the key hashes
+    that repeat among a dataset's files (`HashBuckets.repeated`)."""
+    by_dataset: dict[str, list[NormalizedEntry]] = {}
+    for entry in entries:
+        by_dataset.setdefault(entry.file.dataset, []).append(entry)
+    duplicate_keys: dict[str, pa.Table] = {}
+    all_rejects: list[Reject] = []
+    rows: dict[str, int] = {}
+    ratios: list[tuple[DatasetContract, int, list[Reject]]] = []
+    for dataset, dataset_entries in by_dataset.items():
+        contract = ctx.contracts[dataset]
+        files = [entry.file for entry in dataset_entries]
+        repeated = repeated_of(files) if contract.natural_key else None
+        duplicates, keys = find_duplicates(files, contract, repeated)
+        dataset_rejects = [r for f in files for r in f.rejects] + list(duplicates)
+        rejected = sum(f.reject_count for f in files) + len(duplicates)
+        rows[dataset] = sum(f.row_count for f in files) - len(duplicates)
+        ratios.append((contract, rejected, dataset_rejects))
+        all_rejects.extend(dataset_rejects)
+        if keys.num_rows:
+            duplicate_keys[dataset] = keys
+    rejects_uri = None
+    if all_rejects:
+        local = ctx.workdir / str(batch_id) / "rejects.csv"
+        write_rejects(all_rejects, local)
+        rejects_uri = ctx.staging.put_file(
+            local, f"rejects/{tenant.tenant_id}/{batch_id}/rejects.csv"
+        )
+    summary = {
+        "files": [
+            {
+                "key": entry.obj.key,
+                "dataset": entry.file.dataset,
+                "rows": entry.file.row_count,
+                "rejects": entry.file.reject_count,
+                "cache_hit": entry.cache_hit,
+                "seconds": round(entry.seconds, 3),
+            }
+            for entry in entries
+        ],
+        "cache_hits": sum(entry.cache_hit for entry in entries),
+        "rows_to_load": rows,
+    }
+    rejects = {**summarize_rejects(all_rejects, sample=_REJECT_SAMPLE), "uri": rejects_uri}
+    ctx.repo.update_details(
+        batch_id, owner, {"phase": "normalised", "rejects": rejects, "summary": summary}
+    )
+    for contract, rejected, dataset_rejects in ratios:
+        try:
+            check_reject_ratio(contract, rows[contract.name], rejected)
+        except RejectRatioExceeded as exc:
+            raise RejectRatioExceeded(
+                f"{exc}; {_where_rejected(dataset_rejects)}; all rejects: {rejects_uri}",
+                dataset=exc.dataset,
+                ratio=exc.ratio,
+                limit=exc.limit,
+            ) from None
+    return duplicate_keys, {**summary, "rejects": rejects}
+
+
+def _where_rejected(rejects: Sequence[Reject]) -> str:
+    """The file with the most rejects and its first rejected lines, for a failure message."""
+    by_file: dict[str, list[Reject]] = {}
+    for reject in rejects:
+        by_file.setdefault(reject.file, []).append(reject)
+    file, worst = max(by_file.items(), key=lambda item: len(item[1]))
+    lines = [str(r.line) for r in worst[:_RATIO_LINES_NAMED] if r.line is not None]
+    first = worst[0]
+    return (
+        f"{len(worst):,} in {file}"
+        + (f" (first lines {', '.join(lines)})" if lines else "")
+        + f", e.g. {first.column or 'row'}: {first.reason}"
+    )
+
+
+def _record_session(
+    ctx: ImportContext, batch_id: uuid.UUID, owner: str, session: WarehouseSession
+) -> None:
+    """Before the slice locks anything: a successor that takes the batch over ends it."""
+    ctx.repo.update_details(batch_id, owner, {"warehouse_session": session.to_json()})
+
+
+def _dataset_of(entry: NormalizedEntry) -> str:
+    return entry.file.dataset

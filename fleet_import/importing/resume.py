@@ -1,0 +1,101 @@
+"""Finish a batch whose slice committed but whose publication did not: a failed publication
+(explicit resume) or a worker that died after the warehouse commit. Never reloads a row."""
+
+from __future__ import annotations
+
+import uuid
+
+from fleet_import.importing.claim import new_owner
+from fleet_import.importing.context import (
+    Failed,
+    ImportContext,
+    ImportOutcome,
+    NotClaimed,
+    NothingToDo,
+    Skipped,
+)
+from fleet_import.importing.settle import publish_step, recover_committed
+from fleet_import.scope import Tenant
+from fleet_import.store.heartbeat import Heartbeat, leased
+from fleet_import.store.models import (
+    Batch,
+    BatchNotRunning,
+    BatchStatus,
+    FailureKind,
+    LeaseHeld,
+    NotResumable,
+    ScopeBusy,
+    SourceType,
+)
+from fleet_import.store.outbox import OutboxRepository
+from fleet_import.store.repository import resume_refusal
+
+
+def resume_batch(
+    ctx: ImportContext, outbox: OutboxRepository, batch_id: uuid.UUID, *, owner: str | None = None
+) -> ImportOutcome | NotResumable:
+    batch = ctx.repo.get(batch_id)
+    if batch is None or batch.source_scope is None:
+        return NotResumable(f"batch {batch_id} does not exist or is not a fleet batch")
+    scope = batch.source_scope
+    if batch.status != BatchStatus.RUNNING:
+        refused = _refusal(ctx, batch, scope)
+        if refused is not None:
+            return refused
+        resumed = ctx.repo.resume_publication(batch_id, SourceType.FLEET_S3, scope)
+        if isinstance(resumed, ScopeBusy):
+            return Skipped(scope, resumed.holder_batch_id)
+        if isinstance(resumed, NotResumable):
+            return resumed
+    owner = owner or new_owner()
+    lease = ctx.repo.acquire_lease(batch_id, owner, ctx.lease_ttl)
+    if isinstance(lease, LeaseHeld):
+        return NotClaimed(batch_id, lease.owner, lease.expires_at)
+    if isinstance(lease, BatchNotRunning):
+        return NothingToDo(batch_id, str(lease.status))
+    with leased(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
+        return _finish(ctx, outbox, batch_id, scope, owner, heartbeat)
+
+
+def _refusal(ctx: ImportContext, batch: Batch, scope: str) -> NotResumable | None:
+    """Refuse a terminal batch before its row changes: once resumed it would be running, and
+    a refusal found only then would overwrite the failure it ended with. So the store's
+    rules, then the slice stamp, are checked first; the resume checks the rules again."""
+    reason = resume_refusal(batch, SourceType.FLEET_S3, scope)
+    if reason is None:
+        stamp = ctx.warehouse.slice_owner(batch.tenant_id, scope)
+        if stamp != batch.id:
+            holder = "no batch" if stamp is None else f"batch {stamp}"
+            reason = (
+                f"batch {batch.id}'s publication expired: the slice of {scope} is stamped "
+                f"with {holder}, not with it"
+            )
+    return None if reason is None else NotResumable(reason)
+
+
+def _finish(
+    ctx: ImportContext,
+    outbox: OutboxRepository,
+    batch_id: uuid.UUID,
+    scope: str,
+    owner: str,
+    heartbeat: Heartbeat,
+) -> ImportOutcome | NotResumable:
+    batch = ctx.repo.get(batch_id)
+    assert batch is not None
+    details = batch.parsed_details
+    stamp = ctx.warehouse.slice_owner(batch.tenant_id, scope)
+    if stamp != batch_id:
+        if not details.redshift_committed:
+            return NotResumable(
+                f"batch {batch_id} never committed its slice; rerun the import instead"
+            )
+        error = f"publication expired: batch {stamp} owns the slice of {scope} now"
+        outbox.mark_publication_expired(batch_id, owner, error)
+        return Failed(batch_id, FailureKind.FAILED_PUBLICATION, error, expired=True)
+    if details.redshift_committed:
+        outbox.reopen_dead_steps(batch_id)  # an explicit resume gives dead steps new attempts
+    tenant = Tenant(batch.tenant_id, batch.company_id, batch.tenant_database)
+    committed = recover_committed(ctx, tenant, batch_id, scope, owner)
+    assert committed is not None  # stamped with this batch, checked above
+    return publish_step(ctx, committed, owner, heartbeat)

@@ -1,0 +1,125 @@
+"""Build the objects the algorithm talks to from Settings: one place, used by the CLI, the
+flows and the demo."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fleet_import.config import Settings
+from fleet_import.contracts.files import contracts_in_force
+from fleet_import.errors import ConfigurationError
+from fleet_import.importing.context import ImportContext, Progress, no_event, no_progress
+from fleet_import.publication.publisher import EventSink, Publisher
+from fleet_import.s3.client import s3_client
+from fleet_import.s3.staging import StagingArea
+from fleet_import.store.outbox import OutboxRepository
+from fleet_import.store.repository import BatchRepository
+from fleet_import.warehouse.base import Warehouse
+from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    ctx: ImportContext
+    outbox: OutboxRepository
+    publisher: Publisher
+
+
+def build_warehouse(settings: Settings, s3: Any) -> Warehouse:
+    if settings.warehouse == "postgres":
+        return PostgresWarehouse(settings.effective_warehouse_url)
+    from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
+
+    missing = [
+        name
+        for name, value in (
+            (
+                "FLEET_REDSHIFT_HOST (or a redshift:// FLEET_WAREHOUSE_URL)",
+                settings.redshift_connect_kwargs().get("host"),
+            ),
+            ("FLEET_REDSHIFT_IAM_ROLE", settings.redshift_iam_role),
+        )
+        if not value
+    ]
+    staging_uri = settings.redshift_staging_uri or settings.staging_uri or ""
+    if not staging_uri.startswith("s3://"):
+        missing.append("FLEET_REDSHIFT_STAGING_URI (an s3:// prefix)")
+    if missing:
+        raise ConfigurationError(f"FLEET_WAREHOUSE=redshift needs {', '.join(missing)}")
+    return RedshiftWarehouse(
+        settings.redshift_connect_kwargs(),
+        s3=s3,
+        staging_uri=staging_uri,
+        iam_role=str(settings.redshift_iam_role),
+    )
+
+
+def build_runtime(
+    settings: Settings | None = None,
+    *,
+    events: EventSink = no_event,
+    progress: Progress = no_progress,
+    step_overrides: Mapping[str, Callable[..., Any]] | None = None,
+) -> Runtime:
+    settings = settings or Settings()
+    if not settings.staging_uri:
+        raise ConfigurationError(
+            "FLEET_STAGING_URI is not set: name an s3://bucket/prefix/ (or a local directory) "
+            "for normalised files and rejects"
+        )
+    s3 = s3_client(settings.s3_endpoint_url)
+    repo = BatchRepository(settings.database_url)
+    outbox = OutboxRepository(settings.database_url)
+    warehouse = build_warehouse(settings, s3)
+    staging = StagingArea(settings.staging_uri, s3)
+    publisher = Publisher(
+        repo,
+        outbox,
+        warehouse,
+        events=events,
+        refresh_sql=settings.refresh_sql,
+        run_warehouse_sql=warehouse.execute if settings.refresh_sql else None,
+        staging=staging,
+    )
+    for name, handler in (step_overrides or {}).items():
+        publisher.steps[name] = handler
+    workdir = (
+        Path(settings.workdir) if settings.workdir else Path(tempfile.gettempdir()) / "fleet-import"
+    )
+    ctx = ImportContext(
+        repo=repo,
+        warehouse=warehouse,
+        s3=s3,
+        staging=staging,
+        contracts=contracts_in_force(settings.contracts),
+        lease_ttl=settings.lease_ttl_seconds,
+        normalize_workers=settings.normalize_workers,
+        publisher=publisher,
+        events=events,
+        progress=progress,
+        workdir=workdir,
+        settings=settings,
+    )
+    return Runtime(settings, ctx, outbox, publisher)
+
+
+_REMOTE_CONTEXTS: dict[str, ImportContext] = {}
+
+
+def remote_context(settings: Settings) -> ImportContext:
+    """The context an ImportContext unpickles to in another process (a Dask worker running a
+    normalise task): one per settings per process, with a scratch directory of its own, and
+    `remote` set, so that its normalised files live in the staging area only."""
+    password = settings.redshift_password
+    key = settings.model_dump_json() + (password.get_secret_value() if password else "")
+    if key not in _REMOTE_CONTEXTS:
+        ctx = build_runtime(settings).ctx
+        ctx.remote = True
+        ctx.workdir = Path(tempfile.mkdtemp(prefix="fleet-import-remote-"))
+        _REMOTE_CONTEXTS[key] = ctx
+    return _REMOTE_CONTEXTS[key]

@@ -1,0 +1,1 @@
+"""Intake: the landing layout, the sweep, the S3-notification relay."""

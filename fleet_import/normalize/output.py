@@ -1,0 +1,21 @@
+"""What normalising one source file produced: the typed Parquet to load and its rejects.
+Its own module so that the duplicate check and the normaliser both use it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleet_import.normalize.rows import Reject
+
+
+@dataclass
+class NormalizedFile:
+    """One source file, typed: what to load (`parquet_path`) and what was left out."""
+
+    source_key: str
+    dataset: str
+    parquet_path: Path
+    row_count: int
+    reject_count: int
+    rejects: list[Reject]

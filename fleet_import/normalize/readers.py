@@ -1,0 +1,318 @@
+"""Source files to SourceBatch streams: opening (gzip, spooling unseekable Parquet) and the
+JSON-lines and Parquet readers. CSV lives in normalize_csv.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, BinaryIO
+
+import pyarrow as pa
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from fleet_import.contracts.model import Column, DatasetContract, FileFormat
+from fleet_import.normalize.csv import ReadOnlyStream, block_bytes, read_csv
+from fleet_import.normalize.header import match_header, row_numbers
+from fleet_import.normalize.rows import (
+    REASON_UTF8,
+    FileRejected,
+    Reject,
+    SourceBatch,
+    is_text,
+    unreadable,
+)
+
+Source = str | Path | BinaryIO
+_SPOOL_BYTES = 1 << 20
+_PARQUET_BUFFER_BYTES = 1 << 20
+# Arrow parses the blocks of a chunk in parallel and keeps their order; a longer line
+# fails the fast path and is read by the line-by-line path.
+_JSON_BLOCK_BYTES = 1 << 20
+_JSON_CHUNK_BLOCKS = 4
+# What the Arrow JSON fast path reads each column as; text columns are parsed afterwards.
+_JSON_TYPES: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "timestamptz": pa.string(),
+    "date": pa.string(),
+    "int64": pa.int64(),
+    "float64": pa.float64(),
+    "bool": pa.bool_(),
+}
+
+
+def read_batches(
+    source: Source,
+    *,
+    fmt: FileFormat,
+    source_key: str,
+    contract: DatasetContract,
+    batch_rows: int,
+) -> Iterator[SourceBatch]:
+    """The file's rows in batches; opens the source and closes what it opened."""
+    if fmt == "parquet":
+        with _seekable(source, source_key) as handle:
+            yield from read_parquet(
+                handle, source_key=source_key, contract=contract, batch_rows=batch_rows
+            )
+        return
+    if fmt not in ("csv", "csv.gz", "jsonl"):
+        raise ValueError(f"unknown file format {fmt!r}")
+    with _stream(source, source_key, compressed=fmt == "csv.gz") as stream:
+        reader = read_jsonl if fmt == "jsonl" else read_csv
+        yield from reader(stream, source_key=source_key, contract=contract, batch_rows=batch_rows)
+
+
+def _check_path(path: Path, source_key: str) -> None:
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise unreadable(source_key, "unreadable", exc) from exc
+    if size == 0:
+        raise FileRejected(f"{source_key}: empty file")
+
+
+@contextmanager
+def _stream(source: Source, source_key: str, *, compressed: bool) -> Iterator[Any]:
+    if isinstance(source, str | Path):
+        _check_path(Path(source), source_key)
+        try:
+            stream = pa.input_stream(str(source), compression="gzip" if compressed else None)
+        except OSError as exc:
+            raise unreadable(source_key, "unreadable", exc) from exc
+        with stream:
+            yield stream
+    elif compressed:
+        with pa.CompressedInputStream(pa.PythonFile(_Borrowed(source), mode="r"), "gzip") as stream:
+            yield stream
+    else:
+        yield source
+
+
+class _Borrowed(ReadOnlyStream):
+    """The caller's file object, read through Arrow but left open: the caller owns it."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+
+    def read(self, size: int = -1) -> bytes:
+        return self._raw.read(size)
+
+
+@contextmanager
+def _seekable(source: Source, source_key: str) -> Iterator[str | IO[bytes]]:
+    """Parquet needs random access: paths and seekable files as they are, others spooled."""
+    if isinstance(source, str | Path):
+        _check_path(Path(source), source_key)
+        yield str(source)
+    elif source.seekable():
+        yield source
+    else:
+        with tempfile.TemporaryFile() as spool:
+            shutil.copyfileobj(source, spool, _SPOOL_BYTES)
+            if not spool.tell():
+                raise FileRejected(f"{source_key}: empty file")
+            spool.seek(0)
+            yield spool
+
+
+def read_parquet(
+    handle: str | IO[bytes], *, source_key: str, contract: DatasetContract, batch_rows: int
+) -> Iterator[SourceBatch]:
+    try:
+        # buffer_size streams column chunks instead of reading each one whole.
+        parquet = pq.ParquetFile(handle, buffer_size=_PARQUET_BUFFER_BYTES)
+    except (pa.ArrowException, OSError) as exc:
+        raise unreadable(source_key, "not a readable Parquet file", exc) from exc
+    with parquet:
+        yield from _parquet_batches(parquet, source_key, contract, batch_rows)
+
+
+def _parquet_batches(
+    parquet: pq.ParquetFile, source_key: str, contract: DatasetContract, batch_rows: int
+) -> Iterator[SourceBatch]:
+    schema = parquet.schema_arrow
+    positions = match_header(schema.names, contract, source_key)
+    unfit = [
+        _describe_unfit(column, schema.field(position).type)
+        for column, position in zip(contract.columns, positions, strict=True)
+        if not _fits(schema.field(position).type, column)
+    ]
+    if unfit:
+        raise FileRejected(
+            f"{source_key}: column types do not fit dataset {contract.name!r}: " + "; ".join(unfit)
+        )
+    selected = [schema.names[position] for position in positions]
+    next_row = 1
+    try:
+        for batch in parquet.iter_batches(
+            batch_size=batch_rows, columns=selected, use_threads=False
+        ):
+            columns = [batch.column(name) for name in selected]
+            yield SourceBatch(columns, row_numbers(next_row, batch.num_rows))
+            next_row += batch.num_rows
+    except (pa.ArrowException, OSError) as exc:
+        raise unreadable(source_key, "corrupt Parquet data", exc) from exc
+
+
+def _fits(data_type: pa.DataType, column: Column) -> bool:
+    """Whether values of this Parquet type can become the column's type (text is parsed)."""
+    if pa.types.is_dictionary(data_type):
+        data_type = data_type.value_type
+    if is_text(data_type) or pa.types.is_null(data_type):
+        return True
+    integer, floating = pa.types.is_integer(data_type), pa.types.is_floating(data_type)
+    return {
+        "string": integer,
+        "int64": integer or floating,
+        "float64": integer or floating or pa.types.is_decimal(data_type),
+        "bool": pa.types.is_boolean(data_type),
+        "timestamptz": pa.types.is_timestamp(data_type) and data_type.tz is not None,
+        "date": pa.types.is_date(data_type),
+    }[column.type]
+
+
+def _describe_unfit(column: Column, data_type: pa.DataType) -> str:
+    detail = f"{column.name} is {data_type}, expected {column.type}"
+    if pa.types.is_timestamp(data_type) and data_type.tz is None:
+        detail += " (a timestamp without time zone)"
+    return detail
+
+
+def read_jsonl(
+    stream: Any, *, source_key: str, contract: DatasetContract, batch_rows: int
+) -> Iterator[SourceBatch]:
+    """JSON objects, one a line; keys are column names, missing keys are nulls, and a key
+    the contract does not know rejects its row (there is no header to reject the file by).
+
+    Arrow parses chunks whose values have the contract's JSON types; a chunk with anything
+    else (bad JSON, blank lines, numbers as strings, ...) is read line by line in Python,
+    which defines the semantics: values become the text a CSV would hold."""
+    schema = pa.schema([(column.name, _JSON_TYPES[column.type]) for column in contract.columns])
+    next_line = 1
+    for chunk in _line_chunks(stream, _JSON_CHUNK_BLOCKS * block_bytes(batch_rows), source_key):
+        count = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+        fast = _jsonl_fast(chunk, count, next_line, schema)
+        yield fast or _jsonl_slow(chunk, next_line, contract, source_key)
+        next_line += count
+
+
+def _line_chunks(stream: Any, size: int, source_key: str) -> Iterator[bytes]:
+    """Chunks of about `size` bytes ending at a line break (the last one may not)."""
+    carry = b""
+    first = True
+    while True:
+        try:
+            data = stream.read(size)
+        except (pa.ArrowException, OSError) as exc:
+            raise unreadable(source_key, "unreadable", exc) from exc
+        if first:
+            if not data:
+                raise FileRejected(f"{source_key}: empty file")
+            data = data.removeprefix(codecs.BOM_UTF8)
+            first = False
+        if not data:
+            if carry:
+                yield carry
+            return
+        data = carry + data if carry else data
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            carry = data
+            continue
+        carry = data[cut:]
+        yield data[:cut]
+
+
+def _jsonl_fast(chunk: bytes, count: int, first_line: int, schema: pa.Schema) -> SourceBatch | None:
+    if chunk.startswith((b"\n", b"\r\n")) or b"\n\n" in chunk or b"\n\r\n" in chunk:
+        return None  # blank lines: Arrow skips them, so rows would not map to lines
+    try:
+        table = pajson.read_json(
+            pa.BufferReader(chunk),
+            read_options=pajson.ReadOptions(use_threads=True, block_size=_JSON_BLOCK_BYTES),
+            parse_options=pajson.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="error"
+            ),
+        )
+    except pa.ArrowException:
+        return None
+    if table.num_rows != count:
+        return None
+    columns = [table.column(name).combine_chunks() for name in schema.names]
+    return SourceBatch(columns, row_numbers(first_line, count))
+
+
+def _jsonl_slow(
+    chunk: bytes, first_line: int, contract: DatasetContract, source_key: str
+) -> SourceBatch:
+    names = contract.column_names
+    known = set(names)
+    values: list[list[str | None]] = [[] for _ in names]
+    lines: list[int] = []
+    rejects: list[Reject] = []
+    for offset, raw in enumerate(chunk.split(b"\n")):
+        if not raw.strip():
+            continue
+        line = first_line + offset
+        row = _json_row(raw, names, known)
+        if isinstance(row, tuple):
+            column, reason, value = row
+            rejects.append(Reject(source_key, line, column, reason, value))
+            continue
+        for column_values, value in zip(values, row, strict=True):
+            column_values.append(value)
+        lines.append(line)
+    return SourceBatch(
+        [pa.array(column_values, pa.string()) for column_values in values],
+        pa.array(lines, pa.int64()),
+        rejects,
+    )
+
+
+def _json_row(
+    raw: bytes, names: list[str], known: set[str]
+) -> list[str | None] | tuple[str | None, str, str]:
+    """The row's values as text, or (column, reason, value) when the line is rejected."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, REASON_UTF8, raw.decode("utf-8", "backslashreplace")
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return None, "invalid JSON", text
+    if not isinstance(document, dict):
+        return None, "not a JSON object", text
+    for key in document:
+        if key not in known:
+            return key, "unexpected field", json.dumps(document[key])
+    row: list[str | None] = []
+    for name in names:
+        value = document.get(name)
+        if isinstance(value, dict | list):
+            return name, "expected a single value, found an object or array", json.dumps(value)
+        if isinstance(value, str) and not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate escape such as "\ud800"
+                return name, REASON_UTF8, value.encode("utf-8", "backslashreplace").decode()
+        row.append(_json_text(value))
+    return row
+
+
+def _json_text(value: object) -> str | None:
+    """JSON scalars as the text a CSV would hold, so that both formats mean the same."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)

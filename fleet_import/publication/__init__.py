@@ -1,0 +1,1 @@
+"""Post-commit publication: the outbox steps and the events they tell."""

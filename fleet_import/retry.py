@@ -1,0 +1,61 @@
+"""The one retry rule: a fixed ladder of delays, each stretched by up to `jitter` at random,
+so that workers that failed together do not retry together. Every retry loop of the core
+(the driver's steps, the slice load, the Redshift transactions) and the flow's Prefect task
+retries take their delays from a `Backoff`; only transient errors are retried."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+
+DEFAULT_JITTER = 0.5
+"""Stretch each delay by up to half: enough to spread workers that conflicted at once."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """`delays[i]` is the wait before retry i+1; `len(delays)` is how many retries there are."""
+
+    delays: tuple[float, ...]
+    jitter: float = DEFAULT_JITTER
+
+    @property
+    def retries(self) -> int:
+        return len(self.delays)
+
+    def pause(self, retry: int) -> float:
+        """The wait before retry number `retry` (0-based), jitter included."""
+        return self.delays[retry] * (1 + random.random() * self.jitter)
+
+    def wait(self, retry: int, what: str, error: BaseException, log: logging.Logger) -> None:
+        """Log why, then sleep before retry number `retry`."""
+        seconds = self.pause(retry)
+        log.warning("%s failed (attempt %d: %s); again in %.1fs", what, retry + 1, error, seconds)
+        time.sleep(seconds)
+
+    def call(
+        self,
+        fn: Callable[[], T],
+        *,
+        retryable: Callable[[Exception], bool],
+        what: str,
+        log: logging.Logger,
+    ) -> T:
+        """`fn()`, run again after each backoff while it raises a retryable error."""
+        for retry in range(self.retries + 1):
+            try:
+                return fn()
+            except Exception as exc:
+                if retry == self.retries or not retryable(exc):
+                    raise
+                self.wait(retry, what, exc, log)
+        raise AssertionError("unreachable")
+
+
+NO_RETRY = Backoff(())

@@ -1,0 +1,1 @@
+"""S3: the client, discovering a folder's source files, the staging area."""

@@ -1,0 +1,1 @@
+"""The operational store: scope reservations, execution leases, batch transitions."""

@@ -1,0 +1,92 @@
+"""An execution lease's life once acquired: kept alive while work runs (noticing when it is
+lost), released when the work ends. `leased` is the one place that does both; every holder
+(the import, resume, the drain, a takeover) uses it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import TracebackType
+
+from fleet_import import failpoints
+from fleet_import.errors import FleetImportError, LeaseLost, OperationalStoreError
+from fleet_import.store.repository import BatchRepository
+
+log = logging.getLogger(__name__)
+
+# Renew three times per TTL, so that two missed beats (a slow database, a GC pause) still
+# leave the lease alive.
+_RENEWAL_FRACTION = 1 / 3
+
+
+class Heartbeat:
+    """A context manager renewing `owner`'s lease on `batch_id` in a daemon thread.
+
+    Work calls `check()` between steps: once the lease is lost it raises LeaseLost, so a
+    worker that was taken over stops before it writes. Writes are fenced in SQL anyway.
+    """
+
+    def __init__(self, repo: BatchRepository, batch_id: uuid.UUID, owner: str, ttl: float) -> None:
+        self._repo, self._batch_id, self._owner, self._ttl = repo, batch_id, owner, ttl
+        self._stop = threading.Event()
+        self._lost: LeaseLost | None = None
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{batch_id}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self._ttl)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._ttl * _RENEWAL_FRACTION):
+            try:
+                self._repo.renew_lease(self._batch_id, self._owner, self._ttl)
+            except LeaseLost as exc:
+                self._lost = exc
+                return
+            except OperationalStoreError as exc:
+                # One missed beat is survivable; the next try may get through.
+                log.warning("lease renewal for batch %s failed: %s", self._batch_id, exc)
+
+    def check(self) -> None:
+        if self._lost is not None:
+            raise self._lost
+
+    def renew_now(self) -> None:
+        """Renew synchronously: the last check before an irreversible step."""
+        self.check()
+        self._repo.renew_lease(self._batch_id, self._owner, self._ttl)
+
+
+@contextmanager
+def leased(
+    repo: BatchRepository, batch_id: uuid.UUID, owner: str, ttl: float
+) -> Iterator[Heartbeat]:
+    """Hold the lease `owner` has just acquired on `batch_id`: renewed while inside, released
+    on the way out however the work ends. (Acquiring stays with the caller: what a refused
+    acquisition means differs between an import, a resume and a drain.)"""
+    try:
+        with Heartbeat(repo, batch_id, owner, ttl) as heartbeat:
+            yield heartbeat
+    finally:
+        failpoints.hit("before_lease_release")
+        release_lease_quietly(repo, batch_id, owner)
+
+
+def release_lease_quietly(repo: BatchRepository, batch_id: uuid.UUID, owner: str) -> None:
+    """Release at the end of work; if the database is unreachable the lease expires anyway."""
+    try:
+        repo.release_lease(batch_id, owner)
+    except FleetImportError as exc:
+        log.warning("could not release lease on batch %s: %s", batch_id, exc)
