@@ -1,7 +1,8 @@
 """What the warehouse backends share beyond the protocol: checking a slice's datasets,
 creating their tables once per instance, `commit_slice` as open, load every file, commit,
-and reading the slice registry. Each backend adds its SQL dialect, its driver and its
-writer."""
+reading the slice registry, and the counters a backend's writers add to. Each backend adds
+its SQL dialect, its driver and its writer; a writer is given what it uses (a connect
+callable, counters, ...) and never sees its warehouse."""
 
 from __future__ import annotations
 
@@ -39,6 +40,31 @@ def run(cursor: Cursor, statement: str | Statement) -> Cursor:
     text, params = (statement, None) if isinstance(statement, str) else statement
     cursor.execute(text, params or None)
     return cursor
+
+
+def read_registry(
+    cursor: Cursor, exists_sql: Statement, tenant_id: str, source_scope: str
+) -> list[tuple[Any, ...]]:
+    """(dataset, target_table, batch_id) of the scope's registered datasets; none before
+    the registry exists (`exists_sql` is the dialect's test for it)."""
+    exists = run(cursor, exists_sql).fetchone()
+    if not (exists and exists[0]):
+        return []
+    rows = run(cursor, registered_slices_sql(tenant_id, source_scope)).fetchall()
+    return [tuple(row) for row in rows]
+
+
+@dataclass
+class WriterCounters:
+    """What a warehouse's writers did, kept by the warehouse that reports it: tests and
+    benchmarks read it to prove a resumed batch loaded nothing, or how often Redshift
+    replayed a transaction. Shared by every writer of one warehouse (`+=` from threads is
+    good enough for counters read after the work)."""
+
+    copies: int = 0
+    """COPY statements run (a resumed batch must run none)."""
+    replays: int = 0
+    """Slice transactions run again after a transient failure."""
 
 
 @dataclass(frozen=True)
@@ -107,12 +133,12 @@ class OpenSlice:
 
 class SliceCommitter:
     """The shared half of a backend. The backend provides `ensure_tables` (recording what
-    it created in `_ensured`), its writer class, a transaction, and the statement that tells
-    whether the registry exists yet."""
+    it created in `_ensured`), `_begin` (its writer, given what it needs), a transaction,
+    and the statement that tells whether the registry exists yet; it reports its writers'
+    `counters`."""
 
     _ensured: set[tuple[str, str]]
-    _writer: ClassVar[Callable[[Any, SliceRequest], SliceWriter]]
-    """Called as (warehouse, request) to begin a slice."""
+    counters: WriterCounters
     replays_slices: ClassVar[bool] = False
     """Whether the backend's writer replays its own transaction after a transient error.
     Then it is the slice's one retry layer, and the caller does not retry the slice again."""
@@ -126,6 +152,20 @@ class SliceCommitter:
 
     def _registry_exists_sql(self) -> Statement:
         raise NotImplementedError
+
+    def _begin(self, request: SliceRequest) -> SliceWriter:
+        """The backend's writer for this slice, constructed with its dependencies."""
+        raise NotImplementedError
+
+    @property
+    def copies(self) -> int:
+        """COPY statements run by this instance's writers (a resumed batch must run none)."""
+        return self.counters.copies
+
+    @property
+    def replays(self) -> int:
+        """Slice transactions this instance's writers ran again after a transient failure."""
+        return self.counters.replays
 
     def open_slice(
         self,
@@ -147,7 +187,7 @@ class SliceCommitter:
             self.ensure_tables(missing)
         by_name = {c.name: c for c in contracts}
         request = SliceRequest(tenant_id, source_scope, batch_id, by_name, progress, on_session)
-        return self._writer(self, request)
+        return self._begin(request)
 
     def commit_slice(
         self,
@@ -170,13 +210,7 @@ class SliceCommitter:
             return writer.commit()
 
     def _registry(self, cursor: Cursor, tenant_id: str, source_scope: str) -> list[tuple[Any, ...]]:
-        """(dataset, target_table, batch_id) of the scope's registered datasets; none before
-        the registry exists."""
-        exists = run(cursor, self._registry_exists_sql()).fetchone()
-        if not (exists and exists[0]):
-            return []
-        rows = run(cursor, registered_slices_sql(tenant_id, source_scope)).fetchall()
-        return [tuple(row) for row in rows]
+        return read_registry(cursor, self._registry_exists_sql(), tenant_id, source_scope)
 
     def slice_owner(self, tenant_id: str, source_scope: str) -> uuid.UUID | None:
         rows = self._in_transaction(lambda cursor: self._registry(cursor, tenant_id, source_scope))

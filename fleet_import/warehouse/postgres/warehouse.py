@@ -10,14 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
 import psycopg
 
 from fleet_import.config import libpq_url
 from fleet_import.contracts.model import DatasetContract
-from fleet_import.warehouse.base import WarehouseError, WarehouseSession, check_contract
-from fleet_import.warehouse.committer import Cursor, SliceCommitter
+from fleet_import.warehouse.base import (
+    SliceWriter,
+    WarehouseError,
+    WarehouseSession,
+    check_contract,
+)
+from fleet_import.warehouse.committer import Cursor, SliceCommitter, SliceRequest, WriterCounters
 from fleet_import.warehouse.postgres import ddl, driver
 from fleet_import.warehouse.postgres.slice_sql import (
     DDL_LOCK_CLASS,
@@ -42,13 +48,15 @@ class PostgresWarehouse(SliceCommitter):
     """Warehouse on PostgreSQL. Each method is one transaction on its own connection, so an
     instance may be shared by threads."""
 
-    _writer = PostgresSliceWriter
-
     def __init__(self, url: str) -> None:
         self._conninfo = libpq_url(url)
         self._ensured: set[tuple[str, str]] = set()
-        self.copies = 0
-        """COPY statements run by this instance (a resumed batch must run none)."""
+        self.counters = WriterCounters()
+
+    def _begin(self, request: SliceRequest) -> SliceWriter:
+        return PostgresSliceWriter(
+            request, connect=partial(driver.connect, self._conninfo), counters=self.counters
+        )
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Connection[Any]]:

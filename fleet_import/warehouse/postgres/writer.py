@@ -1,13 +1,14 @@
 """A PostgreSQL slice replacement in progress: one transaction holding the scope's lock, in
 which the previous rows are deleted, the new ones COPYed in stamped, and the registry
-upserted at `commit()`."""
+upserted at `commit()`. The writer is given its connection (`connect`) and the counters it
+adds to; it does not know the warehouse that opened it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from itertools import chain
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 import pyarrow as pa
@@ -20,7 +21,7 @@ from fleet_import.warehouse.base import (
     WarehouseError,
     WarehouseSession,
 )
-from fleet_import.warehouse.committer import OpenSlice, SliceRequest, run
+from fleet_import.warehouse.committer import OpenSlice, SliceRequest, WriterCounters, run
 from fleet_import.warehouse.postgres import driver
 from fleet_import.warehouse.postgres.binary_copy import (
     CopyEncoder,
@@ -44,23 +45,25 @@ from fleet_import.warehouse.sql import (
     staging_table,
 )
 
-if TYPE_CHECKING:
-    from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
+Connect = Callable[[], psycopg.Connection[Any]]
+"""A new connection to the warehouse, driver errors already translated."""
 
 
 class PostgresSliceWriter(OpenSlice):
     """One slice replacement in progress: an open transaction holding the scope's lock, with
     the previous rows already deleted. Closing it without `commit()` rolls everything back."""
 
-    def __init__(self, warehouse: PostgresWarehouse, request: SliceRequest) -> None:
+    def __init__(
+        self, request: SliceRequest, *, connect: Connect, counters: WriterCounters
+    ) -> None:
         super().__init__(request)
-        self._warehouse = warehouse
+        self._counters = counters
         self._stamps = (
             text_field(request.tenant_id),
             text_field(request.source_scope),
             uuid_field(request.batch_id),
         )
-        self._conn: psycopg.Connection[Any] | None = driver.connect(warehouse._conninfo)
+        self._conn: psycopg.Connection[Any] | None = connect()
         with self._guard() as conn:
             if request.on_session is not None:
                 pid, started = conn.execute(QUERIES["session_identity"]).fetchone()
@@ -103,7 +106,7 @@ class PostgresSliceWriter(OpenSlice):
                 return 0
             encoder = CopyEncoder(contract.arrow_schema, self._stamps)
             sources = (ParquetSource(f.path, f.excluded_lines) for f in chain([first], pending))
-            self._warehouse.copies += 1
+            self._counters.copies += 1
             with cursor.copy(copy_sql(contract)) as copy:
                 stream_parquet(
                     sources,

@@ -34,6 +34,12 @@ def connect(connect_kwargs: Mapping[str, Any]) -> Any:
         raise translate(exc, connecting=True) from None
 
 
+def retryable(error: Exception) -> bool:
+    """Worth replaying the transaction: a translated error of a transient kind. Anything
+    else (a session sink's refusal, a bug) ends the work at once."""
+    return isinstance(error, WarehouseError) and error.transient
+
+
 def iam_error(exc: BotoCoreError | ClientError) -> WarehouseError:
     """A failed request for the cluster's temporary credentials (IAM login). It carries only
     settings (cluster, region, database user, the loader's AWS identity), so what is not

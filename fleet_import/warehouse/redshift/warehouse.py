@@ -12,16 +12,27 @@ in the operational PostgreSQL (scope reservations).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any, TypeVar
 
 from fleet_import.contracts.model import DatasetContract
 from fleet_import.errors import ErrorKind
+from fleet_import.retry import NO_RETRY, Backoff
 from fleet_import.s3.staging import StagingArea
-from fleet_import.warehouse.base import WarehouseError, WarehouseSession, check_contract
-from fleet_import.warehouse.committer import Cursor, SliceCommitter, run
+from fleet_import.warehouse.base import (
+    SliceWriter,
+    WarehouseError,
+    WarehouseSession,
+    check_contract,
+)
+from fleet_import.warehouse.committer import (
+    Cursor,
+    SliceCommitter,
+    SliceRequest,
+    WriterCounters,
+    run,
+)
 from fleet_import.warehouse.redshift import ddl, driver
 from fleet_import.warehouse.redshift.writer import RedshiftSliceWriter
 from fleet_import.warehouse.sql import (
@@ -34,12 +45,14 @@ from fleet_import.warehouse.sql import (
 log = logging.getLogger(__name__)
 
 RETRY_DELAYS_SECONDS: tuple[float, ...] = (0.5, 2.0, 5.0, 15.0)
-"""Backoff between attempts of a slice transaction that hit a transient error."""
+"""Backoff between attempts of a slice transaction that hit a transient error (the writer's
+`Backoff`, with the default jitter)."""
 LOCK_WAIT_SECONDS = 30.0
 """How long a statement of this module's own transactions (registry reads, DDL) may run,
 waiting for locks included: a slice commit holds its LOCKs for seconds, but a frozen holder
 holds them until its session is ended, and the reader may be the successor that ends it."""
-_DDL_RETRY_DELAYS_SECONDS: tuple[float, ...] = (0.5, 2.0)
+_DDL_BACKOFF = Backoff((0.5, 2.0))
+"""Concurrent CREATE ... IF NOT EXISTS can conflict: a retry sees the table."""
 
 T = TypeVar("T")
 
@@ -50,8 +63,6 @@ class RedshiftWarehouse(SliceCommitter):
     they are never logged. Each method uses its own connection: instances may be shared."""
 
     replays_slices = True  # RedshiftSliceWriter replays its journal on a new connection
-
-    _writer = RedshiftSliceWriter
 
     def __init__(
         self,
@@ -71,13 +82,10 @@ class RedshiftWarehouse(SliceCommitter):
         self._connect_kwargs = dict(connect_kwargs)
         self._staging = StagingArea(staging_uri, s3)
         self._iam_role = iam_role
-        self._retry_delays = tuple(retry_delays)
+        self._slice_backoff = Backoff(tuple(retry_delays))
         self._lock_wait_seconds = lock_wait_seconds
         self._ensured: set[tuple[str, str]] = set()
-        self.copies = 0
-        """COPY statements run by this instance (a resumed batch must run none)."""
-        self.replays = 0
-        """Slice transactions this instance ran again after a transient failure."""
+        self.counters = WriterCounters()
 
     def __repr__(self) -> str:  # connect_kwargs may hold a password: never shown
         return f"RedshiftWarehouse(host={self._connect_kwargs.get('host')!r})"
@@ -85,16 +93,28 @@ class RedshiftWarehouse(SliceCommitter):
     def connect(self) -> Any:
         return driver.connect(self._connect_kwargs)
 
+    def _begin(self, request: SliceRequest) -> SliceWriter:
+        return RedshiftSliceWriter(
+            request,
+            connect=self.connect,
+            staging=self._staging,
+            iam_role=self._iam_role,
+            backoff=self._slice_backoff,
+            counters=self.counters,
+        )
+
     def _in_transaction(
         self,
         work: Callable[[Cursor], T],
-        delays: Sequence[float] = (),
+        backoff: Backoff = NO_RETRY,
         *,
         limited: bool = True,
     ) -> T:
-        """Run `work` in one transaction, committed; retried whole on transient errors.
-        `limited`: each statement may take `lock_wait_seconds` at most (statement_timeout)."""
-        for attempt in range(len(delays) + 1):
+        """Run `work` in one transaction, committed; retried whole on transient errors after
+        `backoff`. `limited`: each statement may take `lock_wait_seconds` at most
+        (statement_timeout)."""
+
+        def attempt() -> T:
             try:
                 conn = self.connect()
                 try:
@@ -108,14 +128,11 @@ class RedshiftWarehouse(SliceCommitter):
                     with suppress(*driver.DRIVER_ERRORS):
                         conn.close()
             except driver.DRIVER_ERRORS as exc:
-                error = driver.translate(exc)
-            except WarehouseError as exc:
-                error = exc
-            if not error.transient or attempt == len(delays):
-                raise error from None
-            log.warning("warehouse transaction failed (%s); retrying", error)
-            time.sleep(delays[attempt])
-        raise AssertionError("unreachable")
+                raise driver.translate(exc) from None
+
+        return backoff.call(
+            attempt, retryable=driver.retryable, what="a warehouse transaction", log=log
+        )
 
     def _registry_exists_sql(self) -> Statement:
         return ddl.registry_exists_sql()
@@ -141,8 +158,7 @@ class RedshiftWarehouse(SliceCommitter):
                     widen += ddl.widen_sql(contract, found)
             return widen
 
-        # Concurrent CREATE ... IF NOT EXISTS can conflict: a retry sees the table.
-        for statement in self._in_transaction(work, _DDL_RETRY_DELAYS_SECONDS):
+        for statement in self._in_transaction(work, _DDL_BACKOFF):
             self._widen(statement)
         self._ensured.update((c.target_table, c.contract_version) for c in contracts)
 

@@ -11,21 +11,23 @@
 
 A serializable isolation violation (1023) or a conflict with a concurrent transaction fails
 only the short transaction: it is run again on the same session (the temp tables survive),
-after a backoff with jitter. A lost session loses the temp tables: the loading steps are
-replayed on a new one from the files still staged on S3, then the short transaction.
+after the writer's `Backoff` (the one retry rule, jitter included). A lost session loses the
+temp tables: the loading steps are replayed on a new one from the files still staged on S3,
+then the short transaction.
+
+The writer is given what it uses (a connect callable, the staging area, the COPY role, its
+backoff, the counters it adds to); it does not know the warehouse that opened it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import random
 import tempfile
-import time
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,7 +35,8 @@ import pyarrow.parquet as pq
 
 from fleet_import import failpoints
 from fleet_import.contracts.model import DatasetContract
-from fleet_import.s3.staging import StagingError
+from fleet_import.retry import Backoff
+from fleet_import.s3.staging import StagingArea, StagingError
 from fleet_import.warehouse.base import (
     SOURCE_LINE_COLUMN,
     LoadFile,
@@ -41,21 +44,24 @@ from fleet_import.warehouse.base import (
     WarehouseError,
     WarehouseSession,
 )
-from fleet_import.warehouse.committer import Cursor, OpenSlice, SliceRequest, run
+from fleet_import.warehouse.committer import (
+    Cursor,
+    OpenSlice,
+    SliceRequest,
+    WriterCounters,
+    read_registry,
+    run,
+)
 from fleet_import.warehouse.redshift import driver, slice_sql
-from fleet_import.warehouse.redshift.ddl import DIALECT
+from fleet_import.warehouse.redshift.ddl import DIALECT, registry_exists_sql
 from fleet_import.warehouse.sql import REGISTRY_TABLE, drop_table_sql, staging_table
-
-if TYPE_CHECKING:
-    from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 
 log = logging.getLogger(__name__)
 
 Step = Callable[[Cursor], Any]
 """One loading step (a transaction of its own), replayable on a new session."""
-RETRY_JITTER = 0.5
-"""Each backoff is stretched by up to this fraction, at random: slices that conflicted
-together do not come back together."""
+Connect = Callable[[], Any]
+"""A new redshift_connector connection to the warehouse (autocommit off)."""
 
 
 def _iso(value: Any) -> str:
@@ -94,9 +100,22 @@ class RedshiftSliceWriter(OpenSlice):
     it is visible, and no curated table is touched, until `commit()`. Closing without it
     drops the session and its temp tables."""
 
-    def __init__(self, warehouse: RedshiftWarehouse, request: SliceRequest) -> None:
+    def __init__(
+        self,
+        request: SliceRequest,
+        *,
+        connect: Connect,
+        staging: StagingArea,
+        iam_role: str,
+        backoff: Backoff,
+        counters: WriterCounters,
+    ) -> None:
         super().__init__(request)
-        self._warehouse = warehouse
+        self._connect = connect
+        self._staging = staging
+        self._iam_role = iam_role
+        self._backoff = backoff
+        self._counters = counters
         self._stamps = (request.tenant_id, request.source_scope, str(request.batch_id))
         self._prefix = f"{request.tenant_id}/{request.batch_id}"
         self._staged: list[str] = []
@@ -114,7 +133,7 @@ class RedshiftSliceWriter(OpenSlice):
         """The slice's session, opened if needed: its zone set to UTC, recorded through
         `on_session`, and its temp tables filled again by the loading steps so far."""
         if self._conn is None:
-            self._conn = self._warehouse.connect()
+            self._conn = self._connect()
             cursor = self._conn.cursor()
             run(cursor, slice_sql.SESSION_UTC_SQL)
             on_session = self._request.on_session
@@ -128,30 +147,31 @@ class RedshiftSliceWriter(OpenSlice):
 
     def _attempts(self, work: Callable[[], Any], what: str) -> Any:
         """Run `work` (which commits what it did); after a transient failure run it again,
-        after a backoff with jitter, on the same session if it survived (its rollback
-        works), else on a new one. Closes the slice on a final failure."""
+        after the backoff, on the same session if it survived (its rollback works), else on
+        a new one. Closes the slice on a final failure."""
         if not self._open:
             raise WarehouseError("this slice was already committed or rolled back")
-        delays = self._warehouse._retry_delays
-        for attempt in range(len(delays) + 1):
+        runs = 0
+
+        def attempt() -> Any:
+            nonlocal runs
+            if runs:
+                self._counters.replays += 1
+            runs += 1
             try:
                 return work()
             except driver.DRIVER_ERRORS as exc:
                 error = driver.translate(exc)
             except WarehouseError as exc:
                 error = exc
-            except BaseException:
-                self.close()
-                raise
             self._roll_back()
-            if not error.transient or attempt == len(delays):
-                self.close()
-                raise error from None
-            pause = delays[attempt] * (1 + random.random() * RETRY_JITTER)
-            log.warning("%s failed (%s); replaying it in %.1fs", what, error, pause)
-            self._warehouse.replays += 1
-            time.sleep(pause)
-        raise AssertionError("unreachable")
+            raise error from None
+
+        try:
+            return self._backoff.call(attempt, retryable=driver.retryable, what=what, log=log)
+        except BaseException:
+            self.close()
+            raise
 
     def _load(self, step: Step) -> Any:
         """Run a loading step in a transaction of its own; keep it for a new session."""
@@ -205,7 +225,7 @@ class RedshiftSliceWriter(OpenSlice):
 
     def _put(self, local: Path, key: str) -> str:
         try:
-            uri = self._warehouse._staging.put_file(local, key)
+            uri = self._staging.put_file(local, key)
         except StagingError as exc:
             message = f"cannot stage a file for COPY: {exc}"
             raise WarehouseError(message, kind=exc.kind, code=exc.code) from exc
@@ -213,8 +233,8 @@ class RedshiftSliceWriter(OpenSlice):
         return uri
 
     def _copy(self, cursor: Cursor, table: str, manifest: str) -> None:
-        self._warehouse.copies += 1
-        run(cursor, slice_sql.copy_sql(table, manifest, self._warehouse._iam_role))
+        self._counters.copies += 1
+        run(cursor, slice_sql.copy_sql(table, manifest, self._iam_role))
 
     # -- the SliceWriter protocol --------------------------------------------------------
 
@@ -283,7 +303,7 @@ class RedshiftSliceWriter(OpenSlice):
 
         def registered_tables() -> set[str]:
             cursor = self._session()
-            rows = self._warehouse._registry(cursor, *scope)
+            rows = read_registry(cursor, registry_exists_sql(), *scope)
             self._conn.commit()
             return {table for _, table, _ in rows}
 
@@ -294,7 +314,7 @@ class RedshiftSliceWriter(OpenSlice):
             while True:
                 cursor = self._session()
                 run(cursor, slice_sql.lock_sql(locked))
-                registered = self._warehouse._registry(cursor, *scope)
+                registered = read_registry(cursor, registry_exists_sql(), *scope)
                 missing = {table for _, table, _ in registered} - locked
                 if not missing:
                     break
@@ -330,4 +350,4 @@ class RedshiftSliceWriter(OpenSlice):
         staged, self._staged = self._staged, []
         if staged:  # needed only until the slice commits or is given up; left, only clutter
             with suppress(StagingError):
-                self._warehouse._staging.delete(staged)
+                self._staging.delete(staged)
