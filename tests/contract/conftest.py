@@ -8,26 +8,17 @@ fake clock advanced in memory."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from tests.contract.batches import StoreUnderTest
 from tests.fakes.outbox import MemoryOutboxRepository
 from tests.fakes.state import MemoryStore
 from tests.fakes.store import MemoryBatchRepository
 from tests.fakes.warehouse import MemoryWarehouse
 
 IMPLEMENTATIONS = [pytest.param("postgres", marks=pytest.mark.server), "memory"]
-
-
-@dataclass
-class StoreUnderTest:
-    kind: str
-    repo: Any
-    outbox: Any
-    wait: Callable[[float], None]
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)

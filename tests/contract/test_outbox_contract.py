@@ -8,8 +8,7 @@ import pytest
 
 from fleet_import.store.models import BatchStatus, FailureKind, Reserved
 from fleet_import.store.outbox import ClaimLost, StepStatus
-from tests.contract.conftest import StoreUnderTest
-from tests.contract.test_store_contract import ACME, SCOPE, TTL, committed
+from tests.contract.batches import ACME, SCOPE, TTL, StoreUnderTest, committed
 
 CLAIM_TTL = 30.0
 

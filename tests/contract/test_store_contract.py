@@ -9,7 +9,6 @@ import uuid
 import pytest
 
 from fleet_import.errors import InvalidInput, LeaseLost
-from fleet_import.scope import Tenant
 from fleet_import.store.models import (
     BatchNotRunning,
     BatchStatus,
@@ -25,33 +24,18 @@ from fleet_import.store.models import (
     SourceType,
 )
 from fleet_import.store.repository import InvalidTransition
-from tests.contract.conftest import StoreUnderTest
-
-ACME = Tenant("acme", "company-acme", "tenant_acme")
-SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-22/"
-OTHER_SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-23/"
-TTL = 30.0
-SHORT_TTL = 0.3  # a lease a test lets expire: a real sleep on PostgreSQL
-PAST_SHORT_TTL = 0.6
-
-
-def reserved(store: StoreUnderTest, key: str = "d1", scope: str = SCOPE):
-    outcome = store.repo.reserve(ACME, scope, key)
-    assert isinstance(outcome, Reserved), outcome
-    return outcome.batch
-
-
-def leased(store: StoreUnderTest, owner: str = "w1", key: str = "d1", scope: str = SCOPE):
-    batch = reserved(store, key, scope)
-    assert isinstance(store.repo.acquire_lease(batch.id, owner, TTL), LeaseAcquired)
-    return batch
-
-
-def committed(store: StoreUnderTest, owner: str = "w1", steps=("refresh", "notify")):
-    batch = leased(store, owner)
-    store.repo.mark_committed(batch.id, owner, row_counts={"trips": 3}, publication_steps=steps)
-    return batch
-
+from tests.contract.batches import (
+    ACME,
+    OTHER_SCOPE,
+    PAST_SHORT_TTL,
+    SCOPE,
+    SHORT_TTL,
+    TTL,
+    StoreUnderTest,
+    committed,
+    leased,
+    reserved,
+)
 
 # -- reservation ------------------------------------------------------------------------------
 
