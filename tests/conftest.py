@@ -18,6 +18,7 @@ os.environ.setdefault("FLEET_WAREHOUSE_LOAD_SLOTS", "0")
 os.environ.setdefault("FLEET_TENANT_LOAD_SLOTS", "0")
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark `fast` every test that uses no server fixture and no server marker
     (tests/no_servers.py): `make test-fast` runs `-m fast`."""

@@ -50,13 +50,13 @@ class MemoryStore:
         self.cache_rows: dict[tuple[str, str, str], Row] = {}
         self._batch_number = 0
         self._step_number = 0
-        self.fail_next: dict[str, BaseException] = {}
+        self.faults: dict[str, BaseException] = {}
         """method name -> error its next call raises before touching anything (a dropped
         connection, say): what a test injects where the real store would fail."""
 
     def transaction(self, name: str) -> Any:
         """The lock every method holds, raising an injected failure first."""
-        failure = self.fail_next.pop(name, None)
+        failure = self.faults.pop(name, None)
         if failure is not None:
             raise failure
         return self.lock

@@ -155,7 +155,7 @@ def test_a_lost_commit_acknowledgement_is_settled_by_the_stamp(world: World) -> 
 
 def test_a_failed_operational_commit_is_recovered_from_the_stamp(world: World) -> None:
     folder = world.deliver()
-    world.store.fail_next["mark_committed"] = OperationalStoreError("connection reset")
+    world.store.faults["mark_committed"] = OperationalStoreError("connection reset")
     outcome = import_folder(world.ctx, ACME, folder, "d1")
     assert isinstance(outcome, Committed) and outcome.recovered and outcome.published
     batch = world.repo.get(outcome.batch_id)
@@ -168,8 +168,8 @@ def test_a_rerun_after_a_death_between_the_commits_only_records_and_publishes(
     world: World,
 ) -> None:
     folder = world.deliver()
-    world.store.fail_next["mark_committed"] = Died()
-    world.store.fail_next["release_lease"] = Died()
+    world.store.faults["mark_committed"] = Died()
+    world.store.faults["release_lease"] = Died()
     with pytest.raises(Died):
         import_folder(world.ctx, ACME, folder, "d1")
     (batch,) = world.repo.list()
