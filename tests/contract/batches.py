@@ -14,8 +14,8 @@ ACME = Tenant("acme", "company-acme", "tenant_acme")
 SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-22/"
 OTHER_SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-23/"
 TTL = 30.0
-SHORT_TTL = 0.3  # a lease a test lets expire: a real sleep on PostgreSQL
-PAST_SHORT_TTL = 0.6
+SHORT_TTL = 1.0  # a lease a test lets expire: a real sleep on PostgreSQL
+PAST_SHORT_TTL = 1.5
 
 
 @dataclass

@@ -8,7 +8,15 @@ import pytest
 
 from fleet_import.store.models import BatchStatus, FailureKind, Reserved
 from fleet_import.store.outbox import ClaimLost, StepStatus
-from tests.contract.batches import ACME, SCOPE, TTL, StoreUnderTest, committed
+from tests.contract.batches import (
+    ACME,
+    PAST_SHORT_TTL,
+    SCOPE,
+    SHORT_TTL,
+    TTL,
+    StoreUnderTest,
+    committed,
+)
 
 CLAIM_TTL = 30.0
 
@@ -46,9 +54,9 @@ def test_claims_need_the_batch_lease(store: StoreUnderTest) -> None:
 
 def test_a_new_lease_ends_the_old_holders_claims(store: StoreUnderTest) -> None:
     batch = committed(store)
-    store.repo.acquire_lease(batch.id, "w1", 0.3)
+    store.repo.acquire_lease(batch.id, "w1", SHORT_TTL)
     claimed = store.outbox.claim_next(batch.id, "w1", CLAIM_TTL, lease_owner="w1")
-    store.wait(0.6)
+    store.wait(PAST_SHORT_TTL)
     store.repo.acquire_lease(batch.id, "w2", TTL)
     again = store.outbox.claim_next(batch.id, "w2", CLAIM_TTL, lease_owner="w2")
     assert again.id == claimed.id and again.claimed_by == "w2"

@@ -99,12 +99,12 @@ def test_reserve_refuses_invalid_input(store: StoreUnderTest) -> None:
 
 def test_lease_is_exclusive_until_it_expires(store: StoreUnderTest) -> None:
     batch = reserved(store)
-    first = store.repo.acquire_lease(batch.id, "w1", SHORT_TTL)
+    first = store.repo.acquire_lease(batch.id, "w1", TTL)
     assert isinstance(first, LeaseAcquired) and first.previous_owner is None
-    again = store.repo.acquire_lease(batch.id, "w1", SHORT_TTL)  # ours: renewed
-    assert isinstance(again, LeaseAcquired) and again.previous_owner is None
     held = store.repo.acquire_lease(batch.id, "w2", TTL)
     assert isinstance(held, LeaseHeld) and held.owner == "w1" and held.expires_at is not None
+    again = store.repo.acquire_lease(batch.id, "w1", SHORT_TTL)  # ours: renewed, shorter
+    assert isinstance(again, LeaseAcquired) and again.previous_owner is None
     store.wait(PAST_SHORT_TTL)
     taken = store.repo.acquire_lease(batch.id, "w2", TTL)
     assert isinstance(taken, LeaseAcquired) and taken.previous_owner == "w1"
@@ -124,7 +124,7 @@ def test_take_over_only_an_abandoned_batch(store: StoreUnderTest) -> None:
     assert isinstance(store.repo.take_over(live.id, "w2", TTL), LeaseHeld)
     unleased = reserved(store, "d2", OTHER_SCOPE)
     # Its reserver may be about to lease it: not abandoned within one TTL.
-    assert isinstance(store.repo.take_over(unleased.id, "w2", SHORT_TTL), LeaseHeld)
+    assert isinstance(store.repo.take_over(unleased.id, "w2", TTL), LeaseHeld)
     store.repo.acquire_lease(live.id, "w1", SHORT_TTL)
     store.wait(PAST_SHORT_TTL)
     abandoned = store.repo.abandoned_uncommitted(SHORT_TTL, 10)
