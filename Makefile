@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-cluster demo lint clean
+.PHONY: test test-fast test-cluster demo lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,18 @@ $(STAMP): pyproject.toml
 # minutes of both cores each: `make test` leaves them to `make test-cluster`; CI runs both.
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not workers and not browser"
+
+# The tests that need no server (tests/no_servers.py: the fakes' branch tests, the pure
+# ones), in seconds, with every server pointed at a closed port and refused outright, so none
+# is reached and the embedded PostgreSQL is never started. Fake AWS credentials keep boto3
+# away from any real account.
+FAST_ENV := FLEET_TEST_NO_SERVERS=1 \
+	FLEET_TEST_DATABASE_URL=postgresql://postgres@127.0.0.1:1/postgres \
+	PREFECT_API_URL=http://127.0.0.1:1/api AWS_ENDPOINT_URL=http://127.0.0.1:1 \
+	AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_DEFAULT_REGION=us-east-1
+
+test-fast: $(STAMP)
+	env $(FAST_ENV) $(BIN)/python -m pytest -n 2 -m fast -p no:cacheprovider
 
 test-cluster: $(STAMP)
 	$(BIN)/python -m pytest -m "workers or browser"

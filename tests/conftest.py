@@ -8,6 +8,7 @@ import pytest
 from fleet_import.scope import Tenant
 from fleet_import.store.repository import BatchRepository
 from tests import pgtools
+from tests.no_servers import SERVER_FIXTURES, SERVER_MARKERS, refuse_servers
 
 # Prefect's test harness runs its server ephemeral, without the repossessor that frees the
 # load slot of a process killed mid-load (flows/common.py): with the limits on, the crash
@@ -15,6 +16,17 @@ from tests import pgtools
 # own tests (tests/workers) turn them on; their children inherit this otherwise.
 os.environ.setdefault("FLEET_WAREHOUSE_LOAD_SLOTS", "0")
 os.environ.setdefault("FLEET_TENANT_LOAD_SLOTS", "0")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark `fast` every test that uses no server fixture and no server marker
+    (tests/no_servers.py): `make test-fast` runs `-m fast`."""
+    for item in items:
+        if any(item.get_closest_marker(name) for name in SERVER_MARKERS):
+            continue
+        if SERVER_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.fast)
 
 
 @pytest.fixture(scope="session")
@@ -140,6 +152,7 @@ def prefect_api():
     """One temporary Prefect API server (SQLite) per test session / xdist worker."""
     from prefect.testing.utilities import prefect_test_harness
 
+    refuse_servers("Prefect's test harness")
     with prefect_test_harness(server_startup_timeout=120):
         yield
 

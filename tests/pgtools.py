@@ -19,6 +19,7 @@ from alembic import command
 from alembic.config import Config
 
 from fleet_import.config import libpq_url
+from tests.no_servers import refuse_servers
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TEST_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -39,6 +40,7 @@ def answers(url: str) -> bool:
 
 
 def server_url() -> str:
+    refuse_servers("PostgreSQL (FLEET_TEST_DATABASE_URL, or the embedded pgserver)")
     url = os.environ.get("FLEET_TEST_DATABASE_URL", DEFAULT_TEST_URL)
     if answers(url):
         return url

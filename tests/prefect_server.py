@@ -17,6 +17,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.no_servers import refuse_servers
+
 REPO = Path(__file__).resolve().parent.parent
 PREFECT = str(Path(sys.executable).with_name("prefect"))
 # Generous: on PostgreSQL the server runs all its migrations first, on a busy host slowly.
@@ -94,6 +96,7 @@ def stop_group(process: subprocess.Popen[bytes], timeout: float = _SERVER_STOP_T
 @contextmanager
 def prefect_server(root: Path, **server_env: str) -> Iterator[PrefectServer]:
     """`prefect server start` on a free port with a private PREFECT_HOME and SQLite file."""
+    refuse_servers("a Prefect server")
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"

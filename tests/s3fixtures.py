@@ -20,6 +20,8 @@ import pytest
 from botocore.config import Config
 from moto.server import ThreadedMotoServer
 
+from tests.no_servers import refuse_servers
+
 __all__ = [
     "landing_bucket",
     "moto_client",
@@ -61,6 +63,7 @@ def moto_server() -> Iterator[str]:
     """http://127.0.0.1:<port> of a moto server in this process; while it runs, fake
     credentials are in os.environ so that subprocesses authenticate against it too (the
     benchmarks use it as well)."""
+    refuse_servers("moto's S3/SQS server")
     with fake_credentials():
         # werkzeug logs every request at INFO to stderr; failures are easier to read without.
         request_log = logging.getLogger("werkzeug")

@@ -105,6 +105,7 @@ def test_resume_from_the_cli(flow_env: str, api_env, s3, landing_bucket: str) ->
     assert cli("resume", "not-a-uuid", env=api_env).returncode == 2
 
 
+@pytest.mark.server  # the demo starts its own embedded PostgreSQL and moto server
 def test_demo_runs_end_to_end(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEET_", "PREFECT_"))}
     result = subprocess.run(

@@ -1,0 +1,287 @@
+"""The driver's branches on the fakes, in seconds and with no server: claim, ScopeBusy,
+duplicates, already loaded, pre-commit failure, a lost COMMIT acknowledgement, recovery
+from the stamp, takeover of abandoned batches (continued or failed), publication failure
+and resume, expiry, a lost lease. Only the public entry points are called (`import_folder`,
+`resume_batch`, `settle_abandoned_batches`); the fakes are held to the real store and
+warehouse by tests/contract."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from fleet_import.errors import ErrorKind, LeaseLost, OperationalStoreError
+from fleet_import.importing.claim import settle_abandoned_batches
+from fleet_import.importing.context import (
+    AlreadyLoaded,
+    Committed,
+    Failed,
+    NotClaimed,
+    NothingToDo,
+    Skipped,
+)
+from fleet_import.importing.driver import CoreSteps, import_folder
+from fleet_import.importing.resume import resume_batch
+from fleet_import.s3.sources import discover
+from fleet_import.scope import Tenant, source_scope
+from fleet_import.store.models import BatchStatus, FailureKind, NotResumable, Reserved
+from fleet_import.store.outbox import StepStatus
+from fleet_import.warehouse.base import WarehouseError
+from tests.fakes.s3 import client_error
+from tests.fakes.world import LEASE_TTL, World, memory_world
+
+ACME = Tenant.named("acme")
+COUNTS = {"vehicles": 4, "trips": 20, "fuel_transactions": 8}
+NO_WAIT = CoreSteps(1, delays=(0.0, 0.0))
+
+
+class Died(BaseException):
+    """The worker's process ends here: nothing after it runs, not even a release."""
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return memory_world(tmp_path)
+
+
+def _abandon(world: World, folder: str, key: str, owner: str = "dead-worker") -> Reserved:
+    """A batch whose executor leased it and died: its lease runs out."""
+    reserved = world.repo.reserve(ACME, source_scope(folder), key)
+    assert isinstance(reserved, Reserved)
+    world.repo.acquire_lease(reserved.batch.id, owner, LEASE_TTL)
+    world.store.clock.advance(LEASE_TTL + 1)
+    return reserved
+
+
+def test_a_delivery_loads_commits_and_publishes(world: World) -> None:
+    folder = world.deliver()
+    outcome = import_folder(world.ctx, ACME, folder, "d1")
+    assert isinstance(outcome, Committed) and outcome.published, outcome
+    assert outcome.row_counts == COUNTS
+    scope = source_scope(folder)
+    assert world.warehouse.slice_owner("acme", scope) == outcome.batch_id
+    assert world.warehouse.slice_counts("acme", scope) == COUNTS
+    batch = world.repo.get(outcome.batch_id)
+    assert batch.status == BatchStatus.SUCCEEDED and batch.execution_lease_id is None
+    assert batch.details["phase"] == "published" and batch.details["manifest"]["folder"] == folder
+    steps = world.outbox.steps(outcome.batch_id)
+    assert [s.status for s in steps] == [StepStatus.DONE] * 3
+    assert world.event_names() == [
+        "fleet.batch.reserved",
+        "fleet.batch.committed",
+        "fleet.slice.published",
+        "fleet.batch.published",
+    ]
+
+
+def test_a_scope_held_by_a_live_batch_is_skipped(world: World) -> None:
+    folder = world.deliver()
+    holder = world.repo.reserve(ACME, source_scope(folder), "other")
+    world.repo.acquire_lease(holder.batch.id, "alive", LEASE_TTL)
+    before = world.repo.get(holder.batch.id)
+    outcome = import_folder(world.ctx, ACME, folder, "d1")
+    assert outcome == Skipped(source_scope(folder), holder.batch.id)
+    assert world.repo.get(holder.batch.id) == before  # the holder is never touched
+    assert world.warehouse.copies == 0 and world.events == []
+
+
+def test_a_duplicate_delivery_waits_for_or_skips_its_batch(world: World) -> None:
+    folder = world.deliver()
+    running = world.repo.reserve(ACME, source_scope(folder), "d1")
+    world.repo.acquire_lease(running.batch.id, "alive", LEASE_TTL)
+    busy = import_folder(world.ctx, ACME, folder, "d1")
+    assert isinstance(busy, NotClaimed) and busy.holder == "alive"
+    world.repo.release_lease(running.batch.id, "alive")
+    done = import_folder(world.ctx, ACME, folder, "d1")
+    assert isinstance(done, Committed) and done.batch_id == running.batch.id
+    again = import_folder(world.ctx, ACME, folder, "d1")  # a retry of a success
+    assert again == NothingToDo(running.batch.id, "succeeded")
+
+
+def test_same_content_is_already_loaded_unless_forced(world: World) -> None:
+    folder = world.deliver()
+    first = import_folder(world.ctx, ACME, folder, "d1")
+    copies = world.warehouse.copies
+    loaded = import_folder(world.ctx, ACME, folder, "d2")
+    assert loaded == AlreadyLoaded(source_scope(folder), first.batch_id)
+    assert world.warehouse.copies == copies and len(world.repo.list()) == 1
+    forced = import_folder(world.ctx, ACME, folder, "d3", force=True)
+    assert isinstance(forced, Committed) and forced.batch_id != first.batch_id
+    assert forced.summary["cache_hits"] == len(forced.summary["files"]) == 4
+    assert world.repo.get(first.batch_id).details["superseded_by"] == str(forced.batch_id)
+
+
+def test_an_empty_folder_fails_before_commit_and_frees_the_scope(world: World) -> None:
+    folder = world.deliver(files={})
+    outcome = import_folder(world.ctx, ACME, folder, "d1")
+    assert isinstance(outcome, Failed) and outcome.kind == FailureKind.FAILED_PRE_COMMIT
+    assert "is empty" in outcome.error and not outcome.resumable
+    batch = world.repo.get(outcome.batch_id)
+    assert batch.status == BatchStatus.FAILED and batch.details["failure"]["kind"] == (
+        "failed_pre_commit"
+    )
+    assert world.event_names() == ["fleet.batch.reserved", "fleet.batch.failed"]
+    assert world.warehouse.slice_owner("acme", source_scope(folder)) is None
+    assert isinstance(world.repo.reserve(ACME, source_scope(folder), "d2"), Reserved)
+
+
+def test_a_transient_listing_error_is_retried(world: World) -> None:
+    folder = world.deliver()
+    world.s3.faults["ListObjectsV2"] = client_error("SlowDown", 503, "ListObjectsV2")
+    outcome = import_folder(world.ctx, ACME, folder, "d1", steps=NO_WAIT)
+    assert isinstance(outcome, Committed) and outcome.published
+
+
+def test_a_failed_commit_leaves_no_slice(world: World) -> None:
+    folder = world.deliver()
+    world.warehouse.faults["commit"] = WarehouseError("disk full")
+    outcome = import_folder(world.ctx, ACME, folder, "d1")
+    assert isinstance(outcome, Failed) and outcome.kind == FailureKind.FAILED_PRE_COMMIT
+    assert "disk full" in outcome.error
+    assert world.warehouse.slice_owner("acme", source_scope(folder)) is None
+
+
+def test_a_lost_commit_acknowledgement_is_settled_by_the_stamp(world: World) -> None:
+    folder = world.deliver()
+    lost = WarehouseError("connection lost during COMMIT", kind=ErrorKind.TRANSIENT)
+    world.warehouse.faults["commit_ack"] = lost
+    outcome = import_folder(world.ctx, ACME, folder, "d1")
+    assert isinstance(outcome, Committed) and outcome.recovered and outcome.published
+    assert world.warehouse.copies == 4  # the slice was not loaded again
+    assert world.warehouse.slice_owner("acme", source_scope(folder)) == outcome.batch_id
+
+
+def test_a_failed_operational_commit_is_recovered_from_the_stamp(world: World) -> None:
+    folder = world.deliver()
+    world.store.faults["mark_committed"] = OperationalStoreError("connection reset")
+    outcome = import_folder(world.ctx, ACME, folder, "d1")
+    assert isinstance(outcome, Committed) and outcome.recovered and outcome.published
+    batch = world.repo.get(outcome.batch_id)
+    assert batch.status == BatchStatus.SUCCEEDED
+    assert batch.details["summary"]["recovered_from_stamp"] is True
+    assert batch.details["row_counts"] == COUNTS
+
+
+def test_a_rerun_after_a_death_between_the_commits_only_records_and_publishes(
+    world: World,
+) -> None:
+    folder = world.deliver()
+    world.store.faults["mark_committed"] = Died()
+    world.store.faults["release_lease"] = Died()
+    with pytest.raises(Died):
+        import_folder(world.ctx, ACME, folder, "d1")
+    (batch,) = world.repo.list()
+    assert batch.status == BatchStatus.RUNNING and batch.execution_lease_id is not None
+    copies = world.warehouse.copies
+    held = import_folder(world.ctx, ACME, folder, "d1")  # its lease has not run out yet
+    assert isinstance(held, NotClaimed)
+    world.store.clock.advance(LEASE_TTL + 1)
+    rerun = import_folder(world.ctx, ACME, folder, "d1")
+    assert isinstance(rerun, Committed) and rerun.batch_id == batch.id
+    assert rerun.recovered and rerun.published and world.warehouse.copies == copies
+    assert "fleet.batch.taken_over" in world.event_names()
+
+
+def test_an_abandoned_batch_of_other_content_is_failed_and_replaced(world: World) -> None:
+    folder = world.deliver()
+    dead = _abandon(world, folder, "old")
+    world.repo.update_details(dead.batch.id, "dead-worker", {"manifest": {"fingerprint": "x"}})
+    outcome = import_folder(world.ctx, ACME, folder, "d1", owner="new-worker")
+    assert isinstance(outcome, Committed) and outcome.batch_id != dead.batch.id
+    failed = world.repo.get(dead.batch.id)
+    assert failed.status == BatchStatus.FAILED
+    assert failed.details["failure"]["kind"] == "abandoned"
+    assert failed.details["failure"]["previous_owner"] == "dead-worker"
+    taken = [p for name, p in world.events if name == "fleet.batch.taken_over"]
+    assert taken[0]["previous_owner"] == "dead-worker" and taken[0]["owner"] == "new-worker"
+
+
+def test_an_abandoned_batch_of_the_same_content_is_continued(world: World) -> None:
+    folder = world.deliver()
+    listing = discover(world.s3, folder, world.ctx.contracts)  # what the dead worker saw
+    dead = _abandon(world, folder, "old")
+    world.repo.update_details(dead.batch.id, "dead-worker", {"manifest": listing.to_json()})
+    outcome = import_folder(world.ctx, ACME, folder, "d2")
+    assert isinstance(outcome, Committed) and outcome.batch_id == dead.batch.id
+    assert world.repo.get(dead.batch.id).status == BatchStatus.SUCCEEDED
+    assert len(world.repo.list()) == 1
+
+
+def test_the_drain_settles_abandoned_batches(world: World) -> None:
+    folder = world.deliver()
+    dead = _abandon(world, folder, "old")
+    outcomes = settle_abandoned_batches(world.ctx, "drain", limit=10)
+    assert [(o.batch_id, o.kind) for o in outcomes] == [(dead.batch.id, FailureKind.ABANDONED)]
+    assert world.repo.get(dead.batch.id).status == BatchStatus.FAILED
+    assert settle_abandoned_batches(world.ctx, "drain", limit=10) == []
+
+
+def test_a_failed_publication_is_resumed_without_reloading(tmp_path: Path) -> None:
+    broken = {"down": True}
+
+    def notify(step_ctx) -> None:
+        if broken["down"]:
+            raise RuntimeError("downstream is down")
+
+    world = memory_world(tmp_path, max_attempts=1)  # one attempt, then the step is dead
+    folder = world.deliver()
+    world.publisher.steps["notify"] = notify
+    outcome = import_folder(world.ctx, ACME, folder, "d1")
+    assert isinstance(outcome, Failed) and outcome.resumable, outcome
+    assert outcome.kind == FailureKind.FAILED_PUBLICATION
+    copies = world.warehouse.copies
+    broken["down"] = False
+    resumed = resume_batch(world.ctx, world.outbox, outcome.batch_id)
+    assert isinstance(resumed, Committed) and resumed.published
+    assert world.warehouse.copies == copies
+    batch = world.repo.get(outcome.batch_id)
+    assert batch.status == BatchStatus.SUCCEEDED and batch.details["resumes"] == 1
+
+
+def test_a_superseded_failed_publication_is_not_resumed(tmp_path: Path) -> None:
+    world = memory_world(tmp_path, max_attempts=1)
+    folder = world.deliver()
+    world.publisher.steps["notify"] = _fail
+    failed = import_folder(world.ctx, ACME, folder, "d1")
+    assert isinstance(failed, Failed) and failed.resumable
+    world.publisher.steps["notify"] = lambda step_ctx: None
+    newer = import_folder(world.ctx, ACME, folder, "d2", force=True)
+    assert isinstance(newer, Committed) and newer.published
+    refused = resume_batch(world.ctx, world.outbox, failed.batch_id)
+    assert isinstance(refused, NotResumable) and "superseded" in refused.reason
+
+
+def test_publication_expires_when_the_stamp_changes_between_steps(world: World) -> None:
+    folder = world.deliver()
+    scope = source_scope(folder)
+
+    def refresh(step_ctx) -> None:  # another batch commits the slice meanwhile
+        other = world.warehouse.rows[("acme", scope)]
+        tables = {name: (name, table) for name, table in other.items()}
+        world.warehouse.install(("acme", scope), uuid.UUID(int=1), tables)
+
+    world.publisher.steps["refresh_dependants"] = refresh
+    outcome = import_folder(world.ctx, ACME, folder, "d1")
+    assert isinstance(outcome, Failed) and outcome.expired and not outcome.resumable
+    batch = world.repo.get(outcome.batch_id)
+    assert batch.status == BatchStatus.FAILED and batch.details["publication_expired"] is True
+
+
+def test_a_worker_whose_lease_was_taken_stops(world: World) -> None:
+    folder = world.deliver()
+
+    def refresh(step_ctx) -> None:  # frozen past its lease; another worker takes over
+        world.store.clock.advance(LEASE_TTL + 1)
+        world.repo.acquire_lease(step_ctx.batch.id, "successor", LEASE_TTL)
+
+    world.publisher.steps["refresh_dependants"] = refresh
+    with pytest.raises(LeaseLost):
+        import_folder(world.ctx, ACME, folder, "d1")
+    (batch,) = world.repo.list()
+    assert batch.status == BatchStatus.RUNNING and batch.execution_lease_id == "successor"
+
+
+def _fail(step_ctx) -> None:
+    raise RuntimeError("downstream is down")
