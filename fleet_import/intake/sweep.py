@@ -290,12 +290,12 @@ def find_ready_folders(
                 skipped.append(Skip(folder, f"not complete: {waiting}", tenant_id, "incomplete"))
                 continue
             manifest = discover(s3, folder, contracts, listing)
-        except (InvalidInput, DiscoveryError) as exc:
-            skipped.append(Skip(folder, str(exc), tenant_id, "refused"))
-            continue
-        except TransientError as exc:
+        except TransientError as exc:  # first: a transient DiscoveryError is one too
             reason = f"transient, retried next sweep: {exc}"
             skipped.append(Skip(folder, reason, tenant_id, "transient"))
+            continue
+        except (InvalidInput, DiscoveryError) as exc:
+            skipped.append(Skip(folder, str(exc), tenant_id, "refused"))
             continue
         ready.append(ReadyFolder(tenant_id, folder, manifest.fingerprint, completed_at))
     return Scan(
