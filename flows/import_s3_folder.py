@@ -1,6 +1,6 @@
 """import_s3_folder: one delivery of one tenant folder, as a Prefect flow.
 
-Thin: the algorithm is `fleet_import.pipeline.import_batch`, run here through
+Thin: the algorithm is `fleet_import.importing.driver.import_batch`, run here through
 `PrefectSteps`, which makes each of its steps a Prefect task (retried only on transient
 errors, as the step says). This module maps outcomes to Prefect states and the batch to
 artifacts a data engineer reads in the UI.
@@ -38,7 +38,7 @@ from flows.task_runner import SettingsTaskRunner
 
 T = TypeVar("T")
 # Task run names: the normalise step's shows the file it reads.
-_RUN_NAMES = {"normalise": "normalise/{obj.name}"}
+_RUN_NAMES = {"normalise": "normalise/{job.obj.name}"}
 
 
 def _run_name() -> str:

@@ -48,18 +48,16 @@ class ImportContext:
     events: EventSink = no_event
     progress: Progress = no_progress  # called from the loading and the COPY reader threads
     workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "fleet-import")
-    # The Settings it was built from (runtime.build_runtime): what lets a step's task run in
-    # another process (a Dask worker), on a context rebuilt there from the same settings.
+    # The Settings it was built from (runtime.build_runtime): what a job (importing.jobs)
+    # carries to another process (a Dask worker), to rebuild a context there.
     settings: Settings | None = None
     # Built in such a process: normalised files are left in the staging area only.
     remote: bool = False
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        if self.settings is None:
-            raise TypeError("an ImportContext built without settings cannot leave its process")
-        from fleet_import.importing.runtime import remote_context
-
-        return remote_context, (self.settings,)
+    def __reduce__(self) -> tuple[Any, ...]:
+        raise TypeError(
+            "an ImportContext does not leave its process: send a job (importing.jobs) instead"
+        )
 
     def publication_steps(self) -> tuple[str, ...]:
         return tuple(self.publisher.steps) if self.publisher is not None else ()

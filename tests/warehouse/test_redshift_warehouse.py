@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fleet_import.contracts.fleet import FLEET_DATASETS, TRIPS, VEHICLES
+from fleet_import.retry import Backoff
 from fleet_import.warehouse.base import DatasetLoad, LoadFile, Warehouse, WarehouseError
 from fleet_import.warehouse.redshift import slice_sql
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
@@ -706,7 +707,7 @@ def test_a_persistent_conflict_is_retried_by_one_layer_only(
     from fleet_import.scope import Tenant
     from tests.helpers import upload
 
-    monkeypatch.setattr(loading, "_LOAD_RETRY_DELAYS_SECONDS", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(loading, "LOAD_BACKOFF", Backoff((0.0, 0.0, 0.0)))
     ctx = _redshift_ctx(redshift, repo, s3, staging_bucket, tmp_path)
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, fleet_delivery(trips=20, fuel=5, vehicles=3))
