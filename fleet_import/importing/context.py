@@ -16,7 +16,8 @@ from typing import Any
 from fleet_import.config import DEFAULT_NORMALIZE_WORKERS, Settings
 from fleet_import.contracts.fleet import FLEET_DATASETS
 from fleet_import.contracts.model import ContractSet
-from fleet_import.publication.publisher import EventSink, Publisher
+from fleet_import.publication.events import EventSink
+from fleet_import.publication.publisher import Publisher
 from fleet_import.s3.staging import StagingArea
 from fleet_import.store.models import FailureKind
 from fleet_import.store.repository import BatchRepository

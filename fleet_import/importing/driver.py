@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from fleet_import import failpoints
 from fleet_import.errors import LeaseLost, is_transient
-from fleet_import.importing.claim import claim, contract_versions, new_owner
+from fleet_import.importing.claim import claim, new_owner
 from fleet_import.importing.context import (
     AlreadyLoaded,
     Claimed,
@@ -43,8 +43,9 @@ from fleet_import.importing.normalized_files import (
     normalize_one,
 )
 from fleet_import.importing.settle import recover_committed, recover_or_fail
-from fleet_import.publication.publisher import EventSink
+from fleet_import.publication.events import EventSink
 from fleet_import.retry import NO_RETRY, Backoff
+from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import Manifest, discover
 from fleet_import.scope import Tenant, folder_of_scope, source_scope
 from fleet_import.store.heartbeat import leased, release_lease_quietly
@@ -185,7 +186,7 @@ def discover_step(batch: LeasedBatch) -> Manifest:
         {
             "phase": "discovered",
             "manifest": manifest.to_json(),
-            "contract_versions": contract_versions(ctx, manifest),
+            "contract_versions": DeliveryIdentity.of(manifest, ctx.contracts).versions,
         }
     )
     return manifest
