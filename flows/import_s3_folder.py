@@ -21,7 +21,7 @@ from prefect.states import State
 from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.runtime import Runtime
-from fleet_import.scope import Tenant, source_scope
+from fleet_import.scope import Tenant, folder_leaf, source_scope
 from flows.common import (
     TASK_RETRIES,
     TASK_RETRY_DELAYS,
@@ -43,8 +43,7 @@ _RUN_NAMES = {"normalise": "normalise/{job.obj.name}"}
 
 def _run_name() -> str:
     parameters = flow_run.get_parameters()
-    folder = str(parameters.get("folder", ""))
-    leaf = folder.rstrip("/").rsplit("/", 1)[-1] or folder
+    leaf = folder_leaf(str(parameters.get("folder", "")))
     return f"import/{parameters.get('tenant_id', '?')}/{leaf}"
 
 

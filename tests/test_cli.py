@@ -153,7 +153,7 @@ def test_batches_list_reads_whole_in_80_columns(database_url: str) -> None:
             assert whole in line, (whole, narrow.stdout)
         assert (batch.source_scope or "").endswith("/" + line.split()[2]), narrow.stdout
         assert str(batch.id) not in narrow.stdout  # the 8-digit prefix `show` takes back
-    assert {"2026-07-22/", "2026-07-23/"} <= set(narrow.stdout.split())
+    assert {"2026-07-22", "2026-07-23"} <= set(narrow.stdout.split())
 
     wide = run_cli("batches", "list", database_url=database_url, columns=200)
     assert wide.returncode == 0, wide.stderr

@@ -31,7 +31,8 @@ from fleet_import.importing.context import (
 from fleet_import.importing.leased_batch import LeasedBatch, Stamp, read_stamp
 from fleet_import.importing.settle import recover_committed
 from fleet_import.publication.events import event_payload
-from fleet_import.s3.sources import Manifest, discover
+from fleet_import.s3.delivery import DeliveryIdentity
+from fleet_import.s3.sources import discover
 from fleet_import.scope import Tenant, folder_of_scope
 from fleet_import.store.heartbeat import leased
 from fleet_import.store.models import (
@@ -184,7 +185,7 @@ def _taken_over(
 
 def _committed(ctx: ImportContext, batch: Batch) -> bool:
     """Recorded as committed, or its slice already carries its stamp (died in between)."""
-    if batch.parsed_details.redshift_committed:
+    if batch.parsed_details.warehouse_committed:
         return True
     if batch.source_scope is None:
         return False
@@ -195,21 +196,16 @@ def _committed(ctx: ImportContext, batch: Batch) -> bool:
 
 
 def _same_content(ctx: ImportContext, batch: Batch) -> bool:
-    """Whether the folder still holds what the abandoned batch listed."""
-    manifest = batch.details.get("manifest") or {}
-    if not manifest.get("fingerprint") or batch.source_scope is None:
+    """Whether the folder still holds what the abandoned batch listed (DeliveryIdentity:
+    the same files, read with the same contract versions)."""
+    recorded = DeliveryIdentity.recorded(batch.details)
+    if recorded is None or batch.source_scope is None:
         return False
     try:
         listing = discover(ctx.s3, folder_of_scope(batch.source_scope), ctx.contracts)
     except FleetImportError:
         return False
-    return listing.fingerprint == manifest["fingerprint"]
-
-
-def contract_versions(ctx: ImportContext, manifest: Manifest) -> dict[str, str]:
-    """The versions of the contracts a delivery's files are read with: with the manifest's
-    fingerprint, what makes two deliveries the same content."""
-    return {name: ctx.contracts[name].contract_version for name in sorted(manifest.by_dataset())}
+    return DeliveryIdentity.of(listing, ctx.contracts) == recorded
 
 
 def already_loaded(
@@ -230,14 +226,11 @@ def already_loaded(
         return None
     if ctx.repo.delivery_batch(tenant.tenant_id, scope, delivery_key) is not None:
         return None
-    loaded = owner.details.get("manifest") or {}
     try:
         manifest = discover(ctx.s3, folder_of_scope(scope), ctx.contracts)
     except FleetImportError:
         return None
-    if loaded.get("fingerprint") != manifest.fingerprint:
-        return None
-    if owner.details.get("contract_versions") != contract_versions(ctx, manifest):
+    if DeliveryIdentity.recorded(owner.details) != DeliveryIdentity.of(manifest, ctx.contracts):
         return None
     ctx.events(
         "fleet.delivery.already_loaded",

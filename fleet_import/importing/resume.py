@@ -75,7 +75,7 @@ def _finish(outbox: OutboxRepository, batch: LeasedBatch) -> ImportOutcome | Not
     stamp = ctx.warehouse.slice_owner(batch.tenant_id, batch.scope)
     expired = expired_publication(batch_id, batch.scope, stamp)
     if expired is not None:
-        if not details.redshift_committed:
+        if not details.warehouse_committed:
             return NotResumable(
                 f"batch {batch_id} never committed its slice; rerun the import instead"
             )
@@ -87,7 +87,7 @@ def _finish(outbox: OutboxRepository, batch: LeasedBatch) -> ImportOutcome | Not
             publication_expired=True,
         )
         return Failed(batch_id, FailureKind.FAILED_PUBLICATION, expired, expired=True)
-    if details.redshift_committed:
+    if details.warehouse_committed:
         outbox.reopen_dead_steps(batch_id)  # an explicit resume gives dead steps new attempts
     committed = recover_committed(batch)
     assert committed is not None  # stamped with this batch, checked above

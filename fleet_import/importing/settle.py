@@ -46,7 +46,7 @@ def recover_committed(batch: LeasedBatch) -> Committed | None:
 
 def _recorded(batch: LeasedBatch, stored: Batch) -> Committed | None:
     details = stored.parsed_details
-    if not details.redshift_committed:
+    if not details.warehouse_committed:
         return None
     summary = stored.details.get("summary", {})
     return Committed(batch.batch_id, batch.scope, dict(details.row_counts), summary)

@@ -40,7 +40,7 @@ def test_folder_with_three_datasets_loads(
     assert import_ctx.warehouse.copies - copies == 3  # one per dataset, two trips files
     batch = import_ctx.repo.get(outcome.batch_id)
     assert batch.status == BatchStatus.SUCCEEDED
-    assert batch.details["redshift_committed"] is True
+    assert batch.details["warehouse_committed"] is True
     assert batch.details["manifest"]["folder"] == folder
     for table, count in (
         ("fleet_vehicles", 25),

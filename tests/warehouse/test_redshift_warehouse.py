@@ -579,7 +579,7 @@ def test_death_after_the_warehouse_commit_is_recovered_from_the_stamp(
     )
     assert child.returncode == KILLED, child.stderr[-3000:]
     (batch,) = repo.list()
-    assert batch.status == BatchStatus.RUNNING and not batch.details["redshift_committed"]
+    assert batch.status == BatchStatus.RUNNING and not batch.details["warehouse_committed"]
     time.sleep(1.7)
     copies = _copies(emulator)
     assert copies >= 3  # the child's COPYs went through the emulator
