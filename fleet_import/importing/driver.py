@@ -144,7 +144,7 @@ def import_folder(
     steps: StepRunner | None = None,
     force: bool = False,
 ) -> ImportOutcome:
-    """`force` loads even content the slice already holds (see claiming.already_loaded)."""
+    """`force` loads even content the slice already holds (see claim.already_loaded)."""
     scope = source_scope(folder)  # invalid input is rejected before any row is written
     claimed = claim(ctx, tenant, scope, delivery_key, owner or new_owner(), force=force)
     if not isinstance(claimed, Claimed):

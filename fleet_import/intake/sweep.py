@@ -1,14 +1,11 @@
 """The landing-zone sweep: which delivery folders are complete, and which of them to import.
 
 A folder is complete by a per-deployment rule: a marker object exists (`_SUCCESS` by
-default), or nothing in it changed for a while. A complete folder is identified by its
-`DeliveryIdentity`, as the import identifies it: the manifest fingerprint (names, etags,
-sizes of the files the contracts read) and the versions of the contracts that read them. So
-files that arrive after a folder was loaded make a new delivery, and so does a contract
-whose version changed since the folder's last success: that folder is due again, because
-its slice holds rows read by a contract no longer in force, and an import started for it
-would not call it "already loaded" either (one rule for the sweep and the import; a
-contract change thus reloads the folders of the lookback window, no older ones).
+default), or nothing in it changed for a while. It is identified as the import identifies
+it (`DeliveryIdentity`: manifest fingerprint and contract versions), so new files make a new
+delivery, and so does a contract changed since the folder's last success: that folder is
+due again, since its slice holds rows read by a contract no longer in force and the import
+would not call it already loaded either (only folders of the lookback window reload).
 
 Every path that starts an import for a folder's content uses the same key for it,
 `idempotency_key(scope, fingerprint)`: as the Prefect flow-run idempotency key (a unique
