@@ -18,8 +18,8 @@ from rich.measure import Measurement
 from rich.table import Column, Table
 from rich.text import Text
 
-from fleet_import.scope import SOURCE_SCOPE_PREFIX
-from fleet_import.store.models import Batch
+from fleet_import.scope import folder_leaf
+from fleet_import.store.models import Batch, warehouse_committed
 from fleet_import.store.outbox import OutboxStep
 
 SHORT_ID_LENGTH = 8  # `batches show` takes it back as a prefix
@@ -52,13 +52,6 @@ def _status(batch: Batch) -> Text:
 
 def _tenant(batch: Batch) -> Text:
     return Text(batch.tenant_id)
-
-
-def folder_leaf(scope: str) -> str:
-    """`fleet_s3:s3://b/acme/fleet/2026-07-22/` -> `2026-07-22/`: what tells deliveries apart."""
-    folder = scope.removeprefix(SOURCE_SCOPE_PREFIX)
-    head, _, leaf = folder.rstrip("/").rpartition("/")
-    return leaf + "/" if head and leaf else folder
 
 
 def _scope_or_date(batch: Batch) -> str:
@@ -247,7 +240,7 @@ def batch_views(batch: Batch, steps: Sequence[OutboxStep]) -> list[RenderableTyp
         ("delivery", batch.delivery_key),
         ("status", batch.status.value),
         ("phase", details.get("phase")),
-        ("committed", details.get("redshift_committed")),
+        ("committed", warehouse_committed(details)),
         ("rows", details.get("row_counts")),
         (
             "lease",

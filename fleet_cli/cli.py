@@ -175,7 +175,10 @@ def run(
     from flows.import_s3_folder import import_s3_folder
 
     state = import_s3_folder(
-        tenant_id=tenant, folder=folder, delivery_key=delivery_key, force=force,
+        tenant_id=tenant,
+        folder=folder,
+        delivery_key=delivery_key,
+        force=force,
         return_state=True,
     )
     _report(state)
@@ -293,6 +296,7 @@ def relay(
     # After basicConfig: importing flows.common sets up Prefect's logging, which would
     # otherwise take the root logger first and hide the relay's INFO lines.
     from flows.common import prefect_event_sink
+
     try:
         layout = LandingLayout(prefix=landing_prefix, pattern=folder_pattern)
     except FleetImportError as exc:
@@ -341,4 +345,3 @@ def relay(
     # The interpreter's last collections walk every object Prefect and botocore made (about
     # 0.4 s here, far more on a busy host); frozen objects are skipped, so a stop stays quick.
     gc.freeze()
-

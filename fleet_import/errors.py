@@ -9,7 +9,8 @@ decisions read the kind, never the class or the message.
 from __future__ import annotations
 
 import enum
-from typing import ClassVar
+from collections.abc import Callable
+from typing import ClassVar, TypeVar
 
 
 class ErrorKind(enum.Enum):
@@ -89,11 +90,45 @@ class TransientError(FleetImportError):
     default_kind = ErrorKind.TRANSIENT
 
 
+_TRANSIENT_VARIANTS: dict[type[FleetImportError], type[FleetImportError]] = {}
+
+E = TypeVar("E", bound=FleetImportError)
+
+
+def transient_variant_of(base: type[FleetImportError]) -> Callable[[type[E]], type[E]]:
+    """Register the decorated class (a subclass of `base` and of TransientError) as what
+    `error_of_kind` raises for a transient `base`. Classes written out, not made on the fly,
+    so that an error raised on a Dask worker unpickles in the flow's process."""
+
+    def register(variant: type[E]) -> type[E]:
+        if not (issubclass(variant, base) and issubclass(variant, TransientError)):
+            raise TypeError(f"{variant.__name__} must subclass {base.__name__} and TransientError")
+        _TRANSIENT_VARIANTS[base] = variant
+        return variant
+
+    return register
+
+
 def error_of_kind(
     kind: ErrorKind, message: str, otherwise: type[FleetImportError], *, code: str | None = None
 ) -> FleetImportError:
-    """A TransientError when `kind` is transient (some callers catch that class, e.g. the
-    sweep, which skips a folder S3 struggles with), else an `otherwise` carrying `kind`."""
-    error = TransientError(message) if kind is ErrorKind.TRANSIENT else otherwise(message)
+    """An `otherwise` carrying `kind`: when `kind` is transient, its registered variant that
+    is a TransientError too, so both `except otherwise` and `except TransientError` (the
+    sweep skips a folder S3 struggles with) catch it."""
+    cls = otherwise
+    if kind is ErrorKind.TRANSIENT and not issubclass(otherwise, TransientError):
+        cls = _TRANSIENT_VARIANTS.get(otherwise) or _missing_variant(otherwise)
+    error = cls(message)
     error.kind, error.code = kind, code
     return error
+
+
+def _missing_variant(cls: type[FleetImportError]) -> type[FleetImportError]:
+    raise TypeError(f"{cls.__name__} has no transient variant (see transient_variant_of)")
+
+
+@transient_variant_of(PreCommitError)
+class TransientPreCommitError(PreCommitError, TransientError):
+    """The delivery could not be read this time; it may pass on its own (worth a retry)."""
+
+    default_kind = ErrorKind.TRANSIENT

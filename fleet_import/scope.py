@@ -157,6 +157,16 @@ def folder_of_scope(scope: str) -> str:
     return scope[len(SOURCE_SCOPE_PREFIX) :]
 
 
+def folder_leaf(folder_or_scope: str) -> str:
+    """`s3://b/acme/fleet/2026-07-22/` (or its scope) -> `2026-07-22`: what tells a
+    tenant's deliveries apart, the one spelling of run names (`import/{tenant}/{leaf}`),
+    the CLI's tables and the tenant's artifact. Text that names no folder comes back as
+    it is (a run named from a bad parameter still gets a name)."""
+    folder = folder_or_scope.removeprefix(SOURCE_SCOPE_PREFIX).rstrip("/")
+    head, _, leaf = folder.rpartition("/")
+    return leaf if head and leaf else folder_or_scope
+
+
 def split_folder(folder: str) -> tuple[str, str]:
     """(bucket, key prefix with trailing slash) of a canonical folder."""
     bucket, _, prefix = canonical_folder(folder)[len(_SCHEME) :].partition("/")

@@ -4,7 +4,6 @@ rule, the warehouse load slots, and Prefect-visible state helpers."""
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import random
 import uuid
@@ -21,7 +20,8 @@ from prefect.states import State
 
 from fleet_import.config import Settings
 from fleet_import.errors import is_transient
-from fleet_import.importing.driver import STEP_RETRY_DELAYS_SECONDS, STEP_RETRY_JITTER
+from fleet_import.importing.driver import STEP_BACKOFF
+from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.runtime import Runtime, build_runtime
 
 log = logging.getLogger(__name__)
@@ -35,9 +35,9 @@ LOAD_SLOT_LEASE_SECONDS = 60.0
 # connections, serialisation conflicts); contract violations are never retried.
 # The core's step retry policy (fleet_import.importing.driver), so a step is retried alike under the
 # CLI's core path and as a Prefect task.
-TASK_RETRY_DELAYS = list(STEP_RETRY_DELAYS_SECONDS)
-TASK_RETRIES = len(TASK_RETRY_DELAYS)
-TASK_RETRY_JITTER = STEP_RETRY_JITTER
+TASK_RETRY_DELAYS = list(STEP_BACKOFF.delays)
+TASK_RETRIES = STEP_BACKOFF.retries
+TASK_RETRY_JITTER = STEP_BACKOFF.jitter
 
 
 def retry_if_transient(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:
@@ -97,14 +97,12 @@ def warehouse_load_slots(tenant_id: str, settings: Settings | None = None) -> It
 
 
 def holding_load_slots(load: Callable[..., T]) -> Callable[..., T]:
-    """The slice load step (`load_step(ctx, tenant, ...)`) inside `warehouse_load_slots`."""
-    signature = inspect.signature(load)
+    """The slice load step (`load_step(batch, ...)`) inside the load slots of its tenant."""
 
     @functools.wraps(load)
-    def wrapper(*args: Any, **kwargs: Any) -> T:
-        tenant = signature.bind(*args, **kwargs).arguments["tenant"]
-        with warehouse_load_slots(tenant.tenant_id):
-            return load(*args, **kwargs)
+    def wrapper(batch: LeasedBatch, *args: Any, **kwargs: Any) -> T:
+        with warehouse_load_slots(batch.tenant_id):
+            return load(batch, *args, **kwargs)
 
     return wrapper
 

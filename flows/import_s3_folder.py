@@ -1,6 +1,6 @@
 """import_s3_folder: one delivery of one tenant folder, as a Prefect flow.
 
-Thin: the algorithm is `fleet_import.pipeline.import_batch`, run here through
+Thin: the algorithm is `fleet_import.importing.driver.import_batch`, run here through
 `PrefectSteps`, which makes each of its steps a Prefect task (retried only on transient
 errors, as the step says). This module maps outcomes to Prefect states and the batch to
 artifacts a data engineer reads in the UI.
@@ -21,7 +21,7 @@ from prefect.states import State
 from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.runtime import Runtime
-from fleet_import.scope import Tenant, source_scope
+from fleet_import.scope import Tenant, folder_leaf, source_scope
 from flows.common import (
     TASK_RETRIES,
     TASK_RETRY_DELAYS,
@@ -38,13 +38,12 @@ from flows.task_runner import SettingsTaskRunner
 
 T = TypeVar("T")
 # Task run names: the normalise step's shows the file it reads.
-_RUN_NAMES = {"normalise": "normalise/{obj.name}"}
+_RUN_NAMES = {"normalise": "normalise/{job.obj.name}"}
 
 
 def _run_name() -> str:
     parameters = flow_run.get_parameters()
-    folder = str(parameters.get("folder", ""))
-    leaf = folder.rstrip("/").rsplit("/", 1)[-1] or folder
+    leaf = folder_leaf(str(parameters.get("folder", "")))
     return f"import/{parameters.get('tenant_id', '?')}/{leaf}"
 
 

@@ -24,7 +24,8 @@ from prefect.events import emit_event
 from prefect.runtime import flow_run
 
 from fleet_import.importing.runtime import Runtime
-from fleet_import.store.models import Batch, BatchStatus
+from fleet_import.scope import folder_leaf
+from fleet_import.store.models import Batch, BatchStatus, warehouse_committed
 from flows.reporting import escape_markdown
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ def story_status(batch: Batch) -> str:
         return f"failed ({kind})" if kind else "failed"
     if batch.status is BatchStatus.SUCCEEDED:
         return "succeeded" + resumed
-    return ("committed" if details.get("redshift_committed") else "running") + resumed
+    return ("committed" if warehouse_committed(details) else "running") + resumed
 
 
 def made_by(batch: Batch) -> uuid.UUID | None:
@@ -197,7 +198,7 @@ def _publish_tenant_table(rt: Runtime, tenant_id: str) -> None:
             {
                 "batch": str(batch.id),
                 "status": story_status(batch),
-                "delivery": _leaf(scope),
+                "delivery": folder_leaf(scope),
                 "rows": sum((details.get("row_counts") or {}).values()),
                 "rejects": (details.get("rejects") or {}).get("count", 0),
                 "owns slice": _owns(batch, owner),
@@ -214,9 +215,3 @@ def _owns(batch: Batch, owner: uuid.UUID | None) -> str:
     if owner == batch.id:
         return "yes"
     return f"no: batch {str(owner)[:_SHORT_ID]}" if owner else "no"
-
-
-def _leaf(scope: str) -> str:
-    """`fleet_s3:s3://b/acme/fleet/2026-07-22/` -> `fleet/2026-07-22/`."""
-    parts = scope.rstrip("/").rsplit("/", 2)
-    return "/".join(parts[-2:]) + "/" if len(parts) == 3 else scope

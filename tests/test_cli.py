@@ -151,9 +151,9 @@ def test_batches_list_reads_whole_in_80_columns(database_url: str) -> None:
         (line,) = [line for line in lines if line.startswith(str(batch.id)[:8] + " ")]
         for whole in ("failed (failed_publication)", batch.tenant_id, created):
             assert whole in line, (whole, narrow.stdout)
-        assert (batch.source_scope or "").endswith("/" + line.split()[2]), narrow.stdout
+        assert (batch.source_scope or "").endswith(f"/{line.split()[2]}/"), narrow.stdout
         assert str(batch.id) not in narrow.stdout  # the 8-digit prefix `show` takes back
-    assert {"2026-07-22/", "2026-07-23/"} <= set(narrow.stdout.split())
+    assert {"2026-07-22", "2026-07-23"} <= set(narrow.stdout.split())
 
     wide = run_cli("batches", "list", database_url=database_url, columns=200)
     assert wide.returncode == 0, wide.stderr

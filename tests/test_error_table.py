@@ -219,10 +219,27 @@ def test_every_error_has_a_kind_and_transient_is_read_from_it(
 
 def test_error_of_kind_keeps_transient_errors_catchable_by_class() -> None:
     transient = error_of_kind(TRANSIENT, "slow", PreCommitError, code="SlowDown")
-    assert type(transient) is TransientError and transient.code == "SlowDown"
+    assert isinstance(transient, TransientError) and transient.code == "SlowDown"
+    # The class asked for: `except PreCommitError` catches the transient one too.
+    assert isinstance(transient, PreCommitError) and transient.transient
     refused = error_of_kind(CONFIGURATION, "denied", PreCommitError, code="AccessDenied")
     assert type(refused) is PreCommitError
     assert (refused.kind, refused.code, str(refused)) == (CONFIGURATION, "AccessDenied", "denied")
+
+
+def test_each_boundary_error_has_a_transient_variant_that_pickles() -> None:
+    import pickle
+
+    from fleet_import.s3.sources import DiscoveryError
+    from fleet_import.s3.staging import StagingError
+
+    for cls in (PreCommitError, DiscoveryError, StagingError):
+        error = error_of_kind(TRANSIENT, "slow", cls, code="SlowDown")
+        assert isinstance(error, cls) and isinstance(error, TransientError), cls
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error) and str(back) == "slow"
+    with pytest.raises(TypeError):
+        error_of_kind(TRANSIENT, "slow", InvalidInput)
 
 
 def test_configuration_errors_raised_by_the_core_are_never_retried() -> None:

@@ -421,7 +421,7 @@ def test_a_drain_tells_the_story_of_the_batch_it_published(
     )
     assert died.returncode == 86, died.stdout + died.stderr[-2000:]
     (batch,) = BatchRepository(flow_env).list()
-    assert batch.status == BatchStatus.RUNNING and batch.details["redshift_committed"]
+    assert batch.status == BatchStatus.RUNNING and batch.details["warehouse_committed"]
     time.sleep(1.5)  # its lease expires
 
     state, drain_run = run(drain_publications, limit=10)

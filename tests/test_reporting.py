@@ -193,7 +193,8 @@ def _batch(status: str, **details: Any) -> Any:
     ("status", "details", "shown"),
     [
         ("running", {}, "running"),
-        ("running", {"redshift_committed": True}, "committed"),
+        ("running", {"redshift_committed": True}, "committed"),  # stored before the rename
+        ("running", {"warehouse_committed": True}, "committed"),
         ("running", {"redshift_committed": True, "resumes": 1}, "committed (resumed)"),
         ("succeeded", {}, "succeeded"),
         ("succeeded", {"resumes": 2}, "succeeded (resumed)"),

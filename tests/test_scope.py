@@ -156,3 +156,20 @@ def test_tenant_validation_never_accepts_unsafe_text(tenant_id: str) -> None:
         return
     assert set(tenant_id) <= set(string.ascii_lowercase + string.digits + "_-")
     assert 1 <= len(tenant_id) <= 63
+
+
+@pytest.mark.parametrize(
+    ("given", "leaf"),
+    [
+        ("s3://fleet-landing/acme/fleet/2026-07-22/", "2026-07-22"),
+        ("s3://fleet-landing/acme/fleet/2026-07-22", "2026-07-22"),
+        ("fleet_s3:s3://fleet-landing/acme/fleet/2026-07-22/", "2026-07-22"),
+        ("s3://fleet-landing/", "fleet-landing"),
+        ("", ""),
+        ("not a folder", "not a folder"),
+    ],
+)
+def test_a_folder_leaf_is_spelt_one_way_for_folders_and_scopes(given: str, leaf: str) -> None:
+    from fleet_import.scope import folder_leaf
+
+    assert folder_leaf(given) == leaf

@@ -16,7 +16,8 @@ from typing import Any
 from fleet_import.config import DEFAULT_NORMALIZE_WORKERS, Settings
 from fleet_import.contracts.fleet import FLEET_DATASETS
 from fleet_import.contracts.model import ContractSet
-from fleet_import.publication.publisher import EventSink, Publisher
+from fleet_import.publication.events import EventSink
+from fleet_import.publication.publisher import Publisher
 from fleet_import.s3.staging import StagingArea
 from fleet_import.store.models import FailureKind
 from fleet_import.store.repository import BatchRepository
@@ -48,18 +49,16 @@ class ImportContext:
     events: EventSink = no_event
     progress: Progress = no_progress  # called from the loading and the COPY reader threads
     workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "fleet-import")
-    # The Settings it was built from (runtime.build_runtime): what lets a step's task run in
-    # another process (a Dask worker), on a context rebuilt there from the same settings.
+    # The Settings it was built from (runtime.build_runtime): what a job (importing.jobs)
+    # carries to another process (a Dask worker), to rebuild a context there.
     settings: Settings | None = None
     # Built in such a process: normalised files are left in the staging area only.
     remote: bool = False
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        if self.settings is None:
-            raise TypeError("an ImportContext built without settings cannot leave its process")
-        from fleet_import.importing.runtime import remote_context
-
-        return remote_context, (self.settings,)
+    def __reduce__(self) -> tuple[Any, ...]:
+        raise TypeError(
+            "an ImportContext does not leave its process: send a job (importing.jobs) instead"
+        )
 
     def publication_steps(self) -> tuple[str, ...]:
         return tuple(self.publisher.steps) if self.publisher is not None else ()

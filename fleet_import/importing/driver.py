@@ -3,17 +3,15 @@ through a step runner. The core runs each step as a plain call (`CoreSteps`); th
 import-s3-folder flow runs the same steps as Prefect tasks (flows/import_s3_folder.py), so
 the flow only maps steps to tasks and outcomes to states.
 
-`import_folder` is the whole delivery in one process: claim (claiming.py), then the driver.
-Each step lives with its concern: normalising.py (normalise + cache), loading.py (the slice
-load), settle.py (record, publish, fail).
+`import_folder` is the whole delivery in one process: claim (claim.py), then the driver.
+Each step takes the `LeasedBatch` (leased_batch.py: record, fail, publish) and lives with its
+concern: normalized_files.py (normalise + cache, sent as jobs.py's jobs), load.py (the slice
+load), settle.py (a commit recovered from the stamp, or a failure before commit).
 """
 
 from __future__ import annotations
 
 import logging
-import random
-import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from fleet_import import failpoints
 from fleet_import.errors import LeaseLost, is_transient
-from fleet_import.importing.claim import claim, contract_versions, new_owner
+from fleet_import.importing.claim import claim, new_owner
 from fleet_import.importing.context import (
     AlreadyLoaded,
     Claimed,
@@ -34,7 +32,9 @@ from fleet_import.importing.context import (
     Progress,
     Skipped,
 )
-from fleet_import.importing.load import load_step, reject_step
+from fleet_import.importing.jobs import NormaliseJob, run_normalise_job
+from fleet_import.importing.leased_batch import LeasedBatch
+from fleet_import.importing.load import load_step
 from fleet_import.importing.normalized_files import (
     NormalizedEntry,
     bucket_of,
@@ -42,16 +42,13 @@ from fleet_import.importing.normalized_files import (
     normalize_object,
     normalize_one,
 )
-from fleet_import.importing.settle import (
-    publish_step,
-    record_commit,
-    recover_committed,
-    settle_failure,
-)
-from fleet_import.publication.publisher import EventSink
+from fleet_import.importing.settle import recover_committed, recover_or_fail
+from fleet_import.publication.events import EventSink
+from fleet_import.retry import NO_RETRY, Backoff
+from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import Manifest, discover
 from fleet_import.scope import Tenant, folder_of_scope, source_scope
-from fleet_import.store.heartbeat import Heartbeat, leased, release_lease_quietly
+from fleet_import.store.heartbeat import leased, release_lease_quietly
 
 __all__ = [  # what flows and tests use from here; each lives in the module named above
     "AlreadyLoaded",
@@ -62,6 +59,7 @@ __all__ = [  # what flows and tests use from here; each lives in the module name
     "Failed",
     "ImportContext",
     "ImportOutcome",
+    "LeasedBatch",
     "NormalizedEntry",
     "NotClaimed",
     "NothingToDo",
@@ -78,11 +76,8 @@ __all__ = [  # what flows and tests use from here; each lives in the module name
     "normalize_object",
     "normalize_one",
     "publish_step",
-    "record_commit",
     "recover_committed",
-    "reject_step",
     "release_lease_quietly",
-    "settle_failure",
 ]
 
 log = logging.getLogger(__name__)
@@ -110,8 +105,8 @@ STEPS = {
         Step("publish", retried=False),
     )
 }
-STEP_RETRY_DELAYS_SECONDS = (2.0, 8.0, 30.0)
-STEP_RETRY_JITTER = 0.5
+STEP_BACKOFF = Backoff((2.0, 8.0, 30.0))
+"""The retried steps' backoff: under CoreSteps, and as the flow's Prefect task retries."""
 
 
 class StepRunner(Protocol):
@@ -126,24 +121,13 @@ class StepRunner(Protocol):
 class CoreSteps:
     """Plain calls, retried on transient errors; `map` on a small thread pool."""
 
-    def __init__(self, workers: int, delays: Sequence[float] | None = None) -> None:
+    def __init__(self, workers: int, backoff: Backoff | None = None) -> None:
         self._workers = max(1, workers)
-        self._delays = tuple(STEP_RETRY_DELAYS_SECONDS if delays is None else delays)
+        self._backoff = backoff
 
     def run(self, step: Step, fn: Callable[..., T], *args: Any) -> T:
-        delays = self._delays if step.retried else ()
-        for attempt, delay in enumerate((*delays, None), start=1):
-            try:
-                return fn(*args)
-            except Exception as exc:
-                if delay is None or not is_transient(exc):
-                    raise
-                pause = delay * (1 + random.random() * STEP_RETRY_JITTER)
-                log.warning(
-                    "%s failed (attempt %d: %s); again in %.1fs", step.name, attempt, exc, pause
-                )
-                time.sleep(pause)
-        raise AssertionError("unreachable")
+        backoff = (self._backoff or STEP_BACKOFF) if step.retried else NO_RETRY
+        return backoff.call(lambda: fn(*args), retryable=is_transient, what=step.name, log=log)
 
     def map(self, step: Step, fn: Callable[..., T], args: Sequence[tuple]) -> Iterator[T]:
         with ThreadPoolExecutor(max_workers=self._workers) as pool:
@@ -160,7 +144,7 @@ def import_folder(
     steps: StepRunner | None = None,
     force: bool = False,
 ) -> ImportOutcome:
-    """`force` loads even content the slice already holds (see claiming.already_loaded)."""
+    """`force` loads even content the slice already holds (see claim.already_loaded)."""
     scope = source_scope(folder)  # invalid input is rejected before any row is written
     claimed = claim(ctx, tenant, scope, delivery_key, owner or new_owner(), force=force)
     if not isinstance(claimed, Claimed):
@@ -174,67 +158,60 @@ def import_batch(
     """Steps 3-8 for a batch whose lease `claimed.owner` holds: discover, normalise (mapped,
     in load order), load the slice as files arrive, record the commit, publish. A batch
     found committed (or stamped) is only published; a failure before commit fails it."""
-    batch_id, scope, owner = claimed.batch_id, claimed.scope, claimed.owner
-    with leased(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
-        outcome: ImportOutcome | None = recover_committed(ctx, tenant, batch_id, scope, owner)
+    with leased(ctx.repo, claimed.batch_id, claimed.owner, ctx.lease_ttl) as heartbeat:
+        batch = LeasedBatch(ctx, tenant, claimed.batch_id, claimed.scope, claimed.owner, heartbeat)
+        outcome: ImportOutcome | None = recover_committed(batch)
         if outcome is None:
             try:
-                manifest = steps.run(STEPS["discover"], discover_step, ctx, batch_id, scope, owner)
-                heartbeat.check()
-                entries = _normalised(ctx, batch_id, manifest, heartbeat, steps)
-                outcome = steps.run(
-                    STEPS["commit-slice"],
-                    load_step,
-                    ctx,
-                    tenant,
-                    batch_id,
-                    scope,
-                    owner,
-                    manifest,
-                    entries,
-                    heartbeat,
-                )
+                manifest = steps.run(STEPS["discover"], discover_step, batch)
+                batch.check_lease()
+                entries = _normalised(batch, manifest, steps)
+                outcome = steps.run(STEPS["commit-slice"], load_step, batch, manifest, entries)
             except LeaseLost:
                 raise
             except Exception as exc:  # noqa: BLE001 - every pre-commit failure fails the batch
-                outcome = settle_failure(ctx, tenant, batch_id, scope, owner, exc)
+                outcome = recover_or_fail(batch, exc)
         if isinstance(outcome, Committed):
-            outcome = steps.run(STEPS["publish"], publish_step, ctx, outcome, owner, heartbeat)
+            outcome = steps.run(STEPS["publish"], publish_step, batch, outcome)
         return outcome
 
 
-def discover_step(ctx: ImportContext, batch_id: uuid.UUID, scope: str, owner: str) -> Manifest:
-    folder = folder_of_scope(scope)
+def discover_step(batch: LeasedBatch) -> Manifest:
+    ctx = batch.ctx
+    folder = folder_of_scope(batch.scope)
     ctx.progress(f"listing {folder}", None)
     manifest = discover(ctx.s3, folder, ctx.contracts)
     failpoints.hit("mid_discovery")
-    ctx.repo.update_details(
-        batch_id,
-        owner,
+    batch.update_details(
         {
             "phase": "discovered",
             "manifest": manifest.to_json(),
-            "contract_versions": contract_versions(ctx, manifest),
-        },
+            "contract_versions": DeliveryIdentity.of(manifest, ctx.contracts).versions,
+        }
     )
     return manifest
 
 
+def publish_step(batch: LeasedBatch, committed: Committed) -> ImportOutcome:
+    """Steps 7-8 (LeasedBatch.publish), as a step of its own."""
+    return batch.publish(committed)
+
+
 def _normalised(
-    ctx: ImportContext,
-    batch_id: uuid.UUID,
-    manifest: Manifest,
-    heartbeat: Heartbeat,
-    steps: StepRunner,
+    batch: LeasedBatch, manifest: Manifest, steps: StepRunner
 ) -> Iterable[NormalizedEntry]:
     """The delivery's files normalised in the manifest's load order, each as soon as it is
-    ready, so the warehouse load of one file overlaps the parsing of the next."""
+    ready, so the warehouse load of one file overlaps the parsing of the next. Each file is
+    a job (importing.jobs): it may be normalised in another process."""
+    ctx = batch.ctx
     objects = list(manifest.load_order())
     bucket = bucket_of(manifest)
-    args = [(ctx, batch_id, bucket, obj) for obj in objects]
-    for done, normalised in enumerate(steps.map(STEPS["normalise"], normalize_one, args), start=1):
+    args = [(NormaliseJob.of(ctx, batch.batch_id, bucket, obj),) for obj in objects]
+    for done, normalised in enumerate(
+        steps.map(STEPS["normalise"], run_normalise_job, args), start=1
+    ):
         entry = localised(ctx, normalised)  # normalised elsewhere: read from staging
-        heartbeat.check()
+        batch.check_lease()
         failpoints.hit("after_normalized_file")
         ctx.progress(
             f"normalised {entry.obj.name}: {entry.file.row_count:,} rows, "

@@ -5,9 +5,7 @@ are in; the commit is recorded in the operational store."""
 from __future__ import annotations
 
 import logging
-import random
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,9 +18,10 @@ import pyarrow as pa
 
 from fleet_import import failpoints
 from fleet_import.contracts.model import ContractSet, DatasetContract
-from fleet_import.importing.context import Committed, ImportContext
+from fleet_import.importing.context import Committed
+from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.normalized_files import NormalizedEntry
-from fleet_import.importing.settle import record_commit, recover_committed
+from fleet_import.importing.settle import recover_committed
 from fleet_import.normalize.duplicates import HashBuckets, find_duplicates, key_hashes
 from fleet_import.normalize.file import (
     RejectRatioExceeded,
@@ -32,9 +31,8 @@ from fleet_import.normalize.file import (
 )
 from fleet_import.normalize.output import NormalizedFile
 from fleet_import.normalize.rows import Reject
+from fleet_import.retry import NO_RETRY, Backoff
 from fleet_import.s3.sources import Manifest
-from fleet_import.scope import Tenant
-from fleet_import.store.heartbeat import Heartbeat
 from fleet_import.warehouse.base import LoadFile, SliceCommit, WarehouseError, WarehouseSession
 
 log = logging.getLogger(__name__)
@@ -43,20 +41,12 @@ log = logging.getLogger(__name__)
 _REJECT_SAMPLE = 20
 # Lines of the first rejects a reject-ratio failure names.
 _RATIO_LINES_NAMED = 5
-# Backoff before each new attempt at a slice whose load failed transiently.
-_LOAD_RETRY_DELAYS_SECONDS = (1.0, 4.0, 15.0)
-_RETRY_JITTER = 0.5
+LOAD_BACKOFF = Backoff((1.0, 4.0, 15.0))
+"""Before each new attempt at a slice whose load failed transiently."""
 
 
 def load_step(
-    ctx: ImportContext,
-    tenant: Tenant,
-    batch_id: uuid.UUID,
-    scope: str,
-    owner: str,
-    manifest: Manifest,
-    entries: Iterable[NormalizedEntry],
-    heartbeat: Heartbeat,
+    batch: LeasedBatch, manifest: Manifest, entries: Iterable[NormalizedEntry]
 ) -> Committed:
     """Steps 4-6: load each normalised file as it arrives into one open warehouse
     transaction, drop duplicate keys and check reject ratios once all are in, commit, then
@@ -66,32 +56,27 @@ def load_step(
     slice back and starts it again, reloading the files already normalised, with backoff --
     unless the backend's writer replays its own transaction (`replays_slices`): one retry
     layer for the slice, never one inside the other."""
+    ctx, scope = batch.ctx, batch.scope
     started = time.monotonic()
-    delays = () if ctx.warehouse.replays_slices else _LOAD_RETRY_DELAYS_SECONDS
-    with _KeyHashes(ctx.contracts, ctx.workdir / str(batch_id)) as hashes:
-        arrivals = _Arrivals([], iter(entries), hashes, heartbeat)
-        for delay in (*delays, None):
+    backoff = NO_RETRY if ctx.warehouse.replays_slices else LOAD_BACKOFF
+    with _KeyHashes(ctx.contracts, ctx.workdir / str(batch.batch_id)) as hashes:
+        arrivals = _Arrivals([], iter(entries), hashes, batch)
+        for retry in range(backoff.retries + 1):
             try:
-                commit, summary = _load_slice_once(
-                    ctx, tenant, batch_id, scope, owner, manifest, arrivals
-                )
+                commit, summary = _load_slice_once(batch, manifest, arrivals)
                 break
             except WarehouseError as exc:
                 if arrivals.failure is not None:  # a file failed too: that decides the batch
                     raise arrivals.failure from None
-                if not exc.transient or delay is None:
+                if not exc.transient or retry == backoff.retries:
                     raise
-                recovered = recover_committed(ctx, tenant, batch_id, scope, owner)
+                recovered = recover_committed(batch)
                 if recovered is not None:  # the COMMIT went through; its answer was lost
                     return recovered
-                pause = delay * (1 + random.random() * _RETRY_JITTER)
-                log.warning("slice load of %s failed (%s); again in %.1fs", scope, exc, pause)
-                time.sleep(pause)
+                backoff.wait(retry, f"slice load of {scope}", exc, log)
     failpoints.hit("after_warehouse_commit")
     summary["seconds"] = {"load": round(time.monotonic() - started, 3)}
-    return record_commit(
-        ctx, batch_id, scope, owner, recovered=False, row_counts=commit.row_counts, summary=summary
-    )
+    return batch.record_commit(recovered=False, row_counts=commit.row_counts, summary=summary)
 
 
 class _KeyHashes:
@@ -147,12 +132,12 @@ class _Arrivals:
     loaded: list[NormalizedEntry]
     arriving: Iterator[NormalizedEntry]
     hashes: _KeyHashes
-    heartbeat: Heartbeat
+    batch: LeasedBatch
     failure: BaseException | None = None
 
     def __iter__(self) -> Iterator[NormalizedEntry]:
         for entry in list(self.loaded):
-            self.heartbeat.check()
+            self.batch.check_lease()
             yield entry
         while True:
             if self.failure is not None:
@@ -166,31 +151,26 @@ class _Arrivals:
                 raise
             self.loaded.append(entry)
             self.hashes.add(entry.file)
-            self.heartbeat.check()
+            self.batch.check_lease()
             yield entry
 
 
 def _load_slice_once(
-    ctx: ImportContext,
-    tenant: Tenant,
-    batch_id: uuid.UUID,
-    scope: str,
-    owner: str,
-    manifest: Manifest,
-    arrivals: _Arrivals,
+    batch: LeasedBatch, manifest: Manifest, arrivals: _Arrivals
 ) -> tuple[SliceCommit, dict[str, Any]]:
     """One slice transaction. Each dataset's files go into one COPY that pulls them as they
     arrive (normalisation runs in load order), so the warehouse never waits for a COPY to
     start between files."""
+    ctx, scope = batch.ctx, batch.scope
     contracts = [ctx.contracts[name] for name in sorted(manifest.by_dataset())]
     ctx.progress(f"loading the slice of {scope}", None)
     with ctx.warehouse.open_slice(
-        tenant_id=tenant.tenant_id,
+        tenant_id=batch.tenant_id,
         source_scope=scope,
-        batch_id=batch_id,
+        batch_id=batch.batch_id,
         contracts=contracts,
         progress=lambda dataset, rows: ctx.progress(f"loaded {rows:,} {dataset} rows", None),
-        on_session=lambda session: _record_session(ctx, batch_id, owner, session),
+        on_session=lambda session: _record_session(batch, session),
     ) as writer:
         for dataset, group in groupby(arrivals, key=_dataset_of):
             writer.load_files(
@@ -200,22 +180,17 @@ def _load_slice_once(
         # Arrow's allocator keeps freed pages for reuse; what follows allocates
         # differently, so hand them back and keep the peak bounded by batch size.
         pa.default_memory_pool().release_unused()
-        duplicates, summary = reject_step(
-            ctx, tenant, batch_id, owner, arrivals.loaded, arrivals.hashes.repeated
-        )
+        duplicates, summary = judge_rejects(batch, arrivals.loaded, arrivals.hashes.repeated)
         for dataset, keys in duplicates.items():
             writer.discard_keys(ctx.contracts[dataset], keys)
         pa.default_memory_pool().release_unused()
-        arrivals.heartbeat.renew_now()
+        batch.renew_lease_now()
         failpoints.hit("before_warehouse_commit")
         return writer.commit(), summary
 
 
-def reject_step(
-    ctx: ImportContext,
-    tenant: Tenant,
-    batch_id: uuid.UUID,
-    owner: str,
+def judge_rejects(
+    batch: LeasedBatch,
     entries: Sequence[NormalizedEntry],
     repeated_of: Callable[[Sequence[NormalizedFile]], np.ndarray],
 ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
@@ -223,7 +198,9 @@ def reject_step(
     reject ratios (raises above a contract's limit, naming the file, first lines and the
     rejects file, which are already on the batch). Returns the repeated keys to drop, per
     dataset. `repeated_of(files)` is the first pass of the duplicate check: the key hashes
-    that repeat among a dataset's files (`HashBuckets.repeated`)."""
+    that repeat among a dataset's files (`HashBuckets.repeated`). Part of the load step,
+    inside its open slice transaction."""
+    ctx, batch_id = batch.ctx, batch.batch_id
     by_dataset: dict[str, list[NormalizedEntry]] = {}
     for entry in entries:
         by_dataset.setdefault(entry.file.dataset, []).append(entry)
@@ -248,7 +225,7 @@ def reject_step(
         local = ctx.workdir / str(batch_id) / "rejects.csv"
         write_rejects(all_rejects, local)
         rejects_uri = ctx.staging.put_file(
-            local, f"rejects/{tenant.tenant_id}/{batch_id}/rejects.csv"
+            local, f"rejects/{batch.tenant_id}/{batch_id}/rejects.csv"
         )
     summary = {
         "files": [
@@ -266,9 +243,7 @@ def reject_step(
         "rows_to_load": rows,
     }
     rejects = {**summarize_rejects(all_rejects, sample=_REJECT_SAMPLE), "uri": rejects_uri}
-    ctx.repo.update_details(
-        batch_id, owner, {"phase": "normalised", "rejects": rejects, "summary": summary}
-    )
+    batch.update_details({"phase": "normalised", "rejects": rejects, "summary": summary})
     for contract, rejected, dataset_rejects in ratios:
         try:
             check_reject_ratio(contract, rows[contract.name], rejected)
@@ -297,11 +272,9 @@ def _where_rejected(rejects: Sequence[Reject]) -> str:
     )
 
 
-def _record_session(
-    ctx: ImportContext, batch_id: uuid.UUID, owner: str, session: WarehouseSession
-) -> None:
+def _record_session(batch: LeasedBatch, session: WarehouseSession) -> None:
     """Before the slice locks anything: a successor that takes the batch over ends it."""
-    ctx.repo.update_details(batch_id, owner, {"warehouse_session": session.to_json()})
+    batch.update_details({"warehouse_session": session.to_json()})
 
 
 def _dataset_of(entry: NormalizedEntry) -> str:

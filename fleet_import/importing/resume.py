@@ -14,9 +14,10 @@ from fleet_import.importing.context import (
     NothingToDo,
     Skipped,
 )
-from fleet_import.importing.settle import publish_step, recover_committed
-from fleet_import.scope import Tenant
-from fleet_import.store.heartbeat import Heartbeat, leased
+from fleet_import.importing.leased_batch import LeasedBatch
+from fleet_import.importing.settle import recover_committed
+from fleet_import.publication.events import expired_publication, fail_and_tell
+from fleet_import.store.heartbeat import leased
 from fleet_import.store.models import (
     Batch,
     BatchNotRunning,
@@ -54,7 +55,7 @@ def resume_batch(
     if isinstance(lease, BatchNotRunning):
         return NothingToDo(batch_id, str(lease.status))
     with leased(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
-        return _finish(ctx, outbox, batch_id, scope, owner, heartbeat)
+        return _finish(outbox, LeasedBatch.of(ctx, batch, owner).holding(heartbeat))
 
 
 def _refusal(ctx: ImportContext, batch: Batch, scope: str) -> NotResumable | None:
@@ -64,38 +65,30 @@ def _refusal(ctx: ImportContext, batch: Batch, scope: str) -> NotResumable | Non
     reason = resume_refusal(batch, SourceType.FLEET_S3, scope)
     if reason is None:
         stamp = ctx.warehouse.slice_owner(batch.tenant_id, scope)
-        if stamp != batch.id:
-            holder = "no batch" if stamp is None else f"batch {stamp}"
-            reason = (
-                f"batch {batch.id}'s publication expired: the slice of {scope} is stamped "
-                f"with {holder}, not with it"
-            )
+        reason = expired_publication(batch.id, scope, stamp)
     return None if reason is None else NotResumable(reason)
 
 
-def _finish(
-    ctx: ImportContext,
-    outbox: OutboxRepository,
-    batch_id: uuid.UUID,
-    scope: str,
-    owner: str,
-    heartbeat: Heartbeat,
-) -> ImportOutcome | NotResumable:
-    batch = ctx.repo.get(batch_id)
-    assert batch is not None
-    details = batch.parsed_details
-    stamp = ctx.warehouse.slice_owner(batch.tenant_id, scope)
-    if stamp != batch_id:
-        if not details.redshift_committed:
+def _finish(outbox: OutboxRepository, batch: LeasedBatch) -> ImportOutcome | NotResumable:
+    ctx, batch_id = batch.ctx, batch.batch_id
+    details = batch.read().parsed_details
+    stamp = ctx.warehouse.slice_owner(batch.tenant_id, batch.scope)
+    expired = expired_publication(batch_id, batch.scope, stamp)
+    if expired is not None:
+        if not details.warehouse_committed:
             return NotResumable(
                 f"batch {batch_id} never committed its slice; rerun the import instead"
             )
-        error = f"publication expired: batch {stamp} owns the slice of {scope} now"
-        outbox.mark_publication_expired(batch_id, owner, error)
-        return Failed(batch_id, FailureKind.FAILED_PUBLICATION, error, expired=True)
-    if details.redshift_committed:
+        fail_and_tell(
+            ctx.events,
+            lambda: outbox.mark_publication_expired(batch_id, batch.owner, expired),
+            FailureKind.FAILED_PUBLICATION,
+            expired,
+            publication_expired=True,
+        )
+        return Failed(batch_id, FailureKind.FAILED_PUBLICATION, expired, expired=True)
+    if details.warehouse_committed:
         outbox.reopen_dead_steps(batch_id)  # an explicit resume gives dead steps new attempts
-    tenant = Tenant(batch.tenant_id, batch.company_id, batch.tenant_database)
-    committed = recover_committed(ctx, tenant, batch_id, scope, owner)
+    committed = recover_committed(batch)
     assert committed is not None  # stamped with this batch, checked above
-    return publish_step(ctx, committed, owner, heartbeat)
+    return batch.publish(committed)

@@ -13,7 +13,8 @@ from fleet_import.config import Settings
 from fleet_import.contracts.files import contracts_in_force
 from fleet_import.errors import ConfigurationError
 from fleet_import.importing.context import ImportContext, Progress, no_event, no_progress
-from fleet_import.publication.publisher import EventSink, Publisher
+from fleet_import.publication.events import EventSink
+from fleet_import.publication.publisher import Publisher
 from fleet_import.s3.client import s3_client
 from fleet_import.s3.staging import StagingArea
 from fleet_import.store.outbox import OutboxRepository

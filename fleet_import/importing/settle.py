@@ -1,146 +1,85 @@
-"""How a leased batch is settled: a commit recorded (or recovered from the slice stamp),
-its publication run, or the batch failed. Shared by the import, resume, and the takeover
-of abandoned batches, so each rule is written once."""
+"""How a leased batch is settled after its load: a commit recovered from the slice stamp,
+or the batch failed before commit. Shared by the import, resume, and the takeover of
+abandoned batches, so each rule is written once."""
 
 from __future__ import annotations
 
 import logging
-import uuid
-from dataclasses import replace
-from typing import Any
 
-from fleet_import import failpoints
-from fleet_import.errors import FleetImportError, PreCommitError
-from fleet_import.importing.context import Committed, Failed, ImportContext, ImportOutcome
-from fleet_import.publication.outcomes import PublicationExpired, PublicationFailed, Published
-from fleet_import.publication.publisher import event_payload
-from fleet_import.scope import Tenant
-from fleet_import.store.heartbeat import Heartbeat
-from fleet_import.store.models import FailureKind
+from fleet_import.errors import PreCommitError
+from fleet_import.importing.context import Committed, Failed
+from fleet_import.importing.leased_batch import LeasedBatch, Stamp
+from fleet_import.store.models import Batch, FailureKind
 
 log = logging.getLogger(__name__)
 
 
-def settle_failure(
-    ctx: ImportContext,
-    tenant: Tenant,
-    batch_id: uuid.UUID,
-    scope: str,
-    owner: str,
-    exc: BaseException,
-) -> ImportOutcome:
+def recover_or_fail(batch: LeasedBatch, exc: BaseException) -> Committed | Failed:
     """A load failed. A lost COMMIT acknowledgement is the one ambiguous case, and the stamp
-    decides it; anything else fails the batch before commit."""
-    recovered = recover_committed(ctx, tenant, batch_id, scope, owner)
-    if recovered is not None:
-        return recovered
-    return fail_pre_commit(ctx, tenant, batch_id, scope, owner, exc)
+    decides it (the batch then committed after all); anything else fails the batch before
+    commit."""
+    stored = batch.read()
+    recorded = _recorded(batch, stored)
+    if recorded is not None:
+        return recorded
+    stamp = batch.stamp()
+    unknown = stamp is Stamp.UNKNOWN
+    if unknown:
+        stamp = unknown_stamp(batch)
+    if stamp is Stamp.STAMPED:
+        return _record_recovered(batch, stored)
+    return fail_pre_commit(batch, exc, commit_outcome_unknown=unknown)
 
 
-def recover_committed(
-    ctx: ImportContext, tenant: Tenant, batch_id: uuid.UUID, scope: str, owner: str
-) -> Committed | None:
+def recover_committed(batch: LeasedBatch) -> Committed | None:
     """A batch continued after a death: committed already, or its slice carries its stamp
     (died between the warehouse and the operational commit: only the record is redone)."""
-    batch = ctx.repo.get(batch_id)
-    assert batch is not None
-    details = batch.parsed_details
-    if details.redshift_committed:
-        summary = batch.details.get("summary", {})
-        return Committed(batch_id, scope, dict(details.row_counts), summary)
-    if not stamped(ctx, tenant.tenant_id, scope, batch_id):
+    stored = batch.read()
+    recorded = _recorded(batch, stored)
+    if recorded is not None:
+        return recorded
+    stamp = batch.stamp()
+    if stamp is Stamp.UNKNOWN:
+        stamp = unknown_stamp(batch)
+    return _record_recovered(batch, stored) if stamp is Stamp.STAMPED else None
+
+
+def _recorded(batch: LeasedBatch, stored: Batch) -> Committed | None:
+    details = stored.parsed_details
+    if not details.warehouse_committed:
         return None
-    return record_commit(
-        ctx,
-        batch_id,
-        scope,
-        owner,
+    summary = stored.details.get("summary", {})
+    return Committed(batch.batch_id, batch.scope, dict(details.row_counts), summary)
+
+
+def _record_recovered(batch: LeasedBatch, stored: Batch) -> Committed:
+    return batch.record_commit(
         recovered=True,
-        row_counts=ctx.warehouse.slice_counts(tenant.tenant_id, scope),
-        summary={**batch.details.get("summary", {}), "recovered_from_stamp": True},
+        row_counts=batch.ctx.warehouse.slice_counts(batch.tenant_id, batch.scope),
+        summary={**stored.details.get("summary", {}), "recovered_from_stamp": True},
     )
 
 
-def stamped(ctx: ImportContext, tenant_id: str, scope: str, batch_id: uuid.UUID) -> bool:
-    try:
-        return ctx.warehouse.slice_owner(tenant_id, scope) == batch_id
-    except FleetImportError:
-        return False
-
-
-def record_commit(
-    ctx: ImportContext,
-    batch_id: uuid.UUID,
-    scope: str,
-    owner: str,
-    *,
-    recovered: bool,
-    row_counts: dict[str, int],
-    summary: dict[str, Any],
-) -> Committed:
-    """Step 6: `redshift_committed` and the outbox in one operational transaction. If this
-    fails, the batch stays running and a rerun finds the stamp and redoes only this."""
-    batch = ctx.repo.mark_committed(
-        batch_id,
-        owner,
-        row_counts=row_counts,
-        publication_steps=ctx.publication_steps(),
-        patch={"summary": summary},
+def unknown_stamp(batch: LeasedBatch) -> Stamp:
+    """The hook for a stamp the warehouse could not answer (issue #26 decides what an
+    unknown commit outcome does: read it back across the outage, or leave the batch to
+    whoever next touches it). Until then it is taken as not stamped, as before, and said
+    so; a failure recorded on top of it carries `commit_outcome: unknown`."""
+    log.warning(
+        "batch %s: the slice stamp of %s could not be read; taken as not stamped",
+        batch.batch_id,
+        batch.scope,
     )
-    failpoints.hit("after_operational_commit")
-    ctx.events(
-        "fleet.batch.committed",
-        event_payload(
-            batch.tenant_id,
-            batch.source_scope,
-            batch.id,
-            row_counts=row_counts,
-            recovered=recovered,
-        ),
-    )
-    return Committed(batch_id, scope, row_counts, summary, recovered)
-
-
-def publish_step(
-    ctx: ImportContext, committed: Committed, owner: str, heartbeat: Heartbeat | None
-) -> ImportOutcome:
-    """Step 7-8: drain the batch's outbox, then succeed it (the Publisher does)."""
-    if ctx.publisher is None:
-        failpoints.hit("before_mark_succeeded")
-        ctx.repo.mark_succeeded(committed.batch_id, owner)
-        return replace(committed, published=True)
-    outcome = ctx.publisher.publish_batch(committed.batch_id, owner, owner, heartbeat=heartbeat)
-    if isinstance(outcome, Published):
-        return replace(committed, published=True)
-    if isinstance(outcome, PublicationFailed):
-        ctx.publisher.mark_failed_publication(committed.batch_id, owner, outcome)
-        batch = ctx.repo.get(committed.batch_id)
-        error = batch.details["failure"]["error"] if batch else outcome.error
-        return Failed(committed.batch_id, FailureKind.FAILED_PUBLICATION, error, resumable=True)
-    if isinstance(outcome, PublicationExpired):
-        return Failed(
-            committed.batch_id,
-            FailureKind.FAILED_PUBLICATION,
-            f"publication expired: batch {outcome.slice_owner} owns the slice now",
-            expired=True,
-        )
-    return committed  # busy or deferred: a drain finishes it
+    return Stamp.NOT_STAMPED
 
 
 def fail_pre_commit(
-    ctx: ImportContext,
-    tenant: Tenant,
-    batch_id: uuid.UUID,
-    scope: str,
-    owner: str,
-    exc: BaseException,
+    batch: LeasedBatch, exc: BaseException, *, commit_outcome_unknown: bool = False
 ) -> Failed:
-    """Only for a batch whose slice is not stamped (settle_failure checked): terminal."""
+    """Terminal for the batch: for one whose slice is not stamped. When the stamp could not
+    be read (`unknown_stamp` took it as not stamped), the failure record and its event say
+    `commit_outcome: unknown`, so it is never a plain pre-commit failure."""
     error = str(exc) if isinstance(exc, PreCommitError) else f"{type(exc).__name__}: {exc}"
-    log.warning("batch %s failed before commit: %s", batch_id, error)
-    ctx.repo.mark_failed(batch_id, owner, FailureKind.FAILED_PRE_COMMIT, error)
-    ctx.events(
-        "fleet.batch.failed",
-        event_payload(tenant.tenant_id, scope, batch_id, kind="failed_pre_commit", error=error),
-    )
-    return Failed(batch_id, FailureKind.FAILED_PRE_COMMIT, error)
+    log.warning("batch %s failed before commit: %s", batch.batch_id, error)
+    facts = {"commit_outcome": "unknown"} if commit_outcome_unknown else None
+    return batch.fail(FailureKind.FAILED_PRE_COMMIT, error, facts)

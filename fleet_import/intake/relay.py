@@ -43,7 +43,7 @@ from fleet_import.intake.notifications import (
     event_id,
     parse_s3_notification,
 )
-from fleet_import.publication.publisher import EventSink
+from fleet_import.publication.events import EventSink
 
 __all__ = [
     "EVENT_NAME",

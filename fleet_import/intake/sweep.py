@@ -1,9 +1,11 @@
 """The landing-zone sweep: which delivery folders are complete, and which of them to import.
 
 A folder is complete by a per-deployment rule: a marker object exists (`_SUCCESS` by
-default), or nothing in it changed for a while. A complete folder is identified by its
-manifest fingerprint (names, etags, sizes of the files the contracts read), so files that
-arrive after a folder was loaded make a new fingerprint and so a new delivery.
+default), or nothing in it changed for a while. It is identified as the import identifies
+it (`DeliveryIdentity`: manifest fingerprint and contract versions), so new files make a new
+delivery, and so does a contract changed since the folder's last success: that folder is
+due again, since its slice holds rows read by a contract no longer in force and the import
+would not call it already loaded either (only folders of the lookback window reload).
 
 Every path that starts an import for a folder's content uses the same key for it,
 `idempotency_key(scope, fingerprint)`: as the Prefect flow-run idempotency key (a unique
@@ -42,8 +44,9 @@ from fleet_import.intake.landing import (
     lookback_dates,
     skipped_payload,
 )
-from fleet_import.publication.publisher import EventSink
+from fleet_import.publication.events import EventSink
 from fleet_import.s3.client import Children, S3Client, list_children
+from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import DiscoveryError, _s3_errors, discover
 from fleet_import.scope import source_scope
 from fleet_import.store.models import FailureKind
@@ -118,6 +121,7 @@ class ReadyFolder:
     folder: str
     fingerprint: str
     completed_at: dt.datetime | None = None  # the marker's, or the newest object's, time
+    contract_versions: tuple[tuple[str, str], ...] = ()  # DeliveryIdentity's, with fingerprint
 
     @property
     def scope(self) -> str:
@@ -290,14 +294,23 @@ def find_ready_folders(
                 skipped.append(Skip(folder, f"not complete: {waiting}", tenant_id, "incomplete"))
                 continue
             manifest = discover(s3, folder, contracts, listing)
-        except (InvalidInput, DiscoveryError) as exc:
-            skipped.append(Skip(folder, str(exc), tenant_id, "refused"))
-            continue
-        except TransientError as exc:
+        except TransientError as exc:  # first: a transient DiscoveryError is one too
             reason = f"transient, retried next sweep: {exc}"
             skipped.append(Skip(folder, reason, tenant_id, "transient"))
             continue
-        ready.append(ReadyFolder(tenant_id, folder, manifest.fingerprint, completed_at))
+        except (InvalidInput, DiscoveryError) as exc:
+            skipped.append(Skip(folder, str(exc), tenant_id, "refused"))
+            continue
+        identity = DeliveryIdentity.of(manifest, contracts)
+        ready.append(
+            ReadyFolder(
+                tenant_id,
+                folder,
+                identity.fingerprint,
+                completed_at,
+                identity.contract_versions,
+            )
+        )
     return Scan(
         ready,
         skipped,
@@ -339,7 +352,15 @@ def plan_sweep(
     before it ran (enqueue_failed) or was abandoned is started again.
     """
     scan = found if isinstance(found, Scan) else Scan(ready=list(found))
-    keys = {folder: (folder.tenant_id, folder.scope, folder.fingerprint) for folder in scan.ready}
+    keys = {
+        folder: (
+            folder.tenant_id,
+            folder.scope,
+            folder.fingerprint,
+            json.dumps(dict(folder.contract_versions), sort_keys=True),
+        )
+        for folder in scan.ready
+    }
     known = repo.folder_batches(keys.values(), lease_ttl)
     plan = SweepPlan(skip=list(scan.skipped))
     for folder, key in keys.items():
@@ -380,6 +401,7 @@ def _skip_reason(state: FolderBatches) -> tuple[str, str] | None:
     if (
         state.latest_succeeded_id is not None
         and state.latest_succeeded_fingerprint == state.fingerprint
+        and state.latest_succeeded_contract_versions == json.loads(state.contract_versions)
     ):
         return f"already loaded by batch {state.latest_succeeded_id}", "loaded"
     if state.running_id is None and (

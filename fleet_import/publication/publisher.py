@@ -8,7 +8,7 @@ the batch's execution lease or the step's claim. Before each step the slice stam
 from the warehouse: once a newer batch owns the slice, this batch's publication is expired and
 nothing more of it runs.
 
-Free of Prefect: events go to a sink passed in; the flows pass one that emits Prefect events.
+Free of Prefect: events go to a sink passed in (publication.events).
 """
 
 from __future__ import annotations
@@ -21,6 +21,13 @@ from typing import Any, Protocol
 
 from fleet_import import failpoints
 from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
+from fleet_import.publication.events import (
+    EventSink,
+    emit_quietly,
+    event_payload,
+    expired_publication,
+    fail_and_tell,
+)
 from fleet_import.publication.outcomes import (
     PublicationBusy,
     PublicationDeferred,
@@ -54,10 +61,7 @@ _BACKOFF_CAP_SECONDS = 600.0
 
 SLICE_PUBLISHED_EVENT = "fleet.slice.published"
 BATCH_PUBLISHED_EVENT = "fleet.batch.published"
-BATCH_FAILED_EVENT = "fleet.batch.failed"
 _EVENT_ID_NAMESPACE = uuid.UUID("5b0f6c1e-2f43-4c8e-9a57-3f0d1c9e7a21")
-
-EventSink = Callable[[str, Mapping[str, Any]], None]
 
 
 def published_event_id(batch_id: uuid.UUID) -> uuid.UUID:
@@ -144,15 +148,17 @@ class Publisher:
         self,
         batch_id: uuid.UUID,
         owner: str,
-        worker: str,
+        worker: str | None = None,
         *,
         heartbeat: Heartbeat | None = None,
     ) -> PublishOutcome:
-        """Run the batch's remaining steps; `owner` must hold its execution lease.
+        """Run the batch's remaining steps; `owner` must hold its execution lease. `worker`
+        names the step claims: the lease owner unless several workers share one lease.
 
         Returns at the first step that cannot run now; never waits for a backoff.
         Raises LeaseLost (or ClaimLost) when the lease or a step's claim was taken over.
         """
+        worker = worker or owner
         while True:
             if heartbeat is not None:
                 heartbeat.check()
@@ -174,8 +180,9 @@ class Publisher:
         except Exception as exc:  # noqa: BLE001 - an unreadable stamp is a failed attempt
             error = f"could not read the slice stamp: {_describe(exc)}"
             return self._fail(batch, step, worker, error)
-        if stamp != batch.id:
-            return self._expire(batch, step, owner, worker, stamp)
+        expired = expired_publication(batch.id, batch.source_scope, stamp)
+        if expired is not None:
+            return self._expire(batch, step, owner, worker, stamp, expired)
         if batch.details.get("phase") != "publishing":
             try:
                 batch = self._repo.update_details(batch_id, owner, {"phase": "publishing"})
@@ -208,26 +215,28 @@ class Publisher:
         return PublicationFailed(batch.id, step.step, error, failed.attempts, dead)
 
     def _expire(
-        self, batch: Batch, step: OutboxStep, owner: str, worker: str, stamp: uuid.UUID | None
+        self,
+        batch: Batch,
+        step: OutboxStep,
+        owner: str,
+        worker: str,
+        stamp: uuid.UUID | None,
+        error: str,
     ) -> PublicationExpired:
         self._outbox.release(step.id, worker)
-        holder = "no batch" if stamp is None else f"batch {stamp}"
-        error = (
-            f"publication expired before step {step.step!r}: the slice of {batch.source_scope} "
-            f"is stamped with {holder}, not {batch.id}"
-        )
-        self._outbox.mark_publication_expired(batch.id, owner, error)
-        log.warning("batch %s: %s", batch.id, error)
-        self._emit_quietly(
-            BATCH_FAILED_EVENT,
-            _payload(
-                batch,
-                kind=str(FailureKind.FAILED_PUBLICATION),
-                publication_expired=True,
-                error=error,
-            ),
-        )
+        log.warning("batch %s, before step %r: %s", batch.id, step.step, error)
+        self.expire_publication(batch.id, owner, error)
         return PublicationExpired(batch.id, step.step, stamp)
+
+    def expire_publication(self, batch_id: uuid.UUID, owner: str, error: str) -> Batch:
+        """Fail the batch for good (`error` from `events.expired_publication`), and tell."""
+        return fail_and_tell(
+            self._events,
+            lambda: self._outbox.mark_publication_expired(batch_id, owner, error),
+            FailureKind.FAILED_PUBLICATION,
+            error,
+            publication_expired=True,
+        )
 
     def _settle(self, batch_id: uuid.UUID, owner: str) -> PublishOutcome:
         """No step was claimable: say why, or succeed the batch if every step is done."""
@@ -245,7 +254,8 @@ class Publisher:
             summary = {s.step: {"status": str(s.status), "attempts": s.attempts} for s in steps}
             failpoints.hit("before_mark_succeeded")
             succeeded = self._repo.mark_succeeded(batch_id, owner, {"publication": summary})
-            self._emit_quietly(
+            emit_quietly(
+                self._events,
                 BATCH_PUBLISHED_EVENT,
                 _payload(succeeded, row_counts=dict(succeeded.details.get("row_counts", {}))),
             )
@@ -271,7 +281,7 @@ class Publisher:
                 continue  # another executor holds it, or it finished meanwhile
             try:
                 with leased(self._repo, batch_id, worker, lease_ttl) as heartbeat:
-                    outcome = self.publish_batch(batch_id, worker, worker, heartbeat=heartbeat)
+                    outcome = self.publish_batch(batch_id, worker, heartbeat=heartbeat)
                     if isinstance(outcome, PublicationFailed) and outcome.dead:
                         self.mark_failed_publication(batch_id, worker, outcome)
                 outcomes.append(outcome)
@@ -282,15 +292,16 @@ class Publisher:
     def mark_failed_publication(
         self, batch_id: uuid.UUID, owner: str, outcome: PublicationFailed
     ) -> None:
-        """Fail the batch as failed_publication: resumable with resume_publication."""
+        """Fail the batch as failed_publication (resumable with resume_publication), and tell."""
         state = "is dead after" if outcome.dead else "failed after"
         error = (
             f"publication step {outcome.step!r} {state} {outcome.attempts} attempts: "
             f"{outcome.error}"
         )
-        failed = self._repo.mark_failed(batch_id, owner, FailureKind.FAILED_PUBLICATION, error)
-        kind = str(FailureKind.FAILED_PUBLICATION)
-        self._emit_quietly(BATCH_FAILED_EVENT, _payload(failed, kind=kind, error=error))
+        kind = FailureKind.FAILED_PUBLICATION
+        fail_and_tell(
+            self._events, lambda: self._repo.mark_failed(batch_id, owner, kind, error), kind, error
+        )
 
     # -- the default steps ------------------------------------------------------------------
 
@@ -330,20 +341,6 @@ class Publisher:
         previous = self._outbox.previous_batch(ctx.batch.id)
         if previous is not None and not self._outbox.mark_superseded(previous.id, ctx.batch.id):
             log.warning("batch %s was superseded by another batch meanwhile", previous.id)
-
-    def _emit_quietly(self, name: str, payload: Mapping[str, Any]) -> None:
-        """Events about a transition already committed must not undo or mask it."""
-        try:
-            self._events(name, payload)
-        except Exception as exc:  # noqa: BLE001
-            log.warning("event %s could not be emitted: %s", name, _describe(exc))
-
-
-def event_payload(
-    tenant_id: str, scope: str | None, batch_id: uuid.UUID, **extra: Any
-) -> dict[str, Any]:
-    """What every fleet.batch.* / fleet.slice.* event carries: whose batch, of which scope."""
-    return {"tenant_id": tenant_id, "source_scope": scope, "batch_id": str(batch_id), **extra}
 
 
 def _payload(batch: Batch, **extra: Any) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from fleet_import.errors import (
     PreCommitError,
     TransientError,
     error_of_kind,
+    transient_variant_of,
 )
 from fleet_import.s3.client import Children, S3Client, list_children
 from fleet_import.scope import canonical_folder, split_folder
@@ -167,10 +168,18 @@ class DiscoveryError(PreCommitError):
         self.problems = tuple(problems)
 
 
+@transient_variant_of(DiscoveryError)
+class TransientDiscoveryError(DiscoveryError, TransientError):
+    """The source folder could not be listed this time; worth a retry."""
+
+    default_kind = ErrorKind.TRANSIENT
+
+
 @contextmanager
 def _s3_errors(action: str, terminal: type[PreCommitError]) -> Iterator[None]:
-    """The one place botocore errors become ours: TransientError, or `terminal` (terminal
-    or configuration), as the classification table sorts them by code, never by text."""
+    """The one place botocore errors become ours: a `terminal` (terminal or configuration),
+    or its transient variant (a TransientError too), as the classification table sorts them
+    by code, never by text."""
     try:
         yield
     except ClientError as exc:

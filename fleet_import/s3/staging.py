@@ -12,11 +12,24 @@ from boto3.exceptions import S3UploadFailedError
 from botocore.exceptions import BotoCoreError, ClientError
 
 from fleet_import.error_table import classify, s3_error_code
-from fleet_import.errors import ErrorKind, FleetImportError, error_of_kind
+from fleet_import.errors import (
+    ErrorKind,
+    FleetImportError,
+    TransientError,
+    error_of_kind,
+    transient_variant_of,
+)
 
 
 class StagingError(FleetImportError):
     """The staging area could not be read or written."""
+
+
+@transient_variant_of(StagingError)
+class TransientStagingError(StagingError, TransientError):
+    """The staging area could not be reached this time; worth a retry."""
+
+    default_kind = ErrorKind.TRANSIENT
 
 
 class StagingArea:
@@ -79,7 +92,7 @@ class StagingArea:
                 (self._root / name).unlink(missing_ok=True)
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """The boundary: what boto3 and botocore raise leaves as TransientError or
+        """The boundary: what boto3 and botocore raise leaves as TransientStagingError or
         StagingError, of the kind the classification table gives it."""
         try:
             return fn(*args, **kwargs)

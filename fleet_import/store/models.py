@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from fleet_import.errors import DetailsInvalid
 
@@ -63,7 +64,11 @@ class BatchDetails(BaseModel):
     manifest: dict[str, Any] | None = None
     row_counts: dict[str, int] = {}
     rejects: dict[str, Any] | None = None
-    redshift_committed: bool = False
+    warehouse_committed: bool = Field(
+        default=False, validation_alias=AliasChoices("warehouse_committed", "redshift_committed")
+    )
+    """The slice is committed in the warehouse (Redshift or PostgreSQL). Stored batches
+    written before the rename say `redshift_committed`; both read, the new one is written."""
     publication: dict[str, Any] = {}
     failure: Failure | None = None
     superseded_by: str | None = None
@@ -78,6 +83,12 @@ class BatchDetails(BaseModel):
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
+
+
+def warehouse_committed(details: Mapping[str, Any]) -> bool:
+    """`warehouse_committed` of raw batch details, read under its old name too."""
+    value = details.get("warehouse_committed", details.get("redshift_committed"))
+    return bool(value)
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,7 @@ ORDER BY seq
 SELECT b.id
 FROM ingestion_batches b
 WHERE b.status = 'running'
-  AND (b.details ->> 'redshift_committed')::boolean IS TRUE
+  AND COALESCE(b.details ->> 'warehouse_committed', b.details ->> 'redshift_committed')::boolean IS TRUE
   AND (b.execution_lease_id IS NULL OR b.execution_lease_expires_at <= now())
   AND NOT EXISTS (
       SELECT 1

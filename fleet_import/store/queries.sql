@@ -75,7 +75,7 @@ WHERE batch_id = %(batch_id)s AND status = 'claimed'
 SELECT id
 FROM ingestion_batches AS b
 WHERE status = 'running' AND source_scope IS NOT NULL
-  AND (details ->> 'redshift_committed')::boolean IS NOT TRUE
+  AND COALESCE(details ->> 'warehouse_committed', details ->> 'redshift_committed')::boolean IS NOT TRUE
   AND ingestion_batch_abandoned(b, %(ttl)s)
 ORDER BY updated_at, id
 LIMIT %(limit)s
@@ -104,8 +104,8 @@ RETURNING *
 
 -- mark_committed --
 UPDATE ingestion_batches
-SET details = details || %(patch)s
-              || jsonb_build_object('phase', 'committed', 'redshift_committed', true),
+SET details = (details - 'redshift_committed') || %(patch)s
+              || jsonb_build_object('phase', 'committed', 'warehouse_committed', true),
     updated_at = now()
 WHERE id = %(batch_id)s AND status = 'running' AND execution_lease_id = %(owner)s
 RETURNING *
@@ -136,7 +136,7 @@ SET status = 'succeeded',
     details = details || %(patch)s || jsonb_build_object('phase', 'published'),
     updated_at = now()
 WHERE id = %(batch_id)s AND status = 'running' AND execution_lease_id = %(owner)s
-  AND (details ->> 'redshift_committed')::boolean IS TRUE
+  AND COALESCE(details ->> 'warehouse_committed', details ->> 'redshift_committed')::boolean IS TRUE
 RETURNING *
 
 -- lock_batch --

@@ -373,7 +373,7 @@ def resume_refusal(batch: Batch, source_type: str, scope: str) -> str | None:
         details = batch.parsed_details
     except DetailsInvalid as exc:
         return str(exc)
-    if not details.redshift_committed:
+    if not details.warehouse_committed:
         return f"batch {batch.id} never committed its slice; recovery is a new batch"
     if details.phase == "published":
         return f"batch {batch.id} already finished its publication"

@@ -27,17 +27,20 @@ class FolderBatches:
     tenant_id: str
     source_scope: str
     fingerprint: str
+    contract_versions: str = "{}"  # as JSON: with the fingerprint, the content's identity
     running_id: uuid.UUID | None = None
     running_delivery_key: str | None = None
     running_abandoned: bool = False  # its executor is gone: an import takes it over
     latest_succeeded_id: uuid.UUID | None = None
     latest_succeeded_fingerprint: str | None = None
+    latest_succeeded_contract_versions: dict[str, str] | None = None
     same_content_id: uuid.UUID | None = None
     same_content_status: str | None = None
     same_content_failure_kind: str | None = None
 
 
-FolderKey = tuple[str, str, str]  # (tenant_id, source_scope, fingerprint)
+# (tenant_id, source_scope, fingerprint, contract versions as JSON): a delivery's identity.
+FolderKey = tuple[str, str, str, str]
 
 
 class SweepRepository(SqlStore):
@@ -46,20 +49,26 @@ class SweepRepository(SqlStore):
     def folder_batches(
         self, folders: Iterable[FolderKey], lease_ttl: float = DEFAULT_LEASE_TTL_SECONDS
     ) -> dict[FolderKey, FolderBatches]:
-        """The running, newest succeeded and same-content batches of each folder's scope;
-        `lease_ttl` is the grace of a running batch nobody ever leased."""
+        """The running, newest succeeded and same-content (same fingerprint and contract
+        versions) batches of each folder's scope; `lease_ttl` is the grace of a running
+        batch nobody ever leased."""
         wanted = list(dict.fromkeys(folders))
         found: dict[FolderKey, FolderBatches] = {}
         for start in range(0, len(wanted), _CHUNK):
             chunk = wanted[start : start + _CHUNK]
             params = {
-                "tenant_ids": [tenant for tenant, _, _ in chunk],
-                "source_scopes": [scope for _, scope, _ in chunk],
-                "fingerprints": [fingerprint for _, _, fingerprint in chunk],
+                "tenant_ids": [key[0] for key in chunk],
+                "source_scopes": [key[1] for key in chunk],
+                "fingerprints": [key[2] for key in chunk],
+                "contract_versions": [key[3] for key in chunk],
                 "lease_ttl": float(lease_ttl),
             }
             for row in self._all("folder_batches", params):
-                found[(row["tenant_id"], row["source_scope"], row["fingerprint"])] = FolderBatches(
-                    **row
+                key = (
+                    row["tenant_id"],
+                    row["source_scope"],
+                    row["fingerprint"],
+                    row["contract_versions"],
                 )
+                found[key] = FolderBatches(**row)
         return found

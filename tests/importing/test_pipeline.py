@@ -17,6 +17,7 @@ from fleet_import.importing.context import (
     Skipped,
 )
 from fleet_import.importing.driver import import_folder
+from fleet_import.retry import Backoff
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.scope import Tenant, source_scope, split_folder
 from fleet_import.store.models import BatchStatus, FailureKind
@@ -39,7 +40,7 @@ def test_folder_with_three_datasets_loads(
     assert import_ctx.warehouse.copies - copies == 3  # one per dataset, two trips files
     batch = import_ctx.repo.get(outcome.batch_id)
     assert batch.status == BatchStatus.SUCCEEDED
-    assert batch.details["redshift_committed"] is True
+    assert batch.details["warehouse_committed"] is True
     assert batch.details["manifest"]["folder"] == folder
     for table, count in (
         ("fleet_vehicles", 25),
@@ -216,7 +217,7 @@ def test_a_dropped_warehouse_connection_is_retried_without_losing_a_file(
     from fleet_import.importing import load as loading
     from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
-    monkeypatch.setattr(loading, "_LOAD_RETRY_DELAYS_SECONDS", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(loading, "LOAD_BACKOFF", Backoff((0.0, 0.0, 0.0)))
     opened: list[int] = []
 
     class DroppingWarehouse(PostgresWarehouse):
@@ -261,7 +262,7 @@ def test_a_file_failing_while_the_copy_fails_fails_the_batch(
     from fleet_import.importing import normalized_files as normalising
     from fleet_import.warehouse.postgres import writer as postgres
 
-    monkeypatch.setattr(loading, "_LOAD_RETRY_DELAYS_SECONDS", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(loading, "LOAD_BACKOFF", Backoff((0.0, 0.0, 0.0)))
     monkeypatch.setattr(import_ctx, "normalize_workers", 1)
     trips_2_started = threading.Event()
     normalize_object = normalising.normalize_object

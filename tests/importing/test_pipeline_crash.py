@@ -46,7 +46,7 @@ def test_rerun_after_a_kill_finishes_the_same_batch(
     )
     assert child.returncode == KILLED, child.stderr
     (batch,) = import_ctx.repo.list()
-    assert batch.status == BatchStatus.RUNNING and not batch.details["redshift_committed"]
+    assert batch.status == BatchStatus.RUNNING and not batch.details["warehouse_committed"]
 
     # The dead worker's lease is still live: a duplicate delivery must not claim it.
     assert isinstance(import_folder(import_ctx, ACME, folder, "d1"), NotClaimed)

@@ -101,7 +101,7 @@ def test_publication_failure_is_resumed_without_copying_a_row(
     assert isinstance(failed, Failed) and failed.kind == FailureKind.FAILED_PUBLICATION
     assert "notification service is down" in failed.error
     batch = publishing_ctx.repo.get(failed.batch_id)
-    assert batch.status == BatchStatus.FAILED and batch.details["redshift_committed"]
+    assert batch.status == BatchStatus.FAILED and batch.details["warehouse_committed"]
     assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(failed.batch_id, 60)]
 
     warehouse = counting_warehouse(publishing_ctx, database_url)

@@ -446,6 +446,47 @@ def test_plan_skips_loaded_or_running_content_and_replans_a_changed_folder(
     assert isinstance(third, Committed) and third.batch_id not in (first.batch_id, second.batch_id)
 
 
+def test_a_contract_changed_since_the_last_success_makes_its_folder_due_again(
+    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str, monkeypatch
+) -> None:
+    """The sweep and the import share one DeliveryIdentity: the same files read with a
+    changed contract are new content for both, and loaded once with it, not due again."""
+    from fleet_import.contracts.model import ContractSet
+
+    folder = today_folder(landing_bucket, "acme")
+    deliver(s3, folder)
+    [planned] = _plan(s3, landing_bucket, database_url).start
+    first = run_import(import_ctx, ACME, folder, planned.delivery_key)
+    assert isinstance(first, Committed) and first.published
+    assert _plan(s3, landing_bucket, database_url).start == []
+
+    contracts = _contracts()
+    changed_name = sorted(contracts)[0]
+    changed = ContractSet(
+        [
+            contracts[name].model_copy(
+                update={"max_reject_ratio": 0.4 if contracts[name].max_reject_ratio == 0.5 else 0.5}
+            )
+            if name == changed_name
+            else contracts[name]
+            for name in contracts
+        ]
+    )
+    assert changed[changed_name].contract_version != contracts[changed_name].contract_version
+
+    def plan_with_changed_contracts():
+        found = find_ready_folders(s3, landing_bucket, completion=Marker(), contracts=changed)
+        return plan_sweep(found, SweepRepository(database_url))
+
+    [due] = plan_with_changed_contracts().start
+    assert due.folder == folder and due.fingerprint == planned.fingerprint  # the same files
+    assert due.idempotency_key != planned.idempotency_key
+    monkeypatch.setattr(import_ctx, "contracts", changed)
+    second = run_import(import_ctx, ACME, folder, due.delivery_key)
+    assert isinstance(second, Committed) and second.batch_id != first.batch_id
+    assert plan_with_changed_contracts().start == []
+
+
 def test_plan_leaves_failed_content_to_a_manual_rerun(
     import_ctx: ImportContext, s3, landing_bucket: str, database_url: str
 ) -> None:

@@ -214,7 +214,7 @@ def invariant_violations(database_url: str, *, final: bool = False) -> list[str]
                 resumable = (
                     status == "failed"
                     and failure.get("kind") == "failed_publication"
-                    and details.get("redshift_committed")
+                    and details.get("warehouse_committed")
                     and not details.get("publication_expired")
                 )
                 # A running batch may own the stamp before it recorded the commit (died

@@ -155,15 +155,15 @@ def test_death_at_failpoint_then_rerun_loses_and_repeats_nothing(
     stamp = ctx.warehouse.slice_owner("acme", new.scope)
     with connect(database_url) as conn:
         if case.phase == "precommit":
-            assert d1.status == BatchStatus.RUNNING and not d1.details["redshift_committed"]
+            assert d1.status == BatchStatus.RUNNING and not d1.details["warehouse_committed"]
             # Readers still see the whole old slice: nothing of d1 leaked.
             assert stamp == first.batch_id
             assert slice_differences(conn, old, first.batch_id) == []
         elif case.phase == "stamped":
-            assert d1.status == BatchStatus.RUNNING and not d1.details["redshift_committed"]
+            assert d1.status == BatchStatus.RUNNING and not d1.details["warehouse_committed"]
             assert stamp == d1.id and slice_differences(conn, new, d1.id) == []
         elif case.phase == "committed":
-            assert d1.status == BatchStatus.RUNNING and d1.details["redshift_committed"]
+            assert d1.status == BatchStatus.RUNNING and d1.details["warehouse_committed"]
             assert stamp == d1.id and slice_differences(conn, new, d1.id) == []
         else:
             assert d1.status == BatchStatus.SUCCEEDED and stamp == d1.id

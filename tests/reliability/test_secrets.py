@@ -28,6 +28,7 @@ from fleet_import.importing import load as loading
 from fleet_import.importing.context import Committed, Failed
 from fleet_import.importing.driver import import_folder
 from fleet_import.importing.runtime import build_runtime
+from fleet_import.retry import Backoff
 from fleet_import.s3.client import s3_client
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant, split_folder
@@ -144,8 +145,8 @@ def test_failing_imports_leak_no_secret_in_process(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     # Every retry still runs and logs its error (what is checked here), without the backoff.
-    monkeypatch.setattr(loading, "_LOAD_RETRY_DELAYS_SECONDS", (0.0, 0.0, 0.0))
-    monkeypatch.setattr(pipeline, "STEP_RETRY_DELAYS_SECONDS", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(loading, "LOAD_BACKOFF", Backoff((0.0, 0.0, 0.0)))
+    monkeypatch.setattr(pipeline, "STEP_BACKOFF", Backoff((0.0, 0.0, 0.0)))
     events: list[tuple[str, dict[str, Any]]] = []
     base = Settings(
         database_url=secret_url,

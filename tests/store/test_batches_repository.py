@@ -223,7 +223,7 @@ def test_commit_records_details_and_enqueues_publication_together(
         batch.id, "w1", row_counts={"trips": 10}, publication_steps=["refresh", "notify", "retire"]
     )
     details = committed.parsed_details
-    assert details.redshift_committed and details.phase == "committed"
+    assert details.warehouse_committed and details.phase == "committed"
     assert details.row_counts == {"trips": 10}
     with psycopg.connect(database_url) as conn:
         steps = conn.execute(
@@ -366,3 +366,14 @@ def test_driver_errors_are_translated(pg_server_url: str) -> None:
         repo.list()
     assert error.value.transient is True
     assert not isinstance(error.value, psycopg.Error)
+
+
+def test_details_stored_before_the_rename_read_as_warehouse_committed() -> None:
+    from fleet_import.store.models import BatchDetails, warehouse_committed
+
+    assert BatchDetails.parse({"redshift_committed": True}).warehouse_committed
+    assert BatchDetails.parse({"warehouse_committed": True}).warehouse_committed
+    assert not BatchDetails.parse({}).warehouse_committed
+    assert "redshift_committed" not in BatchDetails.parse({}).to_json()
+    assert warehouse_committed({"redshift_committed": True})
+    assert not warehouse_committed({"warehouse_committed": False})

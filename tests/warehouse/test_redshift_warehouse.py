@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fleet_import.contracts.fleet import FLEET_DATASETS, TRIPS, VEHICLES
+from fleet_import.retry import Backoff
 from fleet_import.warehouse.base import DatasetLoad, LoadFile, Warehouse, WarehouseError
 from fleet_import.warehouse.redshift import slice_sql
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
@@ -578,7 +579,7 @@ def test_death_after_the_warehouse_commit_is_recovered_from_the_stamp(
     )
     assert child.returncode == KILLED, child.stderr[-3000:]
     (batch,) = repo.list()
-    assert batch.status == BatchStatus.RUNNING and not batch.details["redshift_committed"]
+    assert batch.status == BatchStatus.RUNNING and not batch.details["warehouse_committed"]
     time.sleep(1.7)
     copies = _copies(emulator)
     assert copies >= 3  # the child's COPYs went through the emulator
@@ -706,7 +707,7 @@ def test_a_persistent_conflict_is_retried_by_one_layer_only(
     from fleet_import.scope import Tenant
     from tests.helpers import upload
 
-    monkeypatch.setattr(loading, "_LOAD_RETRY_DELAYS_SECONDS", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(loading, "LOAD_BACKOFF", Backoff((0.0, 0.0, 0.0)))
     ctx = _redshift_ctx(redshift, repo, s3, staging_bucket, tmp_path)
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, fleet_delivery(trips=20, fuel=5, vehicles=3))

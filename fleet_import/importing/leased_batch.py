@@ -1,0 +1,160 @@
+"""The batch a worker holds, and what a step may do to it.
+
+Every step of the import, resume and the takeover works on one `LeasedBatch`: whose batch
+(tenant, scope), which one (batch_id), under whose lease (owner, kept alive by heartbeat).
+Each operation carries the lease: a worker that lost it cannot write (the store's
+transitions are fenced by `execution_lease_id`, and `check_lease` stops it between steps).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from fleet_import import failpoints
+from fleet_import.errors import FleetImportError
+from fleet_import.importing.context import Committed, Failed, ImportContext, ImportOutcome
+from fleet_import.publication.events import event_payload, expired_publication, fail_and_tell
+from fleet_import.publication.outcomes import PublicationExpired, PublicationFailed, Published
+from fleet_import.scope import Tenant
+from fleet_import.store.heartbeat import Heartbeat
+from fleet_import.store.models import Batch, FailureKind
+from fleet_import.warehouse.base import Warehouse
+
+log = logging.getLogger(__name__)
+
+
+class Stamp(enum.Enum):
+    """What the slice registry says of a batch: the proof of a warehouse commit."""
+
+    STAMPED = "stamped"
+    """The slice is this batch's: its commit went through."""
+    NOT_STAMPED = "not_stamped"
+    """Another batch (or none) owns the slice: this batch did not commit it, or lost it."""
+    UNKNOWN = "unknown"
+    """The warehouse could not be read: whether this batch committed is not known (issue
+    #26, "unknown commit outcome", decides what that does; see settle.unknown_stamp)."""
+
+
+def read_stamp(warehouse: Warehouse, tenant_id: str, scope: str, batch_id: uuid.UUID) -> Stamp:
+    """Whether `batch_id` owns the slice of (tenant_id, scope) now, read just now."""
+    try:
+        owner = warehouse.slice_owner(tenant_id, scope)
+    except FleetImportError as exc:
+        log.warning("the slice stamp of %s could not be read: %s", scope, exc)
+        return Stamp.UNKNOWN
+    return Stamp.STAMPED if owner == batch_id else Stamp.NOT_STAMPED
+
+
+@dataclass(frozen=True)
+class LeasedBatch:
+    """A batch whose execution lease `owner` holds. `heartbeat` is None only outside the
+    lease's `leased` block (nothing may then be written)."""
+
+    ctx: ImportContext
+    tenant: Tenant
+    batch_id: uuid.UUID
+    scope: str
+    owner: str
+    heartbeat: Heartbeat | None = None
+
+    @classmethod
+    def of(cls, ctx: ImportContext, batch: Batch, owner: str) -> LeasedBatch:
+        """A stored batch this worker has just leased (a takeover, a resume)."""
+        assert batch.source_scope is not None
+        tenant = Tenant(batch.tenant_id, batch.company_id, batch.tenant_database)
+        return cls(ctx, tenant, batch.id, batch.source_scope, owner)
+
+    def holding(self, heartbeat: Heartbeat) -> LeasedBatch:
+        """This batch with the heartbeat keeping its lease alive."""
+        return replace(self, heartbeat=heartbeat)
+
+    @property
+    def tenant_id(self) -> str:
+        return self.tenant.tenant_id
+
+    # -- the lease ------------------------------------------------------------------------
+
+    def check_lease(self) -> None:
+        """Raise LeaseLost once the heartbeat found the lease taken: stop before writing."""
+        if self.heartbeat is not None:
+            self.heartbeat.check()
+
+    def renew_lease_now(self) -> None:
+        """Renew synchronously: the last check before an irreversible step."""
+        if self.heartbeat is not None:
+            self.heartbeat.renew_now()
+
+    # -- reading and writing the batch -------------------------------------------------------
+
+    def read(self) -> Batch:
+        batch = self.ctx.repo.get(self.batch_id)
+        assert batch is not None, f"batch {self.batch_id} vanished"
+        return batch
+
+    def update_details(self, patch: Mapping[str, Any]) -> Batch:
+        return self.ctx.repo.update_details(self.batch_id, self.owner, patch)
+
+    def stamp(self) -> Stamp:
+        return read_stamp(self.ctx.warehouse, self.tenant_id, self.scope, self.batch_id)
+
+    def record_commit(
+        self, *, recovered: bool, row_counts: dict[str, int], summary: dict[str, Any]
+    ) -> Committed:
+        """Step 6: the warehouse commit recorded and the outbox enqueued, in one operational
+        transaction. If this fails, the batch stays running and a rerun finds the stamp and
+        redoes only this."""
+        batch = self.ctx.repo.mark_committed(
+            self.batch_id,
+            self.owner,
+            row_counts=row_counts,
+            publication_steps=self.ctx.publication_steps(),
+            patch={"summary": summary},
+        )
+        failpoints.hit("after_operational_commit")
+        self.ctx.events(
+            "fleet.batch.committed",
+            event_payload(
+                batch.tenant_id,
+                batch.source_scope,
+                batch.id,
+                row_counts=row_counts,
+                recovered=recovered,
+            ),
+        )
+        return Committed(self.batch_id, self.scope, row_counts, summary, recovered)
+
+    def fail(self, kind: FailureKind, error: str, facts: Mapping[str, Any] | None = None) -> Failed:
+        """Fail the batch as `kind` (facts kept in its failure record and told), and tell."""
+        fail_and_tell(
+            self.ctx.events,
+            lambda: self.ctx.repo.mark_failed(self.batch_id, self.owner, kind, error, facts),
+            kind,
+            error,
+            **dict(facts or {}),
+        )
+        return Failed(self.batch_id, kind, error)
+
+    def publish(self, committed: Committed) -> ImportOutcome:
+        """Steps 7-8: drain the batch's outbox, then succeed it (the Publisher does)."""
+        ctx = self.ctx
+        if ctx.publisher is None:
+            failpoints.hit("before_mark_succeeded")
+            ctx.repo.mark_succeeded(self.batch_id, self.owner)
+            return replace(committed, published=True)
+        outcome = ctx.publisher.publish_batch(self.batch_id, self.owner, heartbeat=self.heartbeat)
+        if isinstance(outcome, Published):
+            return replace(committed, published=True)
+        if isinstance(outcome, PublicationFailed):
+            ctx.publisher.mark_failed_publication(self.batch_id, self.owner, outcome)
+            batch = ctx.repo.get(self.batch_id)
+            error = batch.details["failure"]["error"] if batch else outcome.error
+            return Failed(self.batch_id, FailureKind.FAILED_PUBLICATION, error, resumable=True)
+        if isinstance(outcome, PublicationExpired):
+            error = expired_publication(self.batch_id, self.scope, outcome.slice_owner)
+            return Failed(self.batch_id, FailureKind.FAILED_PUBLICATION, error or "", expired=True)
+        return committed  # busy or deferred: a drain finishes it
