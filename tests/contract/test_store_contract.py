@@ -235,7 +235,7 @@ def test_mark_committed_records_the_commit_and_enqueues_publication(
         publication_steps=["refresh", "notify", "retire"],
         patch={"summary": {"files": 2}},
     )
-    assert marked.details["redshift_committed"] is True and marked.details["phase"] == "committed"
+    assert marked.details["warehouse_committed"] is True and marked.details["phase"] == "committed"
     assert marked.details["row_counts"] == {"trips": 3, "vehicles": 1}
     assert marked.details["summary"] == {"files": 2}
     steps = store.outbox.steps(batch.id)

@@ -41,6 +41,7 @@ from fleet_import.store.models import (
     ResumeOutcome,
     ScopeBusy,
     SourceType,
+    warehouse_committed,
 )
 from fleet_import.store.repository import InvalidTransition, resume_refusal
 from tests.fakes.state import (
@@ -170,7 +171,7 @@ class MemoryBatchRepository:
                 row
                 for row in self.store.batch_rows.values()
                 if row["source_scope"] is not None
-                and row["details"].get("redshift_committed") is not True
+                and not warehouse_committed(row["details"])
                 and self.store.abandoned(row, ttl, now)
             ]
         rows.sort(key=lambda row: (row["updated_at"], row["id"]))
@@ -222,7 +223,7 @@ class MemoryBatchRepository:
     ) -> Batch:
         with self.store.transaction("mark_committed"):
             details = {**(patch or {}), "row_counts": dict(row_counts)}
-            details |= {"phase": "committed", "redshift_committed": True}
+            details |= {"phase": "committed", "warehouse_committed": True}
             batch = self._patch("mark_committed", batch_id, owner, details=details)
             now = self.store.clock.now()
             known = {step["step"] for step in self.store.steps_of(batch_id)}
@@ -270,7 +271,7 @@ class MemoryBatchRepository:
     ) -> Batch:
         with self.store.transaction("mark_succeeded"):
             row = self.store.leased_by(batch_id, owner)
-            if row is not None and row["details"].get("redshift_committed") is not True:
+            if row is not None and not warehouse_committed(row["details"]):
                 raise InvalidTransition(
                     f"batch {batch_id} cannot succeed: its warehouse commit was never recorded"
                 )

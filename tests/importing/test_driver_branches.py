@@ -24,6 +24,8 @@ from fleet_import.importing.context import (
 )
 from fleet_import.importing.driver import CoreSteps, import_folder
 from fleet_import.importing.resume import resume_batch
+from fleet_import.retry import Backoff
+from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import discover
 from fleet_import.scope import Tenant, source_scope
 from fleet_import.store.models import BatchStatus, FailureKind, NotResumable, Reserved
@@ -34,7 +36,7 @@ from tests.fakes.world import LEASE_TTL, World, memory_world
 
 ACME = Tenant.named("acme")
 COUNTS = {"vehicles": 4, "trips": 20, "fuel_transactions": 8}
-NO_WAIT = CoreSteps(1, delays=(0.0, 0.0))
+NO_WAIT = CoreSteps(1, backoff=Backoff((0.0, 0.0)))
 
 
 class Died(BaseException):
@@ -202,7 +204,12 @@ def test_an_abandoned_batch_of_the_same_content_is_continued(world: World) -> No
     folder = world.deliver()
     listing = discover(world.s3, folder, world.ctx.contracts)  # what the dead worker saw
     dead = _abandon(world, folder, "old")
-    world.repo.update_details(dead.batch.id, "dead-worker", {"manifest": listing.to_json()})
+    seen = DeliveryIdentity.of(listing, world.ctx.contracts)  # recorded with the manifest
+    world.repo.update_details(
+        dead.batch.id,
+        "dead-worker",
+        {"manifest": listing.to_json(), "contract_versions": seen.versions},
+    )
     outcome = import_folder(world.ctx, ACME, folder, "d2")
     assert isinstance(outcome, Committed) and outcome.batch_id == dead.batch.id
     assert world.repo.get(dead.batch.id).status == BatchStatus.SUCCEEDED
