@@ -170,7 +170,8 @@ def run(
     2 usage error;
     3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
     4 committed, publication pending: still running until a drain or resume publishes it;
-    5 already loaded: the slice holds exactly this content (--force loads it again).
+    5 already loaded: the slice holds exactly this content (--force loads it again);
+    9 refused: the folder is not the tenant's, or the tenant is unknown or disabled.
     """
     from flows.import_s3_folder import import_s3_folder
 
@@ -190,7 +191,8 @@ def resume(batch_id: Annotated[str, typer.Argument(help="the batch to resume")])
     1 failed, or refused (NotResumable);
     2 usage error (not a batch id);
     3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
-    4 committed, publication pending: still running until a drain or resume publishes it.
+    4 committed, publication pending: still running until a drain or resume publishes it;
+    9 refused: the batch's tenant is unknown or disabled, or its folder is not the tenant's.
     """
     from flows.resume_publication import resume_publication
 
@@ -287,14 +289,17 @@ def relay(
     from fleet_import.intake.dead_letters import FileDeadLetter, SqsDeadLetter
     from fleet_import.intake.landing import LandingLayout
     from fleet_import.intake.relay import Relay, queue_region
+    from fleet_import.tenants.registry import registry_in_force
     from flows.events import PrefectEventEmitter
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # After basicConfig: importing flows.common sets up Prefect's logging, which would
     # otherwise take the root logger first and hide the relay's INFO lines.
     from flows.common import prefect_event_sink
+
     try:
         layout = LandingLayout(prefix=landing_prefix, pattern=folder_pattern)
+        registry = registry_in_force(Settings().tenants)
     except FleetImportError as exc:
         raise _fail(str(exc), 2) from None
     sqs = boto3.client(
@@ -329,6 +334,7 @@ def relay(
             layout=layout,
             wait_seconds=wait_seconds,
             events=prefect_event_sink,
+            registry=registry,
         )
         err_console.print(Text(f"relaying {queue_url}; dead letters to {dead_letter!r}"))
         try:
