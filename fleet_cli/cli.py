@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from fleet_cli.batch_views import batch_detail_record, batch_record, batch_views, batches_table
+from fleet_cli.tenants import tenants_app
 from fleet_import.config import Settings
 from fleet_import.errors import FleetImportError
 from fleet_import.intake.landing import DEFAULT_PATTERN
@@ -23,6 +24,7 @@ db_app = typer.Typer(no_args_is_help=True, help="The operational database.")
 batches_app = typer.Typer(no_args_is_help=True, help="Inspect ingestion batches.")
 app.add_typer(db_app, name="db")
 app.add_typer(batches_app, name="batches")
+app.add_typer(tenants_app, name="tenants")
 
 # Whatever comes from data (keys, header names, rejected values, state and error messages)
 # reaches these consoles as `Text`, which rich never parses for markup or emoji: a file
