@@ -95,3 +95,61 @@ def tenants_show(
         return
     for field, value in record.items():
         _console.print(Text(f"{field}: {value}"))
+
+
+@tenants_app.command("purge")
+def tenants_purge(
+    tenant: Annotated[str, typer.Argument(help="the tenant id")],
+    confirm: Annotated[
+        bool, typer.Option("--confirm", help="really delete the tenant's slices and staged files")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Offboard a tenant: delete its slices, slice-registry rows and staged files, and record
+    the purge as a batch of its own. Refused while a batch of the tenant runs, or while the
+    registry lists it as enabled. Exit 0 purged; 1 refused or failed; 2 usage error."""
+    from fleet_import.contracts.files import contracts_in_force
+    from fleet_import.importing.runtime import build_runtime
+    from fleet_import.offboarding.purge import PurgeRefused, purge_tenant
+    from fleet_import.store.purges import TenantPurges
+
+    if not confirm:
+        raise _fail(f"purging {tenant!r} deletes all of its data: pass --confirm", 2)
+    settings = Settings()
+    registry = _registry(settings)
+    try:
+        registered = registry.get(tenant) if registry else None
+        base = registered.tenant if registered else Tenant.named(tenant)
+        runtime = build_runtime(settings)
+        outcome = purge_tenant(
+            recorded_tenant(settings, base, registry),
+            purges=TenantPurges(settings.database_url),
+            warehouse=runtime.ctx.warehouse,
+            staging=runtime.ctx.staging,
+            contracts=contracts_in_force(settings.contracts).values(),
+            registry=registry,
+        )
+    except FleetImportError as exc:
+        raise _fail(str(exc)) from None
+    if isinstance(outcome, PurgeRefused):
+        raise _fail(f"refused: {outcome.reason}")
+    record = {
+        "tenant_id": outcome.tenant_id,
+        "batch_id": str(outcome.batch_id),
+        "removed": outcome.removed,
+        "error": outcome.error,
+    }
+    if as_json:
+        typer.echo(json.dumps(record, indent=2))
+    else:
+        warehouse = outcome.removed.get("warehouse", {})
+        rows = sum(warehouse.get("rows", {}).values())
+        _console.print(
+            Text(
+                f"purged tenant {tenant}: {rows:,} rows, {warehouse.get('registry_rows', 0)} "
+                f"slice-registry rows, {len(outcome.removed.get('staged_files', []))} staged "
+                f"files; recorded as batch {outcome.batch_id}"
+            )
+        )
+    if outcome.error:
+        raise _fail(f"the purge stopped: {outcome.error} (recorded as batch {outcome.batch_id})")

@@ -4,11 +4,9 @@ tenants importing at once, a replace and a resume, and neither ever touches the 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from fleet_import.config import Settings
 from fleet_import.importing.driver import Committed, import_folder
@@ -21,42 +19,9 @@ from fleet_import.store.models import BatchStatus
 from fleet_import.store.repository import BatchRepository
 from fleet_import.tenants.databases import postgres_url_for
 from fleet_import.warehouse.routing import TenantWarehouses
-from tests import pgtools
 from tests.helpers import upload
 
 TABLES = ("fleet_trips", "fleet_vehicles", "fleet_fuel_transactions")
-
-
-@pytest.fixture
-def tenant_databases(pg_server_url: str) -> Iterator[dict[str, str]]:
-    """tenant -> a fresh, empty warehouse database of its own."""
-    names = {tenant: pgtools.unique_name(f"wh_{tenant}") for tenant in ("acme", "globex")}
-    for name in names.values():
-        pgtools.create_database(pg_server_url, name)
-    yield names
-    for name in names.values():
-        pgtools.drop_database(pg_server_url, name)
-
-
-@pytest.fixture
-def routed_settings(
-    database_url: str, pg_server_url: str, tenant_databases, moto_endpoint, staging_bucket,
-    tmp_path: Path,
-) -> Settings:
-    registry = tmp_path / "tenants.yaml"
-    registry.write_text(
-        "tenants:\n"
-        + "".join(f"  {t}:\n    database: {name}\n" for t, name in tenant_databases.items())
-    )
-    return Settings(
-        database_url=database_url,
-        warehouse_url=pgtools.with_dbname(pg_server_url, "{database}"),
-        s3_endpoint_url=moto_endpoint,
-        staging_uri=f"s3://{staging_bucket}/stage/",
-        lease_ttl_seconds=30,
-        tenants=str(registry),
-        workdir=str(tmp_path / "work"),
-    )
 
 
 def _tenant_rows(url: str) -> dict[str, set[str]]:
