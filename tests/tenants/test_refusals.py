@@ -144,3 +144,40 @@ def test_the_relay_refuses_a_disabled_tenant_s_objects(
     assert len(refusals) == 1 and refusals[0]["tenant_id"] == "globex"
     assert refusals[0]["kind"] == "disabled_tenant" and refusals[0]["source"] == "relay"
     assert json.dumps(refusals[0])  # a Prefect event payload: plain JSON
+
+
+@pytest.mark.slow
+def test_the_sweep_starts_no_run_for_a_disabled_tenant(
+    flow_env: str, s3, landing_bucket: str, tmp_path: Path, monkeypatch
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+    from flows.import_s3_folder import import_s3_folder
+    from flows.sweep_landing_zone import sweep_landing_zone
+
+    registry = tmp_path / "tenants.yaml"
+    registry.write_text(REGISTRY)
+    monkeypatch.setenv("FLEET_TENANTS", str(registry))
+    name = f"import-{uuid.uuid4().hex[:8]}"
+    deployment_id = import_s3_folder.to_deployment(name=name).apply()
+    for tenant in ("acme", "globex"):
+        folder = today_folder(landing_bucket, tenant)
+        upload(s3, folder, {**fleet_delivery(trips=10), "_SUCCESS": b""})
+    state = sweep_landing_zone(
+        bucket=landing_bucket,
+        deployment=f"import-s3-folder/{name}",
+        lookback_days=0,
+        return_state=True,
+    )
+    assert state.is_completed(), state.message
+    counts = state.result()
+    assert counts["started"] == 1 and counts["refused"] == 1, counts
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
+        )
+    assert [run.parameters["tenant_id"] for run in runs] == ["acme"]
+    globex = today_folder(landing_bucket, "globex")
+    (event,) = _refused_events(globex)
+    assert event.payload["source"] == "sweep" and event.payload["kind"] == "disabled_tenant"
