@@ -128,7 +128,9 @@ def _progress_artifact(scope: str) -> pipeline.Progress:
 def import_s3_folder(
     tenant_id: str, folder: str, delivery_key: str | None = None, force: bool = False
 ) -> State:
-    """Import one S3 folder of a tenant into its curated slices.
+    """Import one S3 folder of a tenant into its curated slices. A folder that is not in
+    the tenant's landing area, or a tenant the registry does not enable, ends Refused with
+    nothing written (fleet_import.tenants.binding).
 
     Args:
         tenant_id: The tenant's slug, e.g. acme.
