@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from fleet_cli.batch_views import batch_detail_record, batch_record, batch_views, batches_table
+from fleet_cli.tenants import tenants_app
 from fleet_import.config import Settings
 from fleet_import.errors import FleetImportError
 from fleet_import.intake.landing import DEFAULT_PATTERN
@@ -23,6 +24,7 @@ db_app = typer.Typer(no_args_is_help=True, help="The operational database.")
 batches_app = typer.Typer(no_args_is_help=True, help="Inspect ingestion batches.")
 app.add_typer(db_app, name="db")
 app.add_typer(batches_app, name="batches")
+app.add_typer(tenants_app, name="tenants")
 
 # Whatever comes from data (keys, header names, rejected values, state and error messages)
 # reaches these consoles as `Text`, which rich never parses for markup or emoji: a file
@@ -170,7 +172,8 @@ def run(
     2 usage error;
     3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
     4 committed, publication pending: still running until a drain or resume publishes it;
-    5 already loaded: the slice holds exactly this content (--force loads it again).
+    5 already loaded: the slice holds exactly this content (--force loads it again);
+    9 refused: the folder is not the tenant's, or the tenant is unknown or disabled.
     """
     from flows.import_s3_folder import import_s3_folder
 
@@ -193,7 +196,8 @@ def resume(batch_id: Annotated[str, typer.Argument(help="the batch to resume")])
     1 failed, or refused (NotResumable);
     2 usage error (not a batch id);
     3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
-    4 committed, publication pending: still running until a drain or resume publishes it.
+    4 committed, publication pending: still running until a drain or resume publishes it;
+    9 refused: the batch's tenant is unknown or disabled, or its folder is not the tenant's.
     """
     from flows.resume_publication import resume_publication
 
@@ -290,6 +294,7 @@ def relay(
     from fleet_import.intake.dead_letters import FileDeadLetter, SqsDeadLetter
     from fleet_import.intake.landing import LandingLayout
     from fleet_import.intake.relay import Relay, queue_region
+    from fleet_import.tenants.registry import registry_in_force
     from flows.events import PrefectEventEmitter
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -299,6 +304,7 @@ def relay(
 
     try:
         layout = LandingLayout(prefix=landing_prefix, pattern=folder_pattern)
+        registry = registry_in_force(Settings().tenants)
     except FleetImportError as exc:
         raise _fail(str(exc), 2) from None
     sqs = boto3.client(
@@ -333,6 +339,7 @@ def relay(
             layout=layout,
             wait_seconds=wait_seconds,
             events=prefect_event_sink,
+            registry=registry,
         )
         err_console.print(Text(f"relaying {queue_url}; dead letters to {dead_letter!r}"))
         try:

@@ -20,6 +20,9 @@ DEFAULT_SWEEP_LOOKBACK_DAYS = 3
 # at most half the slots, so fresh deliveries of the others still load (deployments/README).
 DEFAULT_WAREHOUSE_LOAD_SLOTS = 4
 DEFAULT_TENANT_LOAD_SLOTS = 2
+# The landing layout every import checks a folder against (fleet_import.intake.landing's
+# DEFAULT_PATTERN; the relay and the sweep take theirs from their own options).
+DEFAULT_LANDING_PATTERN = "{tenant}/fleet/{yyyy-mm-dd}/"
 
 
 class Settings(BaseSettings):
@@ -85,6 +88,13 @@ class Settings(BaseSettings):
         default_factory=list, description="warehouse SQL run by refresh_dependants (JSON list)"
     )
     workdir: str | None = Field(None, description="local scratch directory; a temp dir if unset")
+    tenants: str | None = Field(
+        None, description="tenant registry YAML (fleet_import.tenants.registry); none: any slug"
+    )
+    landing_prefix: str = Field("", description="key prefix above the tenant folders")
+    landing_pattern: str = Field(
+        DEFAULT_LANDING_PATTERN, description="tenant folder layout after the landing prefix"
+    )
 
     def redshift_connect_kwargs(self) -> dict[str, object]:
         """redshift_connector.connect arguments: IAM or password, TLS as configured. A

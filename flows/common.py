@@ -139,8 +139,8 @@ def prefect_event_sink(name: str, payload: Mapping[str, Any]) -> None:
         log.warning("could not emit %s: %s", name, exc)
 
 
-def runtime_for_flow(**kwargs: Any) -> Runtime:
-    return build_runtime(load_settings(), events=prefect_event_sink, **kwargs)
+def runtime_for_flow(settings: Settings | None = None, **kwargs: Any) -> Runtime:
+    return build_runtime(settings or load_settings(), events=prefect_event_sink, **kwargs)
 
 
 def lease_owner() -> str:

@@ -23,6 +23,15 @@ DEMO_HOME = Path(".fleet-demo")
 LANDING_BUCKET = "fleet-landing-demo"
 STAGING_BUCKET = "fleet-staging-demo"
 TENANTS = ("acme", "globex")
+# The demo's tenant registry (FLEET_TENANTS): its two tenants, both in the demo's one
+# warehouse database, each importing only its own landing folders.
+DEMO_TENANTS_YAML = """\
+tenants:
+  acme:
+    company_id: ACME-001
+  globex:
+    company_id: GLOBEX-042
+"""
 _FAILING_REFRESH = '["SELECT 1/0 AS refresh_that_fails"]'
 
 
@@ -67,7 +76,10 @@ def run_demo(home: Path = DEMO_HOME) -> int:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     database_url, endpoint, services = _start_services(home, say)
+    registry = home / "tenants.yaml"
+    registry.write_text(DEMO_TENANTS_YAML, encoding="utf-8")
     os.environ.update(
+        FLEET_TENANTS=str(registry),
         FLEET_DATABASE_URL=database_url,
         FLEET_S3_ENDPOINT_URL=endpoint,
         FLEET_STAGING_URI=f"s3://{STAGING_BUCKET}/stage/",

@@ -21,18 +21,22 @@ from prefect.states import State
 from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.runtime import Runtime
-from fleet_import.scope import Tenant, folder_leaf, source_scope
+from fleet_import.intake.admission import admit
+from fleet_import.scope import folder_leaf, source_scope
+from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT, Refused
 from flows.common import (
     TASK_RETRIES,
     TASK_RETRY_DELAYS,
     TASK_RETRY_JITTER,
     holding_load_slots,
     lease_owner,
+    load_settings,
+    prefect_event_sink,
     retry_if_transient,
     runtime_for_flow,
     tag_flow_run,
 )
-from flows.reporting import failed, foreseen_as_state, publish_artifacts, state_for
+from flows.reporting import failed, foreseen_as_state, publish_artifacts, refused, state_for
 from flows.story import tell
 from flows.task_runner import SettingsTaskRunner
 
@@ -123,7 +127,9 @@ def _progress_artifact(scope: str) -> pipeline.Progress:
 def import_s3_folder(
     tenant_id: str, folder: str, delivery_key: str | None = None, force: bool = False
 ) -> State:
-    """Import one S3 folder of a tenant into its curated slices.
+    """Import one S3 folder of a tenant into its curated slices. A folder that is not in
+    the tenant's landing area, or a tenant the registry does not enable, ends Refused with
+    nothing written (fleet_import.tenants.binding).
 
     Args:
         tenant_id: The tenant's slug, e.g. acme.
@@ -138,13 +144,18 @@ def import_s3_folder(
             such a delivery ends AlreadyLoaded, naming the batch that loaded it).
     """
     logger = get_run_logger()
+    settings = load_settings()
     try:
-        tenant = Tenant.named(tenant_id)
         scope = source_scope(folder)
+        admitted = admit(settings, tenant_id, folder)
     except InvalidInput as exc:
         return failed(f"invalid input: {exc}")
+    if isinstance(admitted, Refused):  # before the scope is reserved: nothing is written
+        prefect_event_sink(DELIVERY_REFUSED_EVENT, admitted.payload("import-s3-folder"))
+        return refused(admitted)
+    tenant = admitted
     tag_flow_run(f"tenant:{tenant.tenant_id}", f"scope:{scope}")
-    rt = runtime_for_flow()
+    rt = runtime_for_flow(settings=settings)
     key = delivery_key or f"flow-run:{flow_run.get_id() or uuid.uuid4()}"
     claimed = pipeline.claim(rt.ctx, tenant, scope, key, lease_owner(), force=force)
     if not isinstance(claimed, pipeline.Claimed):

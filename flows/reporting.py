@@ -17,6 +17,7 @@ from prefect.states import Completed, Failed, State
 from fleet_import.errors import FleetImportError
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.runtime import Runtime
+from fleet_import.tenants.binding import Refused
 
 T = TypeVar("T")
 
@@ -33,6 +34,8 @@ class ExitCode(IntEnum):
     SKIPPED = 3  # another batch holds the scope, a live worker runs it, or it had finished
     PUBLICATION_PENDING = 4  # the slice is committed; the batch runs until it is published
     ALREADY_LOADED = 5  # the slice already holds this content; nothing loaded (--force does)
+    # 6-8 are left to codes other outcomes may take; 9 stays the refusal.
+    REFUSED = 9  # the folder is not the tenant's, or the tenant is unknown or disabled
 
 
 # The final state's name decides, not its type: "Committed" and "Skipped" are Completed
@@ -47,14 +50,16 @@ EXIT_CODES: Mapping[str, ExitCode] = MappingProxyType(
         "NotClaimed": ExitCode.SKIPPED,
         "Committed": ExitCode.PUBLICATION_PENDING,
         "AlreadyLoaded": ExitCode.ALREADY_LOADED,
+        "Refused": ExitCode.REFUSED,  # a Failed state: nothing was written for the tenant
     }
 )
 
 
 def exit_code_for(state: State) -> ExitCode:
-    """The exit code of a flow's final state (EXIT_CODES); any failed state is FAILED."""
+    """The exit code of a flow's final state (EXIT_CODES); any other failed state is FAILED."""
     if state.is_failed() or state.is_crashed():
-        return ExitCode.FAILED
+        code = EXIT_CODES.get(state.name, ExitCode.FAILED)
+        return code if code is not ExitCode.SUCCEEDED else ExitCode.FAILED
     return EXIT_CODES.get(state.name, ExitCode.FAILED)
 
 
@@ -71,6 +76,11 @@ class BusinessFailure(Exception):
 def failed(message: str, *, name: str = "Failed", crash: BaseException | None = None) -> State:
     """A Failed state that is quiet in a worker's log, unless `crash` says it is a bug."""
     return Failed(name=name, message=message, data=crash or BusinessFailure(message))
+
+
+def refused(refusal: Refused) -> State:
+    """The Failed state named Refused of a delivery that is not the tenant's (exit 9)."""
+    return failed(refusal.reason, name="Refused")
 
 
 def foreseen_as_state(fn: Callable[..., T]) -> Callable[..., T | State]:

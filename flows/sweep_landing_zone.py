@@ -19,9 +19,11 @@ from prefect.states import State
 
 from fleet_import.contracts.files import contracts_in_force
 from fleet_import.intake import sweep
-from fleet_import.intake.landing import DEFAULT_PATTERN
+from fleet_import.intake.admission import admitted_only
+from fleet_import.intake.landing import DEFAULT_PATTERN, LandingLayout
 from fleet_import.s3.client import s3_client
 from fleet_import.store.sweep_repository import SweepRepository
+from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT
 from flows.common import (
     TASK_RETRIES,
     TASK_RETRY_DELAYS,
@@ -155,7 +157,13 @@ def sweep_landing_zone(
     if lookback_days and scan.window is None:
         logger.warning("layout %r names no date: the lookback window cannot apply", layout)
     plan = plan_sweep(scan)
-    started = [(planned, start_import(deployment, planned)) for planned in plan.start]
+    # The key names the tenant; the registry may still refuse it (unknown, disabled).
+    admitted, refusals = admitted_only(
+        load_settings(), plan.start, layout=LandingLayout(prefix=prefix, pattern=layout)
+    )
+    for refusal in refusals:
+        prefect_event_sink(DELIVERY_REFUSED_EVENT, refusal.payload("sweep"))
+    started = [(planned, start_import(deployment, planned)) for planned in admitted]
     rows = [
         {
             "action": "start",
@@ -176,12 +184,24 @@ def sweep_landing_zone(
         }
         for skip in plan.skip
     ]
+    rows += [
+        {
+            "action": "refuse",
+            "tenant": refusal.tenant_id,
+            "folder": refusal.folder,
+            "detail": f"{refusal.kind}: {refusal.reason}",
+            "fingerprint": "",
+        }
+        for refusal in refusals
+    ]
     sweep.announce_skips(plan.skip, prefect_event_sink)
     counts = {
         "ready": len(scan.ready),
-        "started": len(plan.start),
+        "started": len(admitted),
         "skipped": len(plan.skip),
     }
+    if refusals:
+        counts["refused"] = len(refusals)
     window = f"folders dated {scan.window[0]}..{scan.window[1]}" if scan.window else "every folder"
     description = (
         f"sweep of s3://{bucket}/{prefix} ({window}): "

@@ -35,7 +35,7 @@ def run_cli(*args: str, database_url: str, columns: int = 200) -> subprocess.Com
 def test_db_upgrade_then_batches_list(empty_database_url: str) -> None:
     upgraded = run_cli("db", "upgrade", database_url=empty_database_url)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "revision 0006" in upgraded.stdout
+    assert "revision 0007" in upgraded.stdout
     again = run_cli("db", "upgrade", database_url=empty_database_url)
     assert again.returncode == 0, again.stderr
 

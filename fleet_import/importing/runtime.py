@@ -19,8 +19,16 @@ from fleet_import.s3.client import s3_client
 from fleet_import.s3.staging import StagingArea
 from fleet_import.store.outbox import OutboxRepository
 from fleet_import.store.repository import BatchRepository
+from fleet_import.tenants.databases import (
+    own_database,
+    postgres_url_for,
+    redshift_kwargs_for,
+    templated,
+)
+from fleet_import.tenants.registry import registry_in_force
 from fleet_import.warehouse.base import Warehouse
 from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
+from fleet_import.warehouse.routing import TenantWarehouses
 
 
 @dataclass
@@ -32,8 +40,23 @@ class Runtime:
 
 
 def build_warehouse(settings: Settings, s3: Any) -> Warehouse:
+    """The one warehouse, or one per tenant database when the registry or a `{database}`
+    template says so (fleet_import.tenants.databases)."""
+    registry = registry_in_force(settings.tenants)
+    own = registry is not None and any(t.own_database for t in registry.tenants.values())
+    if not (own or templated(settings)):
+        return _warehouse_of(settings, s3, None)
+    return TenantWarehouses(
+        lambda tenant_id: own_database(settings, tenant_id, registry),
+        lambda database: _warehouse_of(settings, s3, database),
+        replays_slices=settings.warehouse == "redshift",
+        shared=not templated(settings),
+    )
+
+
+def _warehouse_of(settings: Settings, s3: Any, database: str | None) -> Warehouse:
     if settings.warehouse == "postgres":
-        return PostgresWarehouse(settings.effective_warehouse_url)
+        return PostgresWarehouse(postgres_url_for(settings, database))
     from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 
     missing = [
@@ -53,7 +76,7 @@ def build_warehouse(settings: Settings, s3: Any) -> Warehouse:
     if missing:
         raise ConfigurationError(f"FLEET_WAREHOUSE=redshift needs {', '.join(missing)}")
     return RedshiftWarehouse(
-        settings.redshift_connect_kwargs(),
+        redshift_kwargs_for(settings, database),
         s3=s3,
         staging_uri=staging_uri,
         iam_role=str(settings.redshift_iam_role),

@@ -44,6 +44,8 @@ from fleet_import.intake.notifications import (
     parse_s3_notification,
 )
 from fleet_import.publication.events import EventSink
+from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT, Refused, bind
+from fleet_import.tenants.registry import TenantRegistry
 
 __all__ = [
     "EVENT_NAME",
@@ -125,6 +127,7 @@ class Relay:
         wait_seconds: int = DEFAULT_WAIT_SECONDS,
         max_messages: int = DEFAULT_MAX_MESSAGES,
         events: EventSink | None = None,
+        registry: TenantRegistry | None = None,
     ) -> None:
         if not 0 <= wait_seconds <= 20:
             raise InvalidInput(f"wait_seconds must be 0-20 (SQS long polling), not {wait_seconds}")
@@ -139,6 +142,7 @@ class Relay:
         self._wait_seconds = wait_seconds
         self._max_messages = max_messages
         self._events = events
+        self._registry = registry  # with one, unknown and disabled tenants are refused
         self._accepted: OrderedDict[uuid.UUID, None] = OrderedDict()
         self.totals = RelayStats()
 
@@ -196,6 +200,11 @@ class Relay:
                 self._skip(record, "ignored")
                 stats.skipped += 1
                 continue
+            refusal = self._refusal(record)
+            if refusal is not None:
+                self._refuse(record, refusal)
+                stats.skipped += 1
+                continue
             if record.event_id in self._accepted:
                 self._skip(record, "duplicate")
                 stats.duplicates += 1
@@ -250,6 +259,24 @@ class Relay:
             self._events(DELIVERY_SKIPPED_EVENT, payload)
         except Exception as exc:  # a trace never holds up the queue
             logger.warning("could not announce the skip of %s: %s", record.resource_id, exc)
+
+    def _refusal(self, record: S3ObjectCreated) -> Refused | None:
+        """Why the record's folder may not be imported for the tenant its key names (the
+        tenant comes from the key, so only the registry can refuse it)."""
+        if record.tenant_id is None or record.folder is None:
+            return None
+        bound = bind(record.tenant_id, record.folder, layout=self._layout, registry=self._registry)
+        return bound if isinstance(bound, Refused) else None
+
+    def _refuse(self, record: S3ObjectCreated, refusal: Refused) -> None:
+        logger.warning("refused %s: %s", record.resource_id, refusal.reason)
+        if self._events is None:
+            return
+        payload = refusal.payload("relay", key=record.resource_id, s3_event_id=str(record.event_id))
+        try:
+            self._events(DELIVERY_REFUSED_EVENT, payload)
+        except Exception as exc:  # a trace never holds up the queue
+            logger.warning("could not announce the refusal of %s: %s", record.resource_id, exc)
 
     def _delete(self, message: dict[str, Any], stats: RelayStats) -> None:
         try:

@@ -25,6 +25,7 @@ class SourceType(StrEnum):
     KDS_CDC = "kds_cdc"
     MANUAL_UPLOAD = "manual_upload"
     FLEET_S3 = "fleet_s3"
+    TENANT_PURGE = "tenant_purge"  # an offboarding, recorded (fleet_import.store.purges)
 
 
 class BatchStatus(StrEnum):

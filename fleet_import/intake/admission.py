@@ -1,0 +1,72 @@
+"""Whether a delivery may be imported for a tenant, by the settings in force: the landing
+layout (FLEET_LANDING_PREFIX, FLEET_LANDING_PATTERN) and the tenant registry
+(FLEET_TENANTS) given to `fleet_import.tenants.binding.bind`, the rule itself. Every entry
+point (the import flow, so `fleet-import run`, UI runs, S3 events and the sweep's runs;
+resume; the relay and the sweep before they start anything) asks here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol, TypeVar
+
+from fleet_import.config import Settings
+from fleet_import.intake.landing import LandingLayout
+from fleet_import.scope import Tenant, folder_of_scope
+from fleet_import.tenants.binding import Refused, bind
+from fleet_import.tenants.databases import recorded_tenant
+from fleet_import.tenants.registry import TenantRegistry, registry_in_force
+
+
+class _Delivery(Protocol):
+    @property
+    def tenant_id(self) -> str: ...
+
+    @property
+    def folder(self) -> str: ...
+
+
+D = TypeVar("D", bound=_Delivery)
+
+
+def landing_layout(settings: Settings) -> LandingLayout:
+    return LandingLayout(prefix=settings.landing_prefix, pattern=settings.landing_pattern)
+
+
+def admit(
+    settings: Settings,
+    tenant_id: str,
+    folder: str,
+    *,
+    registry: TenantRegistry | None = None,
+    layout: LandingLayout | None = None,
+) -> Tenant | Refused:
+    """The tenant to import `folder` as (its database the one that will hold its slices),
+    or why not. The registry and layout default to the settings'."""
+    if registry is None:
+        registry = registry_in_force(settings.tenants)
+    bound = bind(tenant_id, folder, layout=layout or landing_layout(settings), registry=registry)
+    if isinstance(bound, Refused):
+        return bound
+    return recorded_tenant(settings, bound, registry)
+
+
+def admit_scope(settings: Settings, tenant_id: str, source_scope: str) -> Tenant | Refused:
+    """`admit` for a batch already made (resume, drain): its tenant and scope."""
+    return admit(settings, tenant_id, folder_of_scope(source_scope))
+
+
+def admitted_only(
+    settings: Settings, deliveries: Iterable[D], *, layout: LandingLayout
+) -> tuple[list[D], list[Refused]]:
+    """The deliveries (found by `layout`, so their tenant is the key's) that may be
+    imported, and the refusals of the others (the sweep's check before it starts runs)."""
+    registry = registry_in_force(settings.tenants)
+    admitted: list[D] = []
+    refusals: list[Refused] = []
+    for delivery in deliveries:
+        bound = bind(delivery.tenant_id, delivery.folder, layout=layout, registry=registry)
+        if isinstance(bound, Refused):
+            refusals.append(bound)
+        else:
+            admitted.append(delivery)
+    return admitted, refusals

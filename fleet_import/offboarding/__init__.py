@@ -1,0 +1,1 @@
+"""Offboarding a tenant: its data removed, and the removal recorded. Nothing re-exported."""

@@ -1,0 +1,183 @@
+"""Another tenant's folder, an unknown or a disabled tenant: refused before anything is
+written, through the flow (as UI, event and sweep runs start it), the CLI and the relay."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet_import.intake.dead_letters import FileDeadLetter
+from fleet_import.intake.relay import Relay, RelayStats
+from fleet_import.sample_data import fleet_delivery, today_folder
+from fleet_import.store.repository import BatchRepository
+from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT
+from fleet_import.tenants.registry import load_registry
+from tests.helpers import curated, upload
+from tests.s3fixtures import notify_queue_of, put_objects
+
+REGISTRY = "tenants:\n  acme: {}\n  globex:\n    enabled: false\n"
+
+
+def _nothing_written(database_url: str) -> None:
+    assert BatchRepository(database_url).list() == []
+    for table in ("fleet_trips", "fleet_vehicles"):
+        assert curated(database_url, f"SELECT count(*) FROM curated.{table}") == [(0,)]
+
+
+def _refused_events(folder: str, expected: int = 1) -> list[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+
+    event_filter = EventFilter(
+        event=EventNameFilter(name=[DELIVERY_REFUSED_EVENT]),
+        resource=EventResourceFilter(id=[f"fleet.delivery.{folder}"]),
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        with get_client(sync_client=True) as client:
+            events = client.read_events(filter=event_filter, limit=10).events
+        if len(events) >= expected or time.monotonic() > deadline:
+            return events
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_the_flow_refuses_another_tenant_s_folder(flow_env: str, s3, landing_bucket: str) -> None:
+    from flows.import_s3_folder import import_s3_folder
+    from flows.reporting import ExitCode, exit_code_for
+
+    globex = today_folder(landing_bucket, "globex")
+    upload(s3, globex, fleet_delivery(trips=20))
+    state = import_s3_folder(tenant_id="acme", folder=globex, return_state=True)
+    assert state.is_failed() and state.name == "Refused", state.message
+    assert exit_code_for(state) == ExitCode.REFUSED == 9
+    assert "'globex'" in state.message and "'acme'" in state.message
+    assert "landing layout {tenant}/fleet/{yyyy-mm-dd}/" in state.message
+    _nothing_written(flow_env)
+    (event,) = _refused_events(globex)
+    assert event.payload["kind"] == "other_tenant"
+    assert event.payload["owner_tenant_id"] == "globex"
+    assert event.resource["fleet.tenant"] == "acme"
+
+
+@pytest.mark.slow
+def test_the_flow_refuses_a_disabled_tenant(
+    flow_env: str, s3, landing_bucket: str, tmp_path: Path, monkeypatch
+) -> None:
+    from flows.import_s3_folder import import_s3_folder
+
+    registry = tmp_path / "tenants.yaml"
+    registry.write_text(REGISTRY)
+    monkeypatch.setenv("FLEET_TENANTS", str(registry))
+    globex = today_folder(landing_bucket, "globex")
+    upload(s3, globex, fleet_delivery(trips=20))
+    state = import_s3_folder(tenant_id="globex", folder=globex, return_state=True)
+    assert state.name == "Refused" and "disabled" in state.message, state.message
+    unknown = today_folder(landing_bucket, "hooli")
+    upload(s3, unknown, fleet_delivery(trips=20))
+    state = import_s3_folder(tenant_id="hooli", folder=unknown, return_state=True)
+    assert state.name == "Refused" and "not in the tenant registry" in state.message
+    _nothing_written(flow_env)
+    acme = today_folder(landing_bucket, "acme")
+    upload(s3, acme, fleet_delivery(trips=20))
+    state = import_s3_folder(tenant_id="acme", folder=acme, return_state=True)
+    assert state.name == "Completed", state.message
+
+
+@pytest.mark.slow
+def test_the_cli_exits_9_and_writes_nothing(flow_env: str, s3, landing_bucket: str) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    globex = today_folder(landing_bucket, "globex")
+    upload(s3, globex, fleet_delivery(trips=20))
+    done = subprocess.run(
+        [sys.executable, "-m", "fleet_cli", "run", "--tenant", "acme", globex],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "300", "PREFECT_API_URL": PREFECT_API_URL.value()},
+    )
+    assert done.returncode == 9, done.stdout + done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("Refused")]
+    assert f"{globex} belongs to tenant 'globex', not 'acme'" in line
+    _nothing_written(flow_env)
+
+
+def test_the_relay_refuses_a_disabled_tenant_s_objects(
+    s3, sqs, landing_bucket: str, tmp_path: Path
+) -> None:
+    url = sqs.create_queue(
+        QueueName=f"fleet-relay-{uuid.uuid4().hex[:12]}", Attributes={"VisibilityTimeout": "1"}
+    )["QueueUrl"]
+    notify_queue_of(s3, sqs, landing_bucket, url)
+    registry_file = tmp_path / "tenants.yaml"
+    registry_file.write_text(REGISTRY)
+    emitted: list[Any] = []
+    announced: list[tuple[str, dict[str, Any]]] = []
+    relay = Relay(
+        sqs,
+        url,
+        emitted.append,
+        dead_letter=FileDeadLetter(str(tmp_path / "dead.jsonl")),
+        wait_seconds=1,
+        events=lambda name, payload: announced.append((name, dict(payload))),
+        registry=load_registry(registry_file),
+    )
+    acme = today_folder(landing_bucket, "acme").removeprefix(f"s3://{landing_bucket}/")
+    globex = today_folder(landing_bucket, "globex").removeprefix(f"s3://{landing_bucket}/")
+    put_objects(s3, landing_bucket, {acme + "_SUCCESS": b"", globex + "_SUCCESS": b""})
+    totals = RelayStats()
+    deadline = time.monotonic() + 15
+    while totals.emitted + totals.skipped < 2:
+        assert time.monotonic() < deadline, totals
+        totals.add(relay.poll_once())
+    assert [record.tenant_id for record in emitted] == ["acme"]
+    refusals = [payload for name, payload in announced if name == DELIVERY_REFUSED_EVENT]
+    assert len(refusals) == 1 and refusals[0]["tenant_id"] == "globex"
+    assert refusals[0]["kind"] == "disabled_tenant" and refusals[0]["source"] == "relay"
+    assert json.dumps(refusals[0])  # a Prefect event payload: plain JSON
+
+
+@pytest.mark.slow
+def test_the_sweep_starts_no_run_for_a_disabled_tenant(
+    flow_env: str, s3, landing_bucket: str, tmp_path: Path, monkeypatch
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+    from flows.import_s3_folder import import_s3_folder
+    from flows.sweep_landing_zone import sweep_landing_zone
+
+    registry = tmp_path / "tenants.yaml"
+    registry.write_text(REGISTRY)
+    monkeypatch.setenv("FLEET_TENANTS", str(registry))
+    name = f"import-{uuid.uuid4().hex[:8]}"
+    deployment_id = import_s3_folder.to_deployment(name=name).apply()
+    for tenant in ("acme", "globex"):
+        folder = today_folder(landing_bucket, tenant)
+        upload(s3, folder, {**fleet_delivery(trips=10), "_SUCCESS": b""})
+    state = sweep_landing_zone(
+        bucket=landing_bucket,
+        deployment=f"import-s3-folder/{name}",
+        lookback_days=0,
+        return_state=True,
+    )
+    assert state.is_completed(), state.message
+    counts = state.result()
+    assert counts["started"] == 1 and counts["refused"] == 1, counts
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
+        )
+    assert [run.parameters["tenant_id"] for run in runs] == ["acme"]
+    globex = today_folder(landing_bucket, "globex")
+    (event,) = _refused_events(globex)
+    assert event.payload["source"] == "sweep" and event.payload["kind"] == "disabled_tenant"
