@@ -3,22 +3,45 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import uuid
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from fleet_cli.batch_views import batch_detail_record, batch_record, batch_views, batches_table
-from fleet_import.config import Settings
+from fleet_cli.guard import (
+    CONFIGURATION_ERROR,
+    DEBUG_VARIABLE,
+    error_line,
+    foreseen_errors,
+    operational_database_ready,
+    prefect_ready,
+    require_settings,
+)
+from fleet_import.checks.settings import IMPORTS, OPERATIONAL, RELAY
 from fleet_import.errors import FleetImportError
 from fleet_import.intake.landing import DEFAULT_PATTERN
 from fleet_import.store.models import BatchStatus
-from fleet_import.store.repository import BatchRepository
+
+if TYPE_CHECKING:
+    from fleet_import.store.repository import BatchRepository
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+
+
+@app.callback()
+def main(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="show tracebacks (also FLEET_DEBUG=1)")
+    ] = False,
+) -> None:
+    if debug:
+        os.environ[DEBUG_VARIABLE] = "1"  # the flows run in this process read it too
+
+
 db_app = typer.Typer(no_args_is_help=True, help="The operational database.")
 batches_app = typer.Typer(no_args_is_help=True, help="Inspect ingestion batches.")
 app.add_typer(db_app, name="db")
@@ -49,11 +72,12 @@ _AMBIGUOUS_SHOWN = 3
 
 
 def _database_url(value: str | None) -> str:
-    return value or Settings().database_url
+    """The operational database's URL, the settings checked first (CONFIGURATION_ERROR)."""
+    return require_settings(OPERATIONAL, database_url=value).database_url
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(Text.assemble(("error:", "red"), " ", message))
+    error_line(message)
     return typer.Exit(code)
 
 
@@ -91,11 +115,13 @@ def batches_list(
     database_url: DatabaseOption = None,
 ) -> None:
     """The newest batches first; a wider terminal shows more columns."""
-    repo = BatchRepository(_database_url(database_url))
-    try:
+    url = _database_url(database_url)  # the settings first: refused before any import
+    from fleet_cli.batch_views import batch_record, batches_table
+    from fleet_import.store.repository import BatchRepository
+
+    repo = BatchRepository(url)
+    with foreseen_errors():
         batches = repo.list(tenant=tenant, status=status, limit=limit)
-    except FleetImportError as exc:
-        raise _fail(str(exc)) from None
     if as_json:
         typer.echo(json.dumps([batch_record(batch) for batch in batches], indent=2))
         return
@@ -132,16 +158,16 @@ def batches_show(
     database_url: DatabaseOption = None,
 ) -> None:
     """A batch's details, failures and resumes, publication steps and first rejects."""
-    from fleet_import.store.outbox import OutboxRepository
-
     url = _database_url(database_url)
+    from fleet_cli.batch_views import batch_detail_record, batch_views
+    from fleet_import.store.outbox import OutboxRepository
+    from fleet_import.store.repository import BatchRepository
+
     repo = BatchRepository(url)
-    try:
+    with foreseen_errors():
         parsed = resolve_batch_id(batch_id, repo)
         batch = repo.get(parsed)
         steps = OutboxRepository(url).steps(parsed) if batch else []
-    except FleetImportError as exc:
-        raise _fail(str(exc)) from None
     if batch is None:
         raise _fail(f"no batch {batch_id}")
     if as_json:
@@ -172,12 +198,16 @@ def run(
     4 committed, publication pending: still running until a drain or resume publishes it;
     5 already loaded: the slice holds exactly this content (--force loads it again).
     """
-    from flows.import_s3_folder import import_s3_folder
+    settings = require_settings(IMPORTS)
+    prefect_ready()
+    operational_database_ready(settings)
+    with foreseen_errors():
+        from flows.import_s3_folder import import_s3_folder
 
-    state = import_s3_folder(
-        tenant_id=tenant, folder=folder, delivery_key=delivery_key, force=force,
-        return_state=True,
-    )
+        state = import_s3_folder(
+            tenant_id=tenant, folder=folder, delivery_key=delivery_key, force=force,
+            return_state=True,
+        )
     _report(state)
 
 
@@ -192,10 +222,15 @@ def resume(batch_id: Annotated[str, typer.Argument(help="the batch to resume")])
     3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
     4 committed, publication pending: still running until a drain or resume publishes it.
     """
-    from flows.resume_publication import resume_publication
-
     parse_batch_id(batch_id)
-    _report(resume_publication(batch_id=batch_id, return_state=True))
+    settings = require_settings(IMPORTS)
+    prefect_ready()
+    operational_database_ready(settings)
+    with foreseen_errors():
+        from flows.resume_publication import resume_publication
+
+        state = resume_publication(batch_id=batch_id, return_state=True)
+    _report(state)
 
 
 def _report(state) -> None:
@@ -276,6 +311,14 @@ def relay(
     A message is deleted only after its events were accepted by the Prefect API; messages
     that are not S3 notifications go to the dead-letter queue or file and are deleted.
     """
+    require_settings(RELAY)
+    if not queue_url.startswith(("https://", "http://")):
+        error_line(
+            "FLEET_RELAY_QUEUE_URL (--queue-url): expected an SQS queue URL like "
+            "https://sqs.eu-west-1.amazonaws.com/123456789012/fleet-landing"
+        )
+        raise typer.Exit(CONFIGURATION_ERROR)
+    prefect_ready()
     import contextlib
     import gc
     import logging

@@ -19,6 +19,7 @@ from prefect.events import emit_event
 from prefect.runtime import flow_run
 from prefect.states import State
 
+from fleet_import.checks.settings import IMPORTS, check_settings
 from fleet_import.config import Settings
 from fleet_import.errors import is_transient
 from fleet_import.importing.driver import STEP_RETRY_DELAYS_SECONDS, STEP_RETRY_JITTER
@@ -142,7 +143,9 @@ def prefect_event_sink(name: str, payload: Mapping[str, Any]) -> None:
 
 
 def runtime_for_flow(**kwargs: Any) -> Runtime:
-    return build_runtime(load_settings(), events=prefect_event_sink, **kwargs)
+    """The run's runtime; SettingsInvalid (every problem at once) before anything starts."""
+    settings = check_settings(IMPORTS, settings=load_settings())
+    return build_runtime(settings, events=prefect_event_sink, **kwargs)
 
 
 def lease_owner() -> str:

@@ -7,11 +7,12 @@ import uuid
 from prefect import flow, get_run_logger
 from prefect.states import State
 
+from fleet_import.errors import FleetImportError
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.resume import resume_batch
 from fleet_import.store.models import NotResumable
 from flows.common import lease_owner, runtime_for_flow
-from flows.reporting import failed, publish_artifacts, state_for
+from flows.reporting import failed, foreseen_failure, publish_artifacts, state_for
 from flows.story import tell
 
 
@@ -27,8 +28,11 @@ def resume_publication(batch_id: str) -> State:
         parsed = uuid.UUID(batch_id)
     except ValueError:
         return failed(f"{batch_id!r} is not a batch id")
-    rt = runtime_for_flow()
-    outcome = resume_batch(rt.ctx, rt.outbox, parsed, owner=lease_owner())
+    try:
+        rt = runtime_for_flow()
+        outcome = resume_batch(rt.ctx, rt.outbox, parsed, owner=lease_owner())
+    except FleetImportError as exc:  # settings, a database that does not answer, ...
+        return foreseen_failure(exc)
     get_run_logger().info("resume of %s: %s", batch_id, type(outcome).__name__)
     if isinstance(outcome, NotResumable):
         return failed(outcome.reason, name="NotResumable")
