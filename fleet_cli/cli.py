@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from fleet_cli.doctor import doctor
 from fleet_cli.guard import (
     CONFIGURATION_ERROR,
     DEBUG_VARIABLE,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from fleet_import.store.repository import BatchRepository
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app.command("doctor")(doctor)
 
 
 @app.callback()
