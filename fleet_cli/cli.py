@@ -8,9 +8,11 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Annotated
 
+import click
 import typer
 from rich.console import Console
 from rich.text import Text
+from typer.core import TyperGroup
 
 from fleet_cli.doctor import doctor
 from fleet_cli.guard import (
@@ -30,7 +32,26 @@ from fleet_import.store.models import BatchStatus
 if TYPE_CHECKING:
     from fleet_import.store.repository import BatchRepository
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+_HELP = """Load tenants' S3 delivery folders into curated warehouse tables (Redshift, or
+PostgreSQL for development) under Prefect: one running batch per tenant folder, every row
+stamped with its batch, a failed publication resumed without reloading a row.
+
+First time: `fleet-import doctor` checks every setting and connection and says how to fix
+what fails; `fleet-import db upgrade` migrates the operational database; then
+`fleet-import run --tenant acme s3://fleet-landing/acme/fleet/2026-07-22/`. With nothing
+configured, `fleet-import demo` shows it all on embedded services.
+"""
+# The order a new user needs them in, not the alphabet's.
+COMMAND_ORDER = ("doctor", "db", "run", "batches", "resume", "relay", "demo")
+
+
+class _InOrderOfUse(TyperGroup):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = super().list_commands(ctx)
+        return sorted(names, key=lambda n: COMMAND_ORDER.index(n) if n in COMMAND_ORDER else 99)
+
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=_HELP, cls=_InOrderOfUse)
 app.command("doctor")(doctor)
 
 
@@ -44,8 +65,14 @@ def main(
         os.environ[DEBUG_VARIABLE] = "1"  # the flows run in this process read it too
 
 
-db_app = typer.Typer(no_args_is_help=True, help="The operational database.")
-batches_app = typer.Typer(no_args_is_help=True, help="Inspect ingestion batches.")
+db_app = typer.Typer(
+    no_args_is_help=True,
+    help="The operational database: `fleet-import db upgrade` before the first run.",
+)
+batches_app = typer.Typer(
+    no_args_is_help=True,
+    help="Inspect ingestion batches: `fleet-import batches list --status failed`.",
+)
 app.add_typer(db_app, name="db")
 app.add_typer(batches_app, name="batches")
 
@@ -88,7 +115,10 @@ def db_upgrade(
     revision: Annotated[str, typer.Argument(help="target revision")] = "head",
     database_url: DatabaseOption = None,
 ) -> None:
-    """Migrate the operational database (Alembic)."""
+    """Migrate the operational database (Alembic) to the head revision, or to REVISION.
+
+    Example: FLEET_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/fleet fleet-import db upgrade
+    """
     from sqlalchemy.exc import SQLAlchemyError
 
     from fleet_import.store import migrate
@@ -116,7 +146,10 @@ def batches_list(
     as_json: JsonOption = False,
     database_url: DatabaseOption = None,
 ) -> None:
-    """The newest batches first; a wider terminal shows more columns."""
+    """The newest batches first; a wider terminal shows more columns.
+
+    Example: fleet-import batches list --tenant acme --status failed
+    """
     url = _database_url(database_url)  # the settings first: refused before any import
     from fleet_cli.batch_views import batch_record, batches_table
     from fleet_import.store.repository import BatchRepository
@@ -159,7 +192,10 @@ def batches_show(
     as_json: JsonOption = False,
     database_url: DatabaseOption = None,
 ) -> None:
-    """A batch's details, failures and resumes, publication steps and first rejects."""
+    """A batch's details, failures and resumes, publication steps and first rejects.
+
+    Example: fleet-import batches show 1f0c3a9e
+    """
     url = _database_url(database_url)
     from fleet_cli.batch_views import batch_detail_record, batch_views
     from fleet_import.store.outbox import OutboxRepository
@@ -198,7 +234,10 @@ def run(
     2 usage error;
     3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
     4 committed, publication pending: still running until a drain or resume publishes it;
-    5 already loaded: the slice holds exactly this content (--force loads it again).
+    5 already loaded: the slice holds exactly this content (--force loads it again);
+    78 configuration error: the settings are wrong, nothing was started.
+
+    Example: fleet-import run --tenant acme s3://fleet-landing/acme/fleet/2026-07-22/
     """
     settings = require_settings(IMPORTS)
     prefect_ready()
@@ -222,7 +261,10 @@ def resume(batch_id: Annotated[str, typer.Argument(help="the batch to resume")])
     1 failed, or refused (NotResumable);
     2 usage error (not a batch id);
     3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
-    4 committed, publication pending: still running until a drain or resume publishes it.
+    4 committed, publication pending: still running until a drain or resume publishes it;
+    78 configuration error: the settings are wrong, nothing was started.
+
+    Example: fleet-import resume 1f0c3a9e-5b7d-4c2e-9a61-0d3f8e2b4c17
     """
     parse_batch_id(batch_id)
     settings = require_settings(IMPORTS)
@@ -247,7 +289,10 @@ def _report(state) -> None:
 
 @app.command("demo")
 def demo() -> None:
-    """Run the real flows end to end on an embedded PostgreSQL and S3 (nothing to configure)."""
+    """Run the real flows end to end on an embedded PostgreSQL and S3 (nothing to configure).
+
+    Example: fleet-import demo
+    """
     from flows.demo import run_demo
 
     raise typer.Exit(run_demo())
@@ -312,6 +357,8 @@ def relay(
 
     A message is deleted only after its events were accepted by the Prefect API; messages
     that are not S3 notifications go to the dead-letter queue or file and are deleted.
+
+    Example: fleet-import relay --queue-url https://sqs.eu-west-1.amazonaws.com/123456789012/fleet-landing
     """
     require_settings(RELAY)
     if not queue_url.startswith(("https://", "http://")):
