@@ -83,7 +83,10 @@ def operational_database_ready(settings: Settings) -> None:
 
     for check in check_operational_database(settings.database_url):
         if check.ok is False:
-            error_line(f"{check.reason}: {check.fix}")
+            reason = check.reason
+            if not reason.startswith("operational database"):
+                reason = f"operational database: {reason}"
+            error_line(f"{reason}: {check.fix}")
             raise typer.Exit(FAILED)
 
 

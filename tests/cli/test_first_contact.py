@@ -201,3 +201,45 @@ def test_under_the_flow_the_run_fails_with_that_line(
         assert state.message.endswith(
             "check FLEET_DATABASE_URL (host:port) and that the server runs"
         )
+
+
+def test_the_temporary_prefect_api_that_does_not_start_says_how_to_point_at_a_server(
+    database_url: str, tmp_path: Path
+) -> None:
+    result, seconds = fleet(
+        "run", "--tenant", "acme", FOLDER,
+        FLEET_DATABASE_URL=database_url,
+        FLEET_STAGING_URI=str(tmp_path / "staging"),
+        PREFECT_HOME=str(tmp_path / "prefect"),
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="1",  # a start that cannot finish
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert (
+        "error: the temporary Prefect API did not start within 1 s: start one "
+        "(`prefect server start`) and set PREFECT_API_URL=http://127.0.0.1:4200/api"
+    ) in error_lines(result)
+
+
+def test_an_unmigrated_database_stops_run_before_prefect(
+    empty_database_url: str, tmp_path: Path
+) -> None:
+    result, seconds = fleet(
+        "run", "--tenant", "acme", FOLDER,
+        FLEET_DATABASE_URL=empty_database_url,
+        FLEET_STAGING_URI="s3://fleet-staging/stage/",
+        PREFECT_HOME=str(tmp_path / "prefect"),
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert error_lines(result) == [
+        "error: operational database: never migrated, head is 0006: run `fleet-import db upgrade`"
+    ]
+    assert not (tmp_path / "prefect").exists()
+    assert seconds < FAST_ENOUGH_SECONDS
+
+
+def test_the_configuration_exit_code_is_the_one_in_the_table() -> None:
+    from fleet_cli.guard import CONFIGURATION_ERROR as guard_code
+    from flows.reporting import ExitCode
+
+    assert ExitCode.CONFIGURATION_ERROR == guard_code == CONFIGURATION_ERROR
