@@ -82,9 +82,10 @@ def warehouse_load_slots(tenant_id: str, settings: Settings | None = None) -> It
     if not names:
         yield
         return
-    for name in names:
-        if ensure_limit(name, sizes[name]):
-            log.warning("created the missing concurrency limit %s (%d slots)", name, sizes[name])
+    # A tenant's first load creates its limit: expected, so not a warning; one line for all.
+    created = [f"{name} ({sizes[name]} slots)" for name in names if ensure_limit(name, sizes[name])]
+    if created:
+        log.info("created concurrency limits %s", ", ".join(created))
     # strict: a limit deleted since is an error, not a silent pass. A failed lease renewal
     # is not: the slot only throttles, the batch's lease in PostgreSQL guards the load.
     with concurrency(
