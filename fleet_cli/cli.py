@@ -20,9 +20,9 @@ from fleet_cli.guard import (
     DEBUG_VARIABLE,
     error_line,
     foreseen_errors,
-    operational_database_ready,
     prefect_ready,
     require_settings,
+    services_ready,
 )
 from fleet_import.checks.settings import IMPORTS, OPERATIONAL, RELAY
 from fleet_import.errors import FleetImportError
@@ -241,7 +241,7 @@ def run(
     """
     settings = require_settings(IMPORTS)
     prefect_ready()
-    operational_database_ready(settings)
+    services_ready(settings)
     with foreseen_errors():
         from flows.import_s3_folder import import_s3_folder
 
@@ -269,7 +269,7 @@ def resume(batch_id: Annotated[str, typer.Argument(help="the batch to resume")])
     parse_batch_id(batch_id)
     settings = require_settings(IMPORTS)
     prefect_ready()
-    operational_database_ready(settings)
+    services_ready(settings)
     with foreseen_errors():
         from flows.resume_publication import resume_publication
 

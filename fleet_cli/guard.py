@@ -76,10 +76,11 @@ def prefect_ready() -> None:
         raise typer.Exit(FAILED) from None
 
 
-def operational_database_ready(settings: Settings) -> None:
-    """Before Prefect starts: a database that does not answer, or was never migrated, is
-    said in one line now rather than after the temporary API's start-up."""
-    from fleet_import.checks.services import check_operational_database
+def services_ready(settings: Settings) -> None:
+    """Before Prefect starts: an operational database that does not answer or was never
+    migrated, or a warehouse that does not answer, is said in one line now rather than
+    after the temporary API's start-up."""
+    from fleet_import.checks.services import check_operational_database, check_warehouse
 
     for check in check_operational_database(settings.database_url):
         if check.ok is False:
@@ -88,6 +89,10 @@ def operational_database_ready(settings: Settings) -> None:
                 reason = f"operational database: {reason}"
             error_line(f"{reason}: {check.fix}")
             raise typer.Exit(FAILED)
+    reachable = next(check_warehouse(settings))
+    if reachable.ok is False:
+        error_line(f"{reachable.reason}: {reachable.fix}")
+        raise typer.Exit(FAILED)
 
 
 def _prefect_advice(exc: BaseException) -> str | None:

@@ -243,3 +243,18 @@ def test_the_configuration_exit_code_is_the_one_in_the_table() -> None:
     from flows.reporting import ExitCode
 
     assert ExitCode.CONFIGURATION_ERROR == guard_code == CONFIGURATION_ERROR
+
+
+def test_an_unreachable_warehouse_is_one_line_naming_its_variable(database_url: str) -> None:
+    result, seconds = fleet(
+        "run", "--tenant", "acme", FOLDER,
+        FLEET_DATABASE_URL=database_url,
+        FLEET_WAREHOUSE_URL=_closed_port_url(),
+        FLEET_STAGING_URI="s3://fleet-staging/stage/",
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    (line,) = error_lines(result)
+    assert line.startswith("error: warehouse error (OperationalError, SQLSTATE None)")
+    assert line.endswith(": check FLEET_WAREHOUSE_URL (host:port) and that the server runs")
+    assert "s3cret-pw" not in line
+    assert seconds < FAST_ENOUGH_SECONDS
