@@ -218,7 +218,7 @@ def _staging(uri: str | None) -> list[SettingProblem]:
         except FleetImportError as exc:
             return [SettingProblem(variable, f"expected s3://bucket/prefix/: {_reason(exc)}")]
         return []
-    if "://" in uri:
+    if "://" in uri and not uri.startswith("file://"):
         return [SettingProblem(variable, "expected s3://bucket/prefix/ or a local directory")]
     return []
 
