@@ -8,13 +8,12 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Annotated
 
-import click
 import typer
 from rich.console import Console
 from rich.text import Text
-from typer.core import TyperGroup
 
 from fleet_cli.doctor import doctor
+from fleet_cli.first_help import TOOL_HELP, InOrderOfUse
 from fleet_cli.guard import (
     CONFIGURATION_ERROR,
     DEBUG_VARIABLE,
@@ -32,26 +31,7 @@ from fleet_import.store.models import BatchStatus
 if TYPE_CHECKING:
     from fleet_import.store.repository import BatchRepository
 
-_HELP = """Load tenants' S3 delivery folders into curated warehouse tables (Redshift, or
-PostgreSQL for development) under Prefect: one running batch per tenant folder, every row
-stamped with its batch, a failed publication resumed without reloading a row.
-
-First time: `fleet-import doctor` checks every setting and connection and says how to fix
-what fails; `fleet-import db upgrade` migrates the operational database; then
-`fleet-import run --tenant acme s3://fleet-landing/acme/fleet/2026-07-22/`. With nothing
-configured, `fleet-import demo` shows it all on embedded services.
-"""
-# The order a new user needs them in, not the alphabet's.
-COMMAND_ORDER = ("doctor", "db", "run", "batches", "resume", "relay", "demo")
-
-
-class _InOrderOfUse(TyperGroup):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        names = super().list_commands(ctx)
-        return sorted(names, key=lambda n: COMMAND_ORDER.index(n) if n in COMMAND_ORDER else 99)
-
-
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=_HELP, cls=_InOrderOfUse)
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=TOOL_HELP, cls=InOrderOfUse)
 app.command("doctor")(doctor)
 
 
@@ -119,7 +99,7 @@ def db_upgrade(
 
     Example: FLEET_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/fleet fleet-import db upgrade
     """
-    from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
     from fleet_import.store import migrate
 
@@ -127,8 +107,9 @@ def db_upgrade(
     try:
         migrate.upgrade(url, revision)
     except SQLAlchemyError as exc:
+        hint = ": check FLEET_DATABASE_URL (host:port)" if isinstance(exc, OperationalError) else ""
         raise _fail(
-            f"migration failed: {type(exc).__name__}: {getattr(exc, 'orig', exc)}"
+            f"migration failed: {type(exc).__name__}: {getattr(exc, 'orig', exc)}{hint}"
         ) from None
     console.print(Text(f"operational database at revision {migrate.current(url)}"))
 
