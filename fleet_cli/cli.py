@@ -3,25 +3,59 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import uuid
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from fleet_cli.batch_views import batch_detail_record, batch_record, batch_views, batches_table
+from fleet_cli.doctor import doctor
+from fleet_cli.first_help import TOOL_HELP, InOrderOfUse
+from fleet_cli.guard import (
+    CONFIGURATION_ERROR,
+    DEBUG_VARIABLE,
+    error_line,
+    foreseen_errors,
+    prefect_ready,
+    require_settings,
+    services_ready,
+)
 from fleet_cli.tenants import tenants_app
+from fleet_import.checks.settings import IMPORTS, OPERATIONAL, RELAY
 from fleet_import.config import Settings
 from fleet_import.errors import FleetImportError
 from fleet_import.intake.landing import DEFAULT_PATTERN
 from fleet_import.store.models import BatchStatus
-from fleet_import.store.repository import BatchRepository
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
-db_app = typer.Typer(no_args_is_help=True, help="The operational database.")
-batches_app = typer.Typer(no_args_is_help=True, help="Inspect ingestion batches.")
+if TYPE_CHECKING:
+    from fleet_import.store.repository import BatchRepository
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=TOOL_HELP, cls=InOrderOfUse)
+app.command("doctor")(doctor)
+
+
+@app.callback()
+def main(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="show tracebacks (also FLEET_DEBUG=1)")
+    ] = False,
+) -> None:
+    if debug:
+        os.environ[DEBUG_VARIABLE] = "1"  # the flows run in this process read it too
+
+
+db_app = typer.Typer(
+    no_args_is_help=True,
+    help="The operational database: `fleet-import db upgrade` before the first run.",
+)
+batches_app = typer.Typer(
+    no_args_is_help=True,
+    help="Inspect ingestion batches: `fleet-import batches list --status failed`.",
+)
 app.add_typer(db_app, name="db")
 app.add_typer(batches_app, name="batches")
 app.add_typer(tenants_app, name="tenants")
@@ -51,11 +85,12 @@ _AMBIGUOUS_SHOWN = 3
 
 
 def _database_url(value: str | None) -> str:
-    return value or Settings().database_url
+    """The operational database's URL, the settings checked first (CONFIGURATION_ERROR)."""
+    return require_settings(OPERATIONAL, database_url=value).database_url
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(Text.assemble(("error:", "red"), " ", message))
+    error_line(message)
     return typer.Exit(code)
 
 
@@ -64,8 +99,11 @@ def db_upgrade(
     revision: Annotated[str, typer.Argument(help="target revision")] = "head",
     database_url: DatabaseOption = None,
 ) -> None:
-    """Migrate the operational database (Alembic)."""
-    from sqlalchemy.exc import SQLAlchemyError
+    """Migrate the operational database (Alembic) to the head revision, or to REVISION.
+
+    Example: FLEET_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/fleet fleet-import db upgrade
+    """
+    from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
     from fleet_import.store import migrate
 
@@ -73,8 +111,9 @@ def db_upgrade(
     try:
         migrate.upgrade(url, revision)
     except SQLAlchemyError as exc:
+        hint = ": check FLEET_DATABASE_URL (host:port)" if isinstance(exc, OperationalError) else ""
         raise _fail(
-            f"migration failed: {type(exc).__name__}: {getattr(exc, 'orig', exc)}"
+            f"migration failed: {type(exc).__name__}: {getattr(exc, 'orig', exc)}{hint}"
         ) from None
     console.print(Text(f"operational database at revision {migrate.current(url)}"))
 
@@ -92,12 +131,16 @@ def batches_list(
     as_json: JsonOption = False,
     database_url: DatabaseOption = None,
 ) -> None:
-    """The newest batches first; a wider terminal shows more columns."""
-    repo = BatchRepository(_database_url(database_url))
-    try:
+    """The newest batches first; a wider terminal shows more columns.
+
+    Example: fleet-import batches list --tenant acme --status failed
+    """
+    url = _database_url(database_url)  # the settings first: refused before any import
+    from fleet_import.store.repository import BatchRepository
+
+    repo = BatchRepository(url)
+    with foreseen_errors():
         batches = repo.list(tenant=tenant, status=status, limit=limit)
-    except FleetImportError as exc:
-        raise _fail(str(exc)) from None
     if as_json:
         typer.echo(json.dumps([batch_record(batch) for batch in batches], indent=2))
         return
@@ -133,17 +176,19 @@ def batches_show(
     as_json: JsonOption = False,
     database_url: DatabaseOption = None,
 ) -> None:
-    """A batch's details, failures and resumes, publication steps and first rejects."""
-    from fleet_import.store.outbox import OutboxRepository
+    """A batch's details, failures and resumes, publication steps and first rejects.
 
+    Example: fleet-import batches show 1f0c3a9e
+    """
     url = _database_url(database_url)
+    from fleet_import.store.outbox import OutboxRepository
+    from fleet_import.store.repository import BatchRepository
+
     repo = BatchRepository(url)
-    try:
+    with foreseen_errors():
         parsed = resolve_batch_id(batch_id, repo)
         batch = repo.get(parsed)
         steps = OutboxRepository(url).steps(parsed) if batch else []
-    except FleetImportError as exc:
-        raise _fail(str(exc)) from None
     if batch is None:
         raise _fail(f"no batch {batch_id}")
     if as_json:
@@ -174,16 +219,20 @@ def run(
     4 committed, publication pending: still running until a drain or resume publishes it;
     5 already loaded: the slice holds exactly this content (--force loads it again);
     9 refused: the folder is not the tenant's, or the tenant is unknown or disabled.
-    """
-    from flows.import_s3_folder import import_s3_folder
+    78 configuration error: the settings are wrong, nothing was started.
 
-    state = import_s3_folder(
-        tenant_id=tenant,
-        folder=folder,
-        delivery_key=delivery_key,
-        force=force,
-        return_state=True,
-    )
+    Example: fleet-import run --tenant acme s3://fleet-landing/acme/fleet/2026-07-22/
+    """
+    settings = require_settings(IMPORTS)
+    prefect_ready()
+    services_ready(settings)
+    with foreseen_errors():
+        from flows.import_s3_folder import import_s3_folder
+
+        state = import_s3_folder(
+            tenant_id=tenant, folder=folder, delivery_key=delivery_key, force=force,
+            return_state=True,
+        )
     _report(state)
 
 
@@ -198,11 +247,19 @@ def resume(batch_id: Annotated[str, typer.Argument(help="the batch to resume")])
     3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
     4 committed, publication pending: still running until a drain or resume publishes it;
     9 refused: the batch's tenant is unknown or disabled, or its folder is not the tenant's.
-    """
-    from flows.resume_publication import resume_publication
+    78 configuration error: the settings are wrong, nothing was started.
 
+    Example: fleet-import resume 1f0c3a9e-5b7d-4c2e-9a61-0d3f8e2b4c17
+    """
     parse_batch_id(batch_id)
-    _report(resume_publication(batch_id=batch_id, return_state=True))
+    settings = require_settings(IMPORTS)
+    prefect_ready()
+    services_ready(settings)
+    with foreseen_errors():
+        from flows.resume_publication import resume_publication
+
+        state = resume_publication(batch_id=batch_id, return_state=True)
+    _report(state)
 
 
 def _report(state) -> None:
@@ -217,7 +274,10 @@ def _report(state) -> None:
 
 @app.command("demo")
 def demo() -> None:
-    """Run the real flows end to end on an embedded PostgreSQL and S3 (nothing to configure)."""
+    """Run the real flows end to end on an embedded PostgreSQL and S3 (nothing to configure).
+
+    Example: fleet-import demo
+    """
     from flows.demo import run_demo
 
     raise typer.Exit(run_demo())
@@ -282,7 +342,17 @@ def relay(
 
     A message is deleted only after its events were accepted by the Prefect API; messages
     that are not S3 notifications go to the dead-letter queue or file and are deleted.
+
+    Example: fleet-import relay --queue-url https://sqs.eu-west-1.amazonaws.com/123456789012/fleet-landing
     """
+    require_settings(RELAY)
+    if not queue_url.startswith(("https://", "http://")):
+        error_line(
+            "FLEET_RELAY_QUEUE_URL (--queue-url): expected an SQS queue URL like "
+            "https://sqs.eu-west-1.amazonaws.com/123456789012/fleet-landing"
+        )
+        raise typer.Exit(CONFIGURATION_ERROR)
+    prefect_ready()
     import contextlib
     import gc
     import logging

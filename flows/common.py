@@ -18,6 +18,7 @@ from prefect.events import emit_event
 from prefect.runtime import flow_run
 from prefect.states import State
 
+from fleet_import.checks.settings import IMPORTS, check_settings
 from fleet_import.config import Settings
 from fleet_import.errors import is_transient
 from fleet_import.importing.driver import STEP_BACKOFF
@@ -81,9 +82,10 @@ def warehouse_load_slots(tenant_id: str, settings: Settings | None = None) -> It
     if not names:
         yield
         return
-    for name in names:
-        if ensure_limit(name, sizes[name]):
-            log.warning("created the missing concurrency limit %s (%d slots)", name, sizes[name])
+    # A tenant's first load creates its limit: expected, so not a warning; one line for all.
+    created = [f"{name} ({sizes[name]} slots)" for name in names if ensure_limit(name, sizes[name])]
+    if created:
+        log.info("created concurrency limits %s", ", ".join(created))
     # strict: a limit deleted since is an error, not a silent pass. A failed lease renewal
     # is not: the slot only throttles, the batch's lease in PostgreSQL guards the load.
     with concurrency(
@@ -140,7 +142,9 @@ def prefect_event_sink(name: str, payload: Mapping[str, Any]) -> None:
 
 
 def runtime_for_flow(settings: Settings | None = None, **kwargs: Any) -> Runtime:
-    return build_runtime(settings or load_settings(), events=prefect_event_sink, **kwargs)
+    """The run's runtime; SettingsInvalid (every problem at once) before anything starts."""
+    settings = check_settings(IMPORTS, settings=settings or load_settings())
+    return build_runtime(settings, events=prefect_event_sink, **kwargs)
 
 
 def lease_owner() -> str:

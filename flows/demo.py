@@ -65,7 +65,11 @@ def run_demo(home: Path = DEMO_HOME) -> int:
 
     def say(message: str | Text) -> None:
         # Text: state messages and folders are printed as they are, never as rich markup.
-        console.print(Text.assemble((f"{time.monotonic() - started:5.1f}s", "dim"), " ", message))
+        # soft_wrap: a long result line is left to the terminal, never cut inside a scope.
+        console.print(
+            Text.assemble((f"{time.monotonic() - started:5.1f}s", "dim"), " ", message),
+            soft_wrap=True,
+        )
 
     home = home.resolve()
     # The demo narrates; Prefect's run logs and the S3 server's request lines would bury it.
@@ -119,6 +123,7 @@ def run_demo(home: Path = DEMO_HOME) -> int:
         say(Text.assemble(f"{label}: ", (state.name, colour), " ", state.message or ""))
 
     say("starting a local Prefect API (first start takes a few seconds)...")
+    _create_load_limits(say)
     for tenant, folder in folders.items():
         show(
             f"import {tenant}", import_s3_folder(tenant_id=tenant, folder=folder, return_state=True)
@@ -133,9 +138,16 @@ def run_demo(home: Path = DEMO_HOME) -> int:
     )
 
     os.environ["FLEET_REFRESH_SQL"] = _FAILING_REFRESH
-    failed = import_s3_folder(
-        tenant_id="globex", folder=folders["globex"], force=True, return_state=True
-    )
+    # The failure is the point here, and the next line narrates it: its retry warning is not.
+    publisher_log = logging.getLogger("fleet_import.publication.publisher")
+    level = publisher_log.level
+    publisher_log.setLevel(logging.ERROR)
+    try:
+        failed = import_s3_folder(
+            tenant_id="globex", folder=folders["globex"], force=True, return_state=True
+        )
+    finally:
+        publisher_log.setLevel(level)
     show("globex with a failing refresh_dependants step", failed)
     os.environ["FLEET_REFRESH_SQL"] = "[]"
     from fleet_import.store.repository import BatchRepository
@@ -150,11 +162,26 @@ def run_demo(home: Path = DEMO_HOME) -> int:
     console.print(
         f"\nDone in {time.monotonic() - started:.0f}s. To see the runs in the Prefect UI:\n"
         f"  PREFECT_HOME={home / 'prefect'} .venv/bin/prefect server start\n"
-        "then open http://127.0.0.1:4200/runs"
+        "then open http://127.0.0.1:4200/runs",
+        soft_wrap=True,  # a command cut across two lines cannot be pasted
     )
     moto = services[1]  # type: ignore[index]
     moto.stop()  # type: ignore[attr-defined]
     return 0
+
+
+def _create_load_limits(say: Callable[[str], None]) -> None:
+    """The load limits a first load would create, made here and said in one progress line,
+    so that no flow has to create (and log) them."""
+    from blocks.limits import WAREHOUSE_LOADS_LIMIT, ensure_limit, tenant_limit
+    from fleet_import.config import Settings
+
+    settings = Settings()
+    sizes = {WAREHOUSE_LOADS_LIMIT: settings.warehouse_load_slots}
+    sizes.update({tenant_limit(t): settings.tenant_load_slots for t in TENANTS})
+    created = [f"{n} ({size})" for n, size in sizes.items() if size and ensure_limit(n, size)]
+    if created:
+        say(f"created the load concurrency limits (slots): {', '.join(created)}")
 
 
 def _print_tables(console: Console, repo, warehouse, folders: dict[str, str]) -> None:

@@ -36,7 +36,14 @@ from flows.common import (
     runtime_for_flow,
     tag_flow_run,
 )
-from flows.reporting import failed, foreseen_as_state, publish_artifacts, refused, state_for
+from flows.reporting import (
+    failed,
+    foreseen_as_state,
+    foreseen_failure,
+    publish_artifacts,
+    refused,
+    state_for,
+)
 from flows.story import tell
 from flows.task_runner import SettingsTaskRunner
 
@@ -155,9 +162,12 @@ def import_s3_folder(
         return refused(admitted)
     tenant = admitted
     tag_flow_run(f"tenant:{tenant.tenant_id}", f"scope:{scope}")
-    rt = runtime_for_flow(settings=settings)
     key = delivery_key or f"flow-run:{flow_run.get_id() or uuid.uuid4()}"
-    claimed = pipeline.claim(rt.ctx, tenant, scope, key, lease_owner(), force=force)
+    try:
+        rt = runtime_for_flow(settings=settings)
+        claimed = pipeline.claim(rt.ctx, tenant, scope, key, lease_owner(), force=force)
+    except FleetImportError as exc:  # settings, a database that does not answer, ...
+        return foreseen_failure(exc)
     if not isinstance(claimed, pipeline.Claimed):
         logger.info("no work for this delivery: %s", claimed)
         return state_for(claimed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import uuid
 from collections.abc import Callable, Mapping
@@ -14,6 +15,7 @@ from typing import Any, TypeVar
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.states import Completed, Failed, State
 
+from fleet_import.checks.explain import explain
 from fleet_import.errors import FleetImportError
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.runtime import Runtime
@@ -36,6 +38,9 @@ class ExitCode(IntEnum):
     ALREADY_LOADED = 5  # the slice already holds this content; nothing loaded (--force does)
     # 6-8 are left to codes other outcomes may take; 9 stays the refusal.
     REFUSED = 9  # the folder is not the tenant's, or the tenant is unknown or disabled
+    # sysexits.h EX_CONFIG: settings wrong, nothing started (the CLI's guard exits with it
+    # before any flow runs, so no flow state maps to it either)
+    CONFIGURATION_ERROR = 78
 
 
 # The final state's name decides, not its type: "Committed" and "Skipped" are Completed
@@ -81,6 +86,14 @@ def failed(message: str, *, name: str = "Failed", crash: BaseException | None = 
 def refused(refusal: Refused) -> State:
     """The Failed state named Refused of a delivery that is not the tenant's (exit 9)."""
     return failed(refusal.reason, name="Refused")
+
+
+def foreseen_failure(exc: FleetImportError) -> State:
+    """A foreseen error before the work starts (settings, a database that does not answer,
+    one never migrated) as the run's Failed state: its one line with the next step, not
+    "Flow run encountered an exception". FLEET_DEBUG=1 logs the traceback too."""
+    debug = os.environ.get("FLEET_DEBUG", "").lower() not in ("", "0", "false", "no")
+    return failed(explain(exc) or str(exc), crash=exc if debug else None)
 
 
 def foreseen_as_state(fn: Callable[..., T]) -> Callable[..., T | State]:

@@ -273,7 +273,9 @@ STATES = [
 
 
 def _replace_flow(monkeypatch, module: str, name: str, state: State) -> None:
-    """The CLI imports the flow when a command runs: a stand-in module returns `state`."""
+    """The CLI imports the flow when a command runs: a stand-in module returns `state`.
+    The settings and the operational database it checks first are the test's own."""
+    monkeypatch.setenv("FLEET_STAGING_URI", "s3://fleet-staging/stage/")
     monkeypatch.setitem(
         sys.modules, f"flows.{module}", SimpleNamespace(**{name: lambda **_: state})
     )
@@ -281,8 +283,9 @@ def _replace_flow(monkeypatch, module: str, name: str, state: State) -> None:
 
 @pytest.mark.parametrize(("state", "code"), STATES, ids=[s.name for s, _ in STATES])
 def test_run_prints_the_final_state_verbatim_and_exits_with_its_code(
-    monkeypatch, state: State, code: int
+    monkeypatch, state: State, code: int, database_url: str
 ) -> None:
+    monkeypatch.setenv("FLEET_DATABASE_URL", database_url)
     _replace_flow(monkeypatch, "import_s3_folder", "import_s3_folder", state)
     result = CliRunner().invoke(app, ["run", "--tenant", "acme", "s3://b/a/"])
     assert result.exit_code == code, result.output
@@ -291,8 +294,9 @@ def test_run_prints_the_final_state_verbatim_and_exits_with_its_code(
 
 @pytest.mark.parametrize(("state", "code"), STATES, ids=[s.name for s, _ in STATES])
 def test_resume_prints_the_final_state_verbatim_and_exits_with_its_code(
-    monkeypatch, state: State, code: int
+    monkeypatch, state: State, code: int, database_url: str
 ) -> None:
+    monkeypatch.setenv("FLEET_DATABASE_URL", database_url)
     _replace_flow(monkeypatch, "resume_publication", "resume_publication", state)
     result = CliRunner().invoke(app, ["resume", str(uuid.uuid4())])
     assert result.exit_code == code, result.output

@@ -1,0 +1,122 @@
+"""`fleet-import doctor`: every connection an import needs, checked in the order an import
+uses them, as `dbt debug` does before the first job. Exit 0 only when every check passes (a
+skipped one, not applicable here, does not fail)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from fleet_import.checks.services import Check, failed, passed
+from fleet_import.checks.settings import IMPORTS, SettingsInvalid, check_settings, read_settings
+from fleet_import.config import Settings
+
+DEFAULT_LANDING_BUCKET = "fleet-landing"  # the bucket prefect.yaml's trigger matches
+_MARKS = {True: ("✓", "green"), False: ("✗", "red"), None: ("–", "dim")}
+
+
+def _settings() -> tuple[Settings, Check]:
+    settings, problems = read_settings()
+    try:
+        check_settings(IMPORTS, settings=settings)
+    except SettingsInvalid as exc:
+        problems += exc.problems
+    if problems:
+        return settings, failed(
+            "settings", "; ".join(str(p) for p in problems), "set the variables named"
+        )
+    return settings, passed("settings", f"warehouse {settings.warehouse}, staging set")
+
+
+def run_checks(landing_bucket: str, queue_url: str | None) -> Iterator[Check]:
+    from fleet_import.checks import services
+
+    settings, settings_check = _settings()
+    yield settings_check
+    yield from services.check_operational_database(settings.database_url)
+    yield from services.check_warehouse(settings)
+    from fleet_import.s3.client import s3_client
+
+    s3 = s3_client(settings.s3_endpoint_url, max_attempts=2)
+    yield services.check_landing_bucket(s3, landing_bucket)
+    yield services.check_staging(settings.staging_uri, lambda: s3)
+    from fleet_cli.doctor_prefect import check_prefect
+
+    yield from check_prefect(settings)
+    if queue_url:
+        import boto3
+
+        from fleet_import.intake.relay import queue_region
+
+        sqs = boto3.client(
+            "sqs", endpoint_url=settings_sqs_endpoint(), region_name=queue_region(queue_url)
+        )
+        yield services.check_queue(sqs, queue_url)
+    else:
+        yield Check("relay queue", None, "FLEET_RELAY_QUEUE_URL is not set")
+
+
+def settings_sqs_endpoint() -> str | None:
+    """The relay's own option (--endpoint-url), read from the same variable."""
+    return os.environ.get("FLEET_SQS_ENDPOINT_URL") or None
+
+
+def checks_table(checks: list[Check]) -> Table:
+    table = Table("", "check", "result", "fix", title="fleet-import doctor", title_justify="left")
+    for check in checks:
+        mark, colour = _MARKS[check.ok]
+        table.add_row(Text(mark, colour), Text(check.name), Text(check.reason), Text(check.fix))
+    return table
+
+
+def doctor(
+    landing_bucket: Annotated[
+        str,
+        typer.Option(
+            envvar="FLEET_LANDING_BUCKET",
+            show_envvar=True,
+            help="the bucket tenants deliver to",
+        ),
+    ] = DEFAULT_LANDING_BUCKET,
+    queue_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="FLEET_RELAY_QUEUE_URL",
+            show_envvar=True,
+            help="the relay's SQS queue, checked when given",
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print JSON (one object per check) and nothing else")
+    ] = False,
+) -> None:
+    """Check every setting and connection an import needs, in order, with the fix for each.
+
+    Settings; the operational database (reachable, migrated); the warehouse (reachable,
+    curated tables, privileges); the landing bucket and the staging area (a small object
+    written and deleted); the Prefect API, work pool, deployments, limits and blocks; the
+    relay's queue. Exit 0 only when all pass.
+
+    Example: fleet-import doctor --landing-bucket fleet-landing
+    """
+    console = Console()
+    checks: list[Check] = []
+    for check in run_checks(landing_bucket, queue_url):
+        checks.append(check)
+    ok = all(check.ok is not False for check in checks)
+    if as_json:
+        typer.echo(json.dumps({"ok": ok, "checks": [c.to_json() for c in checks]}, indent=2))
+    else:
+        console.print(checks_table(checks))
+        failures = sum(check.ok is False for check in checks)
+        console.print(
+            Text("all checks passed", "green") if ok else Text(f"{failures} failed", "red")
+        )
+    raise typer.Exit(0 if ok else 1)

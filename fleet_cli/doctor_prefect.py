@@ -1,0 +1,158 @@
+"""The doctor's Prefect checks: the API answers, and what `prefect.yaml` and
+`python -m blocks.register` create exists there (work pool and its backfill queue,
+deployments, the global load limit, block types and documents). Outside the core: it talks
+to Prefect."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from fleet_import.checks.services import Check, failed, passed
+from fleet_import.config import Settings
+
+PREFECT_YAML = Path(__file__).resolve().parents[1] / "prefect.yaml"
+_PROBE_TIMEOUT_SECONDS = 5.0
+_DEPLOY = "prefect --no-prompt deploy --all (from the repository root)"
+_REGISTER = "python -m blocks.register"
+
+
+def configured_api_url() -> str | None:
+    """PREFECT_API_URL from the environment or the active Prefect profile."""
+    from prefect.settings import PREFECT_API_URL
+
+    return os.environ.get("PREFECT_API_URL") or PREFECT_API_URL.value()
+
+
+def expected_deployments(prefect_yaml: Path = PREFECT_YAML) -> list[str]:
+    """`flow-name/deployment-name` of every deployment prefect.yaml declares."""
+    import yaml
+
+    declared = yaml.safe_load(prefect_yaml.read_text("utf-8")).get("deployments") or []
+    names = []
+    for deployment in declared:
+        path, _, function = str(deployment["entrypoint"]).partition(":")
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        names.append(f"{getattr(module, function).name}/{deployment['name']}")
+    return names
+
+
+def check_prefect(settings: Settings) -> Iterator[Check]:
+    url = configured_api_url()
+    if not url:
+        yield Check(
+            "Prefect API",
+            None,
+            "PREFECT_API_URL is not set: `run` starts a temporary local API; deployments, "
+            "workers and the relay need a server",
+            "prefect server start; export PREFECT_API_URL=http://127.0.0.1:4200/api",
+        )
+        return
+    import httpx
+
+    try:
+        httpx.get(url.rstrip("/") + "/health", timeout=_PROBE_TIMEOUT_SECONDS).raise_for_status()
+    except httpx.HTTPError as exc:
+        yield failed(
+            "Prefect API reachable",
+            f"no answer at PREFECT_API_URL ({type(exc).__name__})",
+            "start the server (`prefect server start`) or fix PREFECT_API_URL",
+        )
+        return
+    yield passed("Prefect API reachable", "healthy")
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        yield from _work_pool(client)
+        yield _deployments(client)
+        yield _load_limit(client, settings)
+        yield from _blocks(client)
+
+
+def _work_pool(client: Any) -> Iterator[Check]:
+    from prefect.exceptions import ObjectNotFound
+
+    from blocks.limits import BACKFILL_QUEUE, WORK_POOL
+
+    try:
+        pool = client.read_work_pool(WORK_POOL)
+    except ObjectNotFound:
+        yield failed(
+            f"work pool {WORK_POOL}",
+            "not found",
+            f"prefect work-pool create {WORK_POOL} --type process",
+        )
+        return
+    yield passed(f"work pool {WORK_POOL}", f"type {pool.type}")
+    try:
+        client.read_work_queue_by_name(BACKFILL_QUEUE, work_pool_name=WORK_POOL)
+    except ObjectNotFound:
+        yield failed(f"work queue {WORK_POOL}/{BACKFILL_QUEUE}", "not found", _REGISTER)
+        return
+    yield passed(f"work queue {WORK_POOL}/{BACKFILL_QUEUE}", "present")
+
+
+def _deployments(client: Any) -> Check:
+    from prefect.exceptions import ObjectNotFound
+
+    expected = expected_deployments()
+    missing = []
+    for name in expected:
+        try:
+            client.read_deployment_by_name(name)
+        except ObjectNotFound:
+            missing.append(name)
+    if missing:
+        return failed("deployments", f"missing {', '.join(missing)}", _DEPLOY)
+    return passed("deployments", f"all {len(expected)} of prefect.yaml")
+
+
+def _load_limit(client: Any, settings: Settings) -> Check:
+    from prefect.exceptions import ObjectNotFound
+
+    from blocks.limits import WAREHOUSE_LOADS_LIMIT
+
+    name = f"concurrency limit {WAREHOUSE_LOADS_LIMIT}"
+    if settings.warehouse_load_slots == 0:
+        return Check(name, None, "FLEET_WAREHOUSE_LOAD_SLOTS=0: loads are not capped")
+    try:
+        limit = client.read_global_concurrency_limit_by_name(WAREHOUSE_LOADS_LIMIT)
+    except ObjectNotFound:
+        return failed(name, "not found (the first load would create it)", _REGISTER)
+    return passed(name, f"{limit.limit} slots")
+
+
+def _blocks(client: Any) -> Iterator[Check]:
+    from prefect.exceptions import ObjectNotFound
+
+    from blocks.fleet_blocks import BLOCK_DOCUMENTS
+
+    unregistered, documents = [], []
+    for block_cls, name in BLOCK_DOCUMENTS:
+        slug = block_cls.get_block_type_slug()
+        try:
+            client.read_block_type_by_slug(slug)
+        except ObjectNotFound:
+            unregistered.append(slug)
+            continue
+        try:
+            client.read_block_document_by_name(name, block_type_slug=slug)
+            documents.append(f"{slug}/{name}")
+        except ObjectNotFound:
+            pass
+    if unregistered:
+        yield failed("block types", f"not registered: {', '.join(unregistered)}", _REGISTER)
+        return
+    yield passed("block types", "registered")
+    if documents:
+        yield passed("block documents", ", ".join(documents))
+    else:
+        yield Check(
+            "block documents",
+            None,
+            "none: workers read settings from their environment",
+            f"{_REGISTER} --from-env stores them",
+        )

@@ -1,0 +1,131 @@
+"""What every command does before and around its work: settings checked before anything
+starts (exit CONFIGURATION_ERROR), the services it needs probed, and a foreseen error printed
+as one line with the next step. A traceback only for a bug, or with --debug / FLEET_DEBUG=1.
+
+Prefect is imported only once the settings passed: a configuration error answers in well
+under a second."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from fleet_import.checks.settings import SettingsInvalid, Uses, check_settings
+from fleet_import.config import Settings
+
+CONFIGURATION_ERROR = 78
+"""sysexits.h's EX_CONFIG: the settings are wrong and nothing was started (README's table;
+flows/reporting.py ExitCode.CONFIGURATION_ERROR is the same number)."""
+FAILED = 1
+DEBUG_VARIABLE = "FLEET_DEBUG"
+# Prefect's temporary API (no PREFECT_API_URL) migrates its SQLite database on first start:
+# tens of seconds on a busy 2-core machine, past Prefect's default wait (flows/demo.py).
+EPHEMERAL_STARTUP_TIMEOUT_SECONDS = "120"
+_EPHEMERAL_TIMEOUT_VARIABLE = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+_PREFECT_PROBE_TIMEOUT_SECONDS = 5.0
+_POINT_AT_A_SERVER = (
+    "start one (`prefect server start`) and set PREFECT_API_URL=http://127.0.0.1:4200/api"
+)
+
+err_console = Console(stderr=True)
+
+
+def debugging() -> bool:
+    return os.environ.get(DEBUG_VARIABLE, "").lower() not in ("", "0", "false", "no")
+
+
+def error_line(message: str) -> None:
+    """One line on stderr, never wrapped (scripts grep it), never parsed as markup."""
+    err_console.print(Text.assemble(("error:", "red"), " ", message), soft_wrap=True)
+
+
+def require_settings(uses: Collection[Uses], **overrides: object) -> Settings:
+    """The settings from the environment (`overrides`: a command's options over it), or
+    every problem printed and CONFIGURATION_ERROR."""
+    try:
+        return check_settings(uses, **{k: v for k, v in overrides.items() if v is not None})
+    except SettingsInvalid as exc:
+        for problem in exc.problems:
+            error_line(str(problem))
+        raise typer.Exit(CONFIGURATION_ERROR) from None
+
+
+def prefect_ready() -> None:
+    """Before a flow runs in this process: a configured API must answer; with none, the
+    temporary one Prefect starts gets a start-up wait that holds on a busy machine."""
+    url = os.environ.get("PREFECT_API_URL")
+    if not url:
+        os.environ.setdefault(_EPHEMERAL_TIMEOUT_VARIABLE, EPHEMERAL_STARTUP_TIMEOUT_SECONDS)
+        return
+    import httpx
+
+    try:
+        httpx.get(url.rstrip("/") + "/health", timeout=_PREFECT_PROBE_TIMEOUT_SECONDS)
+    except httpx.HTTPError as exc:
+        error_line(
+            f"the Prefect API at PREFECT_API_URL does not answer ({type(exc).__name__}): "
+            f"start it, or fix PREFECT_API_URL; unset it to run on a temporary local API"
+        )
+        raise typer.Exit(FAILED) from None
+
+
+def services_ready(settings: Settings) -> None:
+    """Before Prefect starts: an operational database that does not answer or was never
+    migrated, or a warehouse that does not answer, is said in one line now rather than
+    after the temporary API's start-up."""
+    from fleet_import.checks.services import check_operational_database, check_warehouse
+
+    for check in check_operational_database(settings.database_url):
+        if check.ok is False:
+            reason = check.reason
+            if not reason.startswith("operational database"):
+                reason = f"operational database: {reason}"
+            error_line(f"{reason}: {check.fix}")
+            raise typer.Exit(FAILED)
+    reachable = next(check_warehouse(settings))
+    if reachable.ok is False:
+        error_line(f"{reachable.reason}: {reachable.fix}")
+        raise typer.Exit(FAILED)
+
+
+def _prefect_advice(exc: BaseException) -> str | None:
+    """Prefect's own failures to reach an API; matched by type where it has one. Its
+    temporary server's start-up timeout is a bare RuntimeError: matched by its text."""
+    if isinstance(exc, RuntimeError) and "ephemeral Prefect API" in str(exc):
+        wait = os.environ.get(_EPHEMERAL_TIMEOUT_VARIABLE, "?")
+        return f"the temporary Prefect API did not start within {wait} s: {_POINT_AT_A_SERVER}"
+    import httpx
+
+    if isinstance(exc, httpx.TransportError):
+        return (
+            f"the Prefect API does not answer ({type(exc).__name__}): "
+            "check PREFECT_API_URL, or unset it to run on a temporary local API"
+        )
+    return None
+
+
+@contextmanager
+def foreseen_errors(code: int = FAILED) -> Iterator[None]:
+    """A fleet-import error or a Prefect API that does not answer: one line and `code`.
+    Anything else is a bug and keeps its traceback."""
+    try:
+        yield
+    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        from fleet_import.checks.explain import explain
+
+        line = explain(exc) or _prefect_advice(exc)
+        if line is None:
+            raise
+        if debugging():
+            traceback.print_exception(exc, file=sys.stderr)
+        error_line(line)
+        raise typer.Exit(code) from None

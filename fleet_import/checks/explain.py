@@ -1,0 +1,105 @@
+"""A foreseen error as one line a person can act on: what failed and the next step.
+
+Decided by error class and the driver's code (SQLSTATE, S3 error code), never by message
+text; the messages quoted are ours, which never carry a connection string or a password.
+Anything else is unforeseen (a bug): `explain` returns None and the caller shows it in full.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import botocore.exceptions as boto
+
+from fleet_import.error_table import s3_error_code
+from fleet_import.errors import ErrorKind, FleetImportError, OperationalStoreError
+
+_NOT_MIGRATED = frozenset({"42P01", "3F000", "42883"})  # table, schema, function missing
+_NO_DATABASE = "3D000"
+_LOGIN_REFUSED = frozenset({"28P01", "28000"})
+_NO_BUCKET = "NoSuchBucket"
+_ACCESS_DENIED = frozenset({"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"})
+
+_CAUSES_FOLLOWED = 5
+
+DB_UPGRADE_HINT = "run `fleet-import db upgrade`"
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What went wrong (our own message) and the next step, printed as one line."""
+
+    problem: str
+    next_step: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.problem}: {self.next_step}" if self.next_step else self.problem
+
+
+def _database(exc: FleetImportError, variable: str) -> Advice:
+    code, problem = exc.code or "", _one_line(exc)
+    if code in _NOT_MIGRATED:
+        if variable == "FLEET_DATABASE_URL":
+            return Advice(problem, DB_UPGRADE_HINT)
+        return Advice(problem, "run `fleet-import doctor` to see which curated table is wrong")
+    if code == _NO_DATABASE:
+        return Advice(problem, f"create the database, or fix its name in {variable}")
+    if code in _LOGIN_REFUSED:
+        return Advice(problem, f"check the user and password in {variable}")
+    if not code or code.startswith(("08", "57P")):
+        return Advice(problem, f"check {variable} (host:port) and that the server runs")
+    return Advice(problem)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def advise(exc: BaseException) -> Advice | None:
+    """What went wrong and what to do, or None for an unforeseen error (a bug)."""
+    from fleet_import.warehouse.base import WarehouseError
+
+    if isinstance(exc, OperationalStoreError):
+        return _database(exc, "FLEET_DATABASE_URL")
+    if isinstance(exc, WarehouseError) and (exc.code or exc.kind is ErrorKind.TRANSIENT):
+        return _database(exc, "FLEET_WAREHOUSE_URL")
+    s3 = advise_s3(exc)
+    if s3:
+        return Advice(_one_line(exc), s3.next_step) if isinstance(exc, FleetImportError) else s3
+    if isinstance(exc, FleetImportError):
+        return Advice(_one_line(exc))
+    return None
+
+
+def explain(exc: BaseException) -> str | None:
+    """`advise` as the one line the CLI prints and a failed run carries."""
+    advice = advise(exc)
+    return None if advice is None else str(advice)
+
+
+def advise_s3(exc: BaseException, bucket_variable: str = "FLEET_STAGING_URI") -> Advice | None:
+    """Missing buckets, missing or refused credentials, an endpoint that does not answer."""
+    cause: BaseException | None = exc
+    seen = 0
+    while cause is not None and seen < _CAUSES_FOLLOWED:  # our error wraps botocore's
+        code = s3_error_code(cause)
+        if code == _NO_BUCKET:
+            return Advice("the S3 bucket does not exist", f"create it, or check {bucket_variable}")
+        if code in _ACCESS_DENIED:
+            return Advice(
+                "S3 refused the credentials or the request",
+                "check AWS_ACCESS_KEY_ID / AWS_PROFILE and the bucket policy",
+            )
+        if isinstance(cause, boto.NoCredentialsError | boto.PartialCredentialsError):
+            return Advice(
+                "no AWS credentials",
+                "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE",
+            )
+        if isinstance(cause, boto.NoRegionError):
+            return Advice("no AWS region", "set AWS_DEFAULT_REGION")
+        if isinstance(cause, boto.EndpointConnectionError | boto.ConnectTimeoutError):
+            return Advice(
+                "S3 does not answer", "check FLEET_S3_ENDPOINT_URL (or the network to AWS)"
+            )
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return None

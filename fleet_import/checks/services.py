@@ -1,0 +1,253 @@
+"""The connections an import needs, each tested the way the import will use it: what
+`fleet-import doctor` runs before the first job (the checks that need no Prefect)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from fleet_import.checks.explain import DB_UPGRADE_HINT, advise, advise_s3
+from fleet_import.config import Settings, libpq_url
+from fleet_import.errors import FleetImportError
+
+_CONNECT_TIMEOUT_SECONDS = 5
+_PROBE_NAME = "_fleet-import-doctor-probe"
+# What a load does to a curated table and the registry: delete the old slice, insert the new.
+_TABLE_PRIVILEGES = "SELECT, INSERT, DELETE"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the doctor's table. `ok` None: not applicable here (skipped)."""
+
+    name: str
+    ok: bool | None
+    reason: str
+    fix: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        status = "skipped" if self.ok is None else ("ok" if self.ok else "failed")
+        return {"check": self.name, "status": status, "reason": self.reason, "fix": self.fix}
+
+
+def passed(name: str, reason: str) -> Check:
+    return Check(name, True, reason)
+
+
+def failed(name: str, reason: str, fix: str) -> Check:
+    return Check(name, False, reason, fix)
+
+
+def _version(conn: psycopg.Connection[Any]) -> str:
+    version = conn.info.parameter_status("server_version") or "?"
+    return f"PostgreSQL {version.split(' ', 1)[0]}"
+
+
+def _connect(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(libpq_url(url), connect_timeout=_CONNECT_TIMEOUT_SECONDS)
+
+
+def _connection_failure(name: str, exc: psycopg.Error, variable: str) -> Check:
+    """Never the driver's own text for a failed connection: libpq may quote the URL."""
+    from fleet_import.store.connection import translate_driver_error
+
+    advice = advise(translate_driver_error(exc))
+    reason = advice.problem if advice else type(exc).__name__
+    if variable != "FLEET_DATABASE_URL":
+        reason = reason.replace("operational database", "warehouse")
+    fix = advice.next_step.replace("FLEET_DATABASE_URL", variable) if advice else ""
+    return failed(name, reason, fix or f"check {variable}")
+
+
+def check_operational_database(url: str) -> Iterator[Check]:
+    """Reachable, then migrated to the head revision of migrations/."""
+    from alembic.script import ScriptDirectory
+
+    from fleet_import.store.migrate import alembic_config
+
+    head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+    try:
+        with _connect(url) as conn:
+            yield passed("operational database reachable", _version(conn))
+            try:
+                row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+            except psycopg.errors.UndefinedTable:
+                row = None
+    except psycopg.Error as exc:
+        yield _connection_failure("operational database reachable", exc, "FLEET_DATABASE_URL")
+        return
+    current = row[0] if row else None
+    if current == head:
+        yield passed("operational database migrated", f"at head ({head})")
+    else:
+        at = f"at {current}" if current else "never migrated"
+        yield failed("operational database migrated", f"{at}, head is {head}", DB_UPGRADE_HINT)
+
+
+def check_warehouse(settings: Settings) -> Iterator[Check]:
+    """Reachable; each curated table present and shaped as its contract says, or creatable;
+    the privileges a load uses (delete the old slice, insert the new, read the stamp)."""
+    if settings.warehouse == "redshift":
+        yield from _check_redshift(settings)
+        return
+    from fleet_import.contracts.files import contracts_in_force
+
+    url = settings.effective_warehouse_url
+    variable = "FLEET_WAREHOUSE_URL" if settings.warehouse_url else "FLEET_DATABASE_URL"
+    try:
+        contracts = list(contracts_in_force(settings.contracts).values())
+    except FleetImportError as exc:
+        yield failed("curated tables", str(exc), "fix FLEET_CONTRACTS")
+        return
+    try:
+        with _connect(url) as conn:
+            yield passed("warehouse reachable", _version(conn))
+            yield from _curated_tables(conn, contracts)
+    except psycopg.Error as exc:
+        yield _connection_failure("warehouse reachable", exc, variable)
+
+
+def _curated_tables(conn: psycopg.Connection[Any], contracts: Iterable[Any]) -> Iterator[Check]:
+    from fleet_import.warehouse.postgres import ddl
+    from fleet_import.warehouse.postgres.slice_sql import QUERIES
+    from fleet_import.warehouse.sql import REGISTRY_TABLE, split_table
+
+    mismatched, missing, present = [], [], []
+    for contract in contracts:
+        schema, relation = split_table(contract.target_table)
+        found = conn.execute(
+            QUERIES["table_columns"], {"schema": schema, "relation": relation}
+        ).fetchall()
+        if not found:
+            missing.append(contract.target_table)
+        elif [tuple(row) for row in found] != ddl.expected_columns(contract):
+            mismatched.append(contract.target_table)
+        else:
+            present.append(contract.target_table)
+    if mismatched:
+        yield failed(
+            "curated tables match the contracts",
+            f"{', '.join(mismatched)} differ from their contracts",
+            "migrate the tables to the contracts' columns (or fix FLEET_CONTRACTS)",
+        )
+    else:
+        shown = f"{len(present)} present" + (f", {len(missing)} to create" if missing else "")
+        yield passed("curated tables match the contracts", shown)
+    yield _privileges(conn, [*present, *mismatched, REGISTRY_TABLE], missing)
+
+
+def _privileges(conn: psycopg.Connection[Any], tables: list[str], to_create: list[str]) -> Check:
+    from fleet_import.warehouse.sql import split_table
+
+    lacking = []
+    for table in tables:
+        schema, relation = split_table(table)
+        exists = conn.execute(
+            "SELECT to_regclass(format('%%I.%%I', %s::text, %s::text)) IS NOT NULL",
+            (schema, relation),
+        ).fetchone()
+        if exists and exists[0]:
+            allowed = conn.execute(
+                "SELECT has_table_privilege(format('%%I.%%I', %s::text, %s::text), %s)",
+                (schema, relation, _TABLE_PRIVILEGES),
+            ).fetchone()
+            if not (allowed and allowed[0]):
+                lacking.append(f"{_TABLE_PRIVILEGES} on {table}")
+        else:
+            to_create.append(table)
+    for schema in sorted({split_table(t)[0] for t in to_create}):
+        row = conn.execute(
+            "SELECT CASE WHEN to_regnamespace(%s) IS NULL"
+            " THEN has_database_privilege(current_database(), 'CREATE')"
+            " ELSE has_schema_privilege(%s, 'CREATE') END",
+            (schema, schema),
+        ).fetchone()
+        if not (row and row[0]):
+            lacking.append(f"CREATE in schema {schema}")
+    if lacking:
+        return failed(
+            "warehouse privileges", "missing " + "; ".join(lacking), "GRANT them to the loader"
+        )
+    return passed("warehouse privileges", "delete, insert, select and create as loads need")
+
+
+def _check_redshift(settings: Settings) -> Iterator[Check]:
+    try:
+        import redshift_connector
+    except ImportError:
+        yield failed(
+            "warehouse reachable",
+            "redshift_connector is not installed",
+            "pip install '.[redshift]'",
+        )
+        return
+    try:
+        with redshift_connector.connect(**settings.redshift_connect_kwargs()) as conn:
+            conn.cursor().execute("SELECT 1")
+    except Exception as exc:  # noqa: BLE001 - any failure is the answer; never its text
+        yield failed(
+            "warehouse reachable",
+            f"Redshift did not answer ({type(exc).__name__})",
+            "check FLEET_WAREHOUSE_URL (host:port) or FLEET_REDSHIFT_*",
+        )
+        return
+    yield passed("warehouse reachable", "Redshift answered")
+
+
+def _s3_failure(name: str, exc: Exception, bucket_variable: str) -> Check:
+    advice = advise_s3(exc, bucket_variable)
+    if advice is None:
+        return failed(name, f"S3 failed ({type(exc).__name__})", "check the S3 settings")
+    return failed(name, advice.problem, advice.next_step)
+
+
+def check_landing_bucket(s3: Any, bucket: str) -> Check:
+    name = f"landing bucket {bucket} listable"
+    try:
+        s3.list_objects_v2(Bucket=bucket, MaxKeys=1)
+    except Exception as exc:  # noqa: BLE001 - botocore's errors, explained
+        return _s3_failure(name, exc, "the landing bucket (--landing-bucket)")
+    return passed(name, "listed")
+
+
+def check_staging(staging_uri: str | None, s3_factory: Callable[[], Any]) -> Check:
+    """A small object written and deleted where normalised files will go."""
+    name = "staging writable"
+    if not staging_uri:
+        return failed(name, "FLEET_STAGING_URI is not set", "set FLEET_STAGING_URI")
+    probe = f"{_PROBE_NAME}-{uuid.uuid4().hex}"
+    if not staging_uri.startswith("s3://"):
+        directory = Path(staging_uri.removeprefix("file://"))
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / probe).write_bytes(b"probe")
+            (directory / probe).unlink()
+        except OSError as exc:
+            return failed(name, f"{directory}: {exc.strerror}", "make it writable")
+        return passed(name, f"wrote and deleted a file in {directory}")
+    from fleet_import.scope import split_folder
+
+    bucket, prefix = split_folder(staging_uri)
+    s3 = s3_factory()
+    try:
+        s3.put_object(Bucket=bucket, Key=prefix + probe, Body=b"probe")
+        s3.delete_object(Bucket=bucket, Key=prefix + probe)
+    except Exception as exc:  # noqa: BLE001 - botocore's errors, explained
+        return _s3_failure(name, exc, "FLEET_STAGING_URI")
+    return passed(name, f"wrote and deleted an object in s3://{bucket}/{prefix}")
+
+
+def check_queue(sqs: Any, queue_url: str) -> Check:
+    name = "relay queue readable"
+    try:
+        sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
+    except Exception as exc:  # noqa: BLE001 - botocore's errors, explained
+        advice = advise_s3(exc, "FLEET_RELAY_QUEUE_URL")
+        reason = advice.problem if advice else f"SQS failed ({type(exc).__name__})"
+        return failed(name, reason, "check FLEET_RELAY_QUEUE_URL and the AWS credentials")
+    return passed(name, "attributes read")

@@ -1,0 +1,260 @@
+"""A new user's first mistakes, made through the real command (a subprocess): every
+misconfiguration is refused before anything starts, all problems at once, one line each,
+exit 78, no traceback, quickly; a service that does not answer is one line with the next
+step; and under the flow the run ends Failed with that line, not Prefect's wrapper."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.prefect_server import free_port
+
+CONFIGURATION_ERROR = 78
+# Generous: the bound catches a command that starts Prefect or waits on a network before
+# checking its settings (28 s before), not a slow machine. The time is printed either way.
+FAST_ENOUGH_SECONDS = 30.0
+FOLDER = "s3://fleet-landing/acme/fleet/2026-07-22/"
+
+
+def _closed_port_url() -> str:
+    return f"postgresql://postgres:s3cret-pw@127.0.0.1:{free_port()}/fleet"
+
+
+def fleet(*args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """The CLI in a clean environment (no FLEET_* or PREFECT_* from the caller but `env`)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("FLEET_", "PREFECT_"))}
+    clean.update(COLUMNS="200", **env)
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "fleet_cli", *args],
+        capture_output=True,
+        text=True,
+        env=clean,
+        timeout=300,
+    )
+    seconds = time.monotonic() - started
+    print(f"fleet-import {' '.join(args)}: exit {result.returncode} in {seconds:.2f}s")
+    return result, seconds
+
+
+def error_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.strip()]
+
+
+def assert_refused(result: subprocess.CompletedProcess[str], seconds: float, *lines: str) -> None:
+    assert result.returncode == CONFIGURATION_ERROR, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    printed = error_lines(result)
+    for line in lines:
+        assert any(line in p for p in printed), (line, printed)
+    assert all(p.startswith("error: ") for p in printed), printed
+    assert seconds < FAST_ENOUGH_SECONDS
+
+
+def test_run_names_every_problem_at_once_before_starting_anything(tmp_path: Path) -> None:
+    result, seconds = fleet(
+        "run", "--tenant", "acme", FOLDER,
+        FLEET_DATABASE_URL="mysql://root:hunter2@db/fleet",
+        FLEET_LEASE_TTL_SECONDS="soon",
+        FLEET_S3_ENDPOINT_URL="localhost:9000",
+        PREFECT_HOME=str(tmp_path / "prefect"),
+    )
+    assert_refused(
+        result,
+        seconds,
+        "error: FLEET_LEASE_TTL_SECONDS: input should be a valid number",
+        "error: FLEET_DATABASE_URL: expected a PostgreSQL URL like postgresql://user@host:5432/"
+        "dbname, got a mysql:// URL",
+        "error: FLEET_STAGING_URI: not set: an s3://bucket/prefix/ (or a local directory)",
+        "error: FLEET_S3_ENDPOINT_URL: expected an http(s) URL like http://host:9000",
+    )
+    assert len(error_lines(result)) == 4
+    assert "hunter2" not in result.stderr  # a value is never echoed: it may hold a password
+    assert not (tmp_path / "prefect").exists()  # Prefect was never started
+
+
+def test_a_contract_file_is_read_before_prefect_starts(tmp_path: Path) -> None:
+    contracts = tmp_path / "contracts.yaml"
+    contracts.write_text(
+        "datasets:\n  - name: tyre_changes\n    file_glob: 'tyres*'\n    natual_key: [id]\n"
+    )
+    result, seconds = fleet(
+        "resume", "00000000-0000-0000-0000-000000000001",
+        FLEET_CONTRACTS=str(contracts),
+        FLEET_STAGING_URI="s3://fleet-staging/stage/",
+    )
+    assert_refused(result, seconds, "error: FLEET_CONTRACTS: ", "unknown field")
+    assert len(error_lines(result)) == 1
+
+
+def test_redshift_settings_are_checked_together() -> None:
+    result, seconds = fleet(
+        "run", "--tenant", "acme", FOLDER,
+        FLEET_WAREHOUSE="redshift",
+        FLEET_STAGING_URI="/tmp/local-staging",
+    )
+    assert_refused(
+        result,
+        seconds,
+        "error: FLEET_REDSHIFT_HOST: not set",
+        "error: FLEET_REDSHIFT_IAM_ROLE: not set",
+        "error: FLEET_REDSHIFT_STAGING_URI: expected an s3://bucket/prefix/",
+    )
+
+
+def test_a_malformed_staging_uri_and_prefect_url() -> None:
+    result, seconds = fleet(
+        "run", "--tenant", "acme", FOLDER,
+        FLEET_STAGING_URI="s3://B/stage/",
+        PREFECT_API_URL="127.0.0.1:4200/api",
+    )
+    assert_refused(
+        result,
+        seconds,
+        "error: FLEET_STAGING_URI: expected s3://bucket/prefix/",
+        "error: PREFECT_API_URL: expected an http(s) URL like http://host:4200/api",
+    )
+
+
+def test_batches_and_relay_check_their_settings_too() -> None:
+    batches, seconds = fleet("batches", "list", FLEET_DATABASE_URL="postgres//nohost")
+    assert_refused(batches, seconds, "error: FLEET_DATABASE_URL: expected a PostgreSQL URL")
+    relay, seconds = fleet("relay", "--queue-url", "fleet-landing", "--once")
+    assert_refused(relay, seconds, "error: FLEET_RELAY_QUEUE_URL (--queue-url): expected")
+
+
+def test_an_unreachable_database_is_one_line_with_the_next_step() -> None:
+    url = _closed_port_url()
+    result, seconds = fleet(
+        "run", "--tenant", "acme", FOLDER, FLEET_DATABASE_URL=url,
+        FLEET_STAGING_URI="s3://fleet-staging/stage/",
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert error_lines(result) == [
+        "error: operational database error (OperationalError, SQLSTATE None): could not "
+        "connect (is the server up, is FLEET_DATABASE_URL right, are there free connections?): "
+        "check FLEET_DATABASE_URL (host:port) and that the server runs"
+    ]
+    assert "s3cret-pw" not in result.stderr
+    assert seconds < FAST_ENOUGH_SECONDS
+
+
+def test_an_unmigrated_database_says_run_db_upgrade(empty_database_url: str) -> None:
+    result, seconds = fleet("batches", "list", FLEET_DATABASE_URL=empty_database_url)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    (line,) = error_lines(result)
+    assert 'relation "ingestion_batches" does not exist' in line
+    assert line.endswith(": run `fleet-import db upgrade`")
+    assert seconds < FAST_ENOUGH_SECONDS
+
+    debug, _ = fleet("--debug", "batches", "list", FLEET_DATABASE_URL=empty_database_url)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+    env_debug, _ = fleet("batches", "list", FLEET_DATABASE_URL=empty_database_url, FLEET_DEBUG="1")
+    assert "Traceback" in env_debug.stderr
+    assert error_lines(env_debug)[-1] == line
+
+
+def test_a_prefect_api_that_does_not_answer(database_url: str) -> None:
+    result, seconds = fleet(
+        "run", "--tenant", "acme", FOLDER,
+        FLEET_DATABASE_URL=database_url,
+        FLEET_STAGING_URI="s3://fleet-staging/stage/",
+        PREFECT_API_URL=f"http://127.0.0.1:{free_port()}/api",
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    (line,) = error_lines(result)
+    assert line.startswith("error: the Prefect API at PREFECT_API_URL does not answer")
+    assert "unset it to run on a temporary local API" in line
+    assert seconds < FAST_ENOUGH_SECONDS
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_under_the_flow_the_run_fails_with_that_line(
+    monkeypatch: pytest.MonkeyPatch, database_url: str
+) -> None:
+    from flows.import_s3_folder import import_s3_folder
+    from flows.resume_publication import resume_publication
+
+    monkeypatch.delenv("FLEET_STAGING_URI", raising=False)
+    monkeypatch.setenv("FLEET_DATABASE_URL", database_url)
+    state = import_s3_folder(tenant_id="acme", folder=FOLDER, return_state=True)
+    assert state.is_failed()
+    assert state.message.startswith("FLEET_STAGING_URI: not set")
+
+    monkeypatch.setenv("FLEET_STAGING_URI", "s3://fleet-staging/stage/")
+    monkeypatch.setenv("FLEET_DATABASE_URL", _closed_port_url())
+    for state in (
+        import_s3_folder(tenant_id="acme", folder=FOLDER, return_state=True),
+        resume_publication(batch_id="00000000-0000-0000-0000-000000000001", return_state=True),
+    ):
+        assert state.is_failed()
+        assert "encountered an exception" not in state.message
+        assert state.message.endswith(
+            "check FLEET_DATABASE_URL (host:port) and that the server runs"
+        )
+
+
+def test_the_temporary_prefect_api_that_does_not_start_says_how_to_point_at_a_server(
+    database_url: str, tmp_path: Path
+) -> None:
+    result, seconds = fleet(
+        "run", "--tenant", "acme", FOLDER,
+        FLEET_DATABASE_URL=database_url,
+        FLEET_STAGING_URI=str(tmp_path / "staging"),
+        PREFECT_HOME=str(tmp_path / "prefect"),
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="1",  # a start that cannot finish
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert (
+        "error: the temporary Prefect API did not start within 1 s: start one "
+        "(`prefect server start`) and set PREFECT_API_URL=http://127.0.0.1:4200/api"
+    ) in error_lines(result)
+
+
+def test_an_unmigrated_database_stops_run_before_prefect(
+    empty_database_url: str, tmp_path: Path
+) -> None:
+    result, seconds = fleet(
+        "run", "--tenant", "acme", FOLDER,
+        FLEET_DATABASE_URL=empty_database_url,
+        FLEET_STAGING_URI="s3://fleet-staging/stage/",
+        PREFECT_HOME=str(tmp_path / "prefect"),
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert error_lines(result) == [
+        "error: operational database: never migrated, head is 0006: run `fleet-import db upgrade`"
+    ]
+    assert not (tmp_path / "prefect").exists()
+    assert seconds < FAST_ENOUGH_SECONDS
+
+
+def test_the_configuration_exit_code_is_the_one_in_the_table() -> None:
+    from fleet_cli.guard import CONFIGURATION_ERROR as guard_code
+    from flows.reporting import ExitCode
+
+    assert ExitCode.CONFIGURATION_ERROR == guard_code == CONFIGURATION_ERROR
+
+
+def test_an_unreachable_warehouse_is_one_line_naming_its_variable(database_url: str) -> None:
+    result, seconds = fleet(
+        "run", "--tenant", "acme", FOLDER,
+        FLEET_DATABASE_URL=database_url,
+        FLEET_WAREHOUSE_URL=_closed_port_url(),
+        FLEET_STAGING_URI="s3://fleet-staging/stage/",
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    (line,) = error_lines(result)
+    assert line.startswith("error: warehouse error (OperationalError, SQLSTATE None)")
+    assert line.endswith(": check FLEET_WAREHOUSE_URL (host:port) and that the server runs")
+    assert "s3cret-pw" not in line
+    assert seconds < FAST_ENOUGH_SECONDS
