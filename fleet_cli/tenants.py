@@ -47,7 +47,10 @@ def _record(settings: Settings, registered: RegisteredTenant, registry: TenantRe
 
 @tenants_app.command("list")
 def tenants_list(as_json: JsonOption = False) -> None:
-    """Every registered tenant; without a registry, say that any valid slug is a tenant."""
+    """Every registered tenant; without a registry, say that any valid slug is a tenant.
+
+    Example: fleet-import tenants list --json  (the registry: FLEET_TENANTS=tenants.yaml)
+    """
     settings = Settings()
     registry = _registry(settings)
     records = (
@@ -78,7 +81,10 @@ def tenants_list(as_json: JsonOption = False) -> None:
 def tenants_show(
     tenant: Annotated[str, typer.Argument(help="the tenant id")], as_json: JsonOption = False
 ) -> None:
-    """One tenant: company, warehouse database, landing area, enabled, overrides."""
+    """One tenant: company, warehouse database, landing area, enabled, overrides.
+
+    Example: fleet-import tenants show acme
+    """
     settings = Settings()
     registry = _registry(settings)
     try:
@@ -105,9 +111,14 @@ def tenants_purge(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Offboard a tenant: delete its slices, slice-registry rows and staged files, and record
-    the purge as a batch of its own. Refused while a batch of the tenant runs, or while the
-    registry lists it as enabled. Exit 0 purged; 1 refused or failed; 2 usage error."""
+    """Offboard a tenant: delete its slices, slice-registry rows and staged files.
+
+    The purge is recorded as a batch of its own. Refused while a batch of the tenant runs,
+    or while the registry lists it as enabled. Exit codes: 0 purged; 1 refused or failed;
+    2 usage error.
+
+    Example: fleet-import tenants purge globex --confirm
+    """
     from fleet_import.contracts.files import contracts_in_force
     from fleet_import.importing.runtime import build_runtime
     from fleet_import.offboarding.purge import PurgeRefused, purge_tenant
