@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -82,18 +83,30 @@ JsonOption = Annotated[
 ]
 
 
+ListedStatus = StrEnum(  # type: ignore[misc]
+    "ListedStatus", {**{s.name: s.value for s in BatchStatus}, "HELD": "held"}
+)
+
+
 @batches_app.command("list")
 def batches_list(
     tenant: Annotated[str | None, typer.Option(help="only this tenant")] = None,
-    status: Annotated[BatchStatus | None, typer.Option(help="only this status")] = None,
+    status: Annotated[
+        ListedStatus | None, typer.Option(help="only this status (held: waiting for review)")
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50,
     as_json: JsonOption = False,
     database_url: DatabaseOption = None,
 ) -> None:
     """The newest batches first; a wider terminal shows more columns."""
+    if status == ListedStatus.HELD:  # issue #24: held batches that wait for review
+        from fleet_cli.review_commands import list_held
+
+        list_held(tenant, limit, as_json, database_url)
+        return
     repo = BatchRepository(_database_url(database_url))
     try:
-        batches = repo.list(tenant=tenant, status=status, limit=limit)
+        batches = repo.list(tenant=tenant, status=status and status.value, limit=limit)
     except FleetImportError as exc:
         raise _fail(str(exc)) from None
     if as_json:
@@ -161,6 +174,13 @@ def run(
     force: Annotated[
         bool, typer.Option("--force", help="load even if the slice already holds this content")
     ] = False,
+    no_guard: Annotated[
+        bool, typer.Option("--no-guard", help="load even a slice the guards would hold")
+    ] = False,
+    min_rows_ratio: Annotated[
+        float | None,
+        typer.Option(min=0.0, max=1.0, help="every dataset's min_rows_ratio for this run"),
+    ] = None,
 ) -> None:
     """Import a folder now, in this process (the import-s3-folder flow).
 
@@ -170,13 +190,14 @@ def run(
     2 usage error;
     3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
     4 committed, publication pending: still running until a drain or resume publishes it;
-    5 already loaded: the slice holds exactly this content (--force loads it again).
+    5 already loaded: the slice holds exactly this content (--force loads it again);
+    6 held for review: a slice guard stopped it (batches approve loads it).
     """
     from flows.import_s3_folder import import_s3_folder
 
     state = import_s3_folder(
         tenant_id=tenant, folder=folder, delivery_key=delivery_key, force=force,
-        return_state=True,
+        no_guard=no_guard, min_rows_ratio=min_rows_ratio, return_state=True,
     )
     _report(state)
 
@@ -342,3 +363,7 @@ def relay(
     # 0.4 s here, far more on a busy host); frozen objects are skipped, so a stop stays quick.
     gc.freeze()
 
+
+
+# Registered last: they use this module's app, options and helpers (issue #24).
+from fleet_cli import review_commands  # noqa: E402,F401

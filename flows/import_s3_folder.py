@@ -20,6 +20,7 @@ from prefect.states import State
 
 from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
 from fleet_import.importing import driver as pipeline
+from fleet_import.importing.guards import GuardOverride, record_override
 from fleet_import.importing.runtime import Runtime
 from fleet_import.scope import Tenant, source_scope
 from flows.common import (
@@ -122,7 +123,12 @@ def _progress_artifact(scope: str) -> pipeline.Progress:
     task_runner=SettingsTaskRunner(),  # threads, or Dask: the run's settings decide
 )
 def import_s3_folder(
-    tenant_id: str, folder: str, delivery_key: str | None = None, force: bool = False
+    tenant_id: str,
+    folder: str,
+    delivery_key: str | None = None,
+    force: bool = False,
+    no_guard: bool = False,
+    min_rows_ratio: float | None = None,
 ) -> State:
     """Import one S3 folder of a tenant into its curated slices.
 
@@ -137,11 +143,16 @@ def import_s3_folder(
             deployment is a new delivery.
         force: Load even when the slice already holds exactly this content (by default
             such a delivery ends AlreadyLoaded, naming the batch that loaded it).
+        no_guard: Load even a slice the contracts' guards would hold for review (one that
+            empties a dataset or shrinks it below `min_rows_ratio` of the current slice).
+        min_rows_ratio: For this run, every dataset's `min_rows_ratio` (0..1) instead of
+            its contract's.
     """
     logger = get_run_logger()
     try:
         tenant = Tenant.named(tenant_id)
         scope = source_scope(folder)
+        guard = GuardOverride.for_run(no_guard, min_rows_ratio)
     except InvalidInput as exc:
         return failed(f"invalid input: {exc}")
     tag_flow_run(f"tenant:{tenant.tenant_id}", f"scope:{scope}")
@@ -152,6 +163,7 @@ def import_s3_folder(
         logger.info("no work for this delivery: %s", claimed)
         return state_for(claimed)
     logger.info("batch %s holds %s (lease %s)", claimed.batch_id, scope, claimed.owner)
+    record_override(rt.ctx, claimed, guard)  # slice guards' override (issue #24)
     rt.ctx.progress = _progress_artifact(scope)
     steps = PrefectSteps()
     try:

@@ -17,6 +17,7 @@ from prefect.states import Completed, Failed, State
 from fleet_import.errors import FleetImportError
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.runtime import Runtime
+from fleet_import.store.models import FailureKind
 
 T = TypeVar("T")
 
@@ -33,6 +34,7 @@ class ExitCode(IntEnum):
     SKIPPED = 3  # another batch holds the scope, a live worker runs it, or it had finished
     PUBLICATION_PENDING = 4  # the slice is committed; the batch runs until it is published
     ALREADY_LOADED = 5  # the slice already holds this content; nothing loaded (--force does)
+    HELD = 6  # a slice guard held the batch for review; nothing loaded (batches approve does)
 
 
 # The final state's name decides, not its type: "Committed" and "Skipped" are Completed
@@ -47,13 +49,16 @@ EXIT_CODES: Mapping[str, ExitCode] = MappingProxyType(
         "NotClaimed": ExitCode.SKIPPED,
         "Committed": ExitCode.PUBLICATION_PENDING,
         "AlreadyLoaded": ExitCode.ALREADY_LOADED,
+        "Held": ExitCode.HELD,  # a Failed state: red in the UI, yet not a data error
     }
 )
+# Failed states whose name still decides the exit code.
+_NAMED_FAILURES = frozenset({"Held"})
 
 
 def exit_code_for(state: State) -> ExitCode:
     """The exit code of a flow's final state (EXIT_CODES); any failed state is FAILED."""
-    if state.is_failed() or state.is_crashed():
+    if state.is_crashed() or (state.is_failed() and state.name not in _NAMED_FAILURES):
         return ExitCode.FAILED
     return EXIT_CODES.get(state.name, ExitCode.FAILED)
 
@@ -128,6 +133,8 @@ def state_for(outcome: pipeline.ImportOutcome, crash: BaseException | None = Non
                 f"`fleet-import resume {outcome.batch_id}` finishes it"
             ),
         )
+    if isinstance(outcome, pipeline.Failed) and outcome.kind == FailureKind.HELD:
+        return failed(outcome.error, name="Held")
     if isinstance(outcome, pipeline.Failed):
         # Both ways in: a shell with the CLI, or the UI's resume-publication deployment.
         hint = (

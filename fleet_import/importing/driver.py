@@ -34,6 +34,7 @@ from fleet_import.importing.context import (
     Progress,
     Skipped,
 )
+from fleet_import.importing.guards import GuardOverride, SliceHeld, hold_batch, record_override
 from fleet_import.importing.load import load_step, reject_step
 from fleet_import.importing.normalized_files import (
     NormalizedEntry,
@@ -159,12 +160,15 @@ def import_folder(
     owner: str | None = None,
     steps: StepRunner | None = None,
     force: bool = False,
+    guard: GuardOverride | None = None,
 ) -> ImportOutcome:
-    """`force` loads even content the slice already holds (see claiming.already_loaded)."""
+    """`force` loads even content the slice already holds (see claiming.already_loaded);
+    `guard` overrides the contracts' slice guards for this run (importing.guards)."""
     scope = source_scope(folder)  # invalid input is rejected before any row is written
     claimed = claim(ctx, tenant, scope, delivery_key, owner or new_owner(), force=force)
     if not isinstance(claimed, Claimed):
         return claimed
+    record_override(ctx, claimed, guard)  # issue #24
     return import_batch(ctx, tenant, claimed, steps or CoreSteps(ctx.normalize_workers))
 
 
@@ -196,6 +200,8 @@ def import_batch(
                 )
             except LeaseLost:
                 raise
+            except SliceHeld as held:  # a slice guard (issue #24): held for review
+                outcome = hold_batch(ctx, tenant, batch_id, scope, owner, held)
             except Exception as exc:  # noqa: BLE001 - every pre-commit failure fails the batch
                 outcome = settle_failure(ctx, tenant, batch_id, scope, owner, exc)
         if isinstance(outcome, Committed):

@@ -21,6 +21,7 @@ import pyarrow as pa
 from fleet_import import failpoints
 from fleet_import.contracts.model import ContractSet, DatasetContract
 from fleet_import.importing.context import Committed, ImportContext
+from fleet_import.importing.guards import check_slice_guards
 from fleet_import.importing.normalized_files import NormalizedEntry
 from fleet_import.importing.settle import record_commit, recover_committed
 from fleet_import.normalize.duplicates import HashBuckets, find_duplicates, key_hashes
@@ -205,6 +206,8 @@ def _load_slice_once(
         )
         for dataset, keys in duplicates.items():
             writer.discard_keys(ctx.contracts[dataset], keys)
+        # Slice guards (issue #24): a breach raises SliceHeld, and nothing is committed.
+        check_slice_guards(ctx, tenant, batch_id, scope, manifest, summary["rows_to_load"])
         pa.default_memory_pool().release_unused()
         arrivals.heartbeat.renew_now()
         failpoints.hit("before_warehouse_commit")

@@ -1,0 +1,212 @@
+"""Slice guards: a delivery that would shrink a slice past its contract's guard, or empty
+it, does not commit; its batch is held for review (DESIGN, "Review, not overwrite").
+
+Judged just before the commit, from the slice registry's counts (what the replaced slice's
+commit recorded: no scan of a curated table on Redshift), against the rows the new slice is
+about to hold. The first load of a scope has nothing to compare with and is not guarded.
+A run may override the guards (`GuardOverride`). The override is recorded on the batch, so
+a batch continued after its executor died keeps it; an approval's waiver names the content
+it approves, and waives nothing for any other content.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fleet_import.contracts.model import DEFAULT_MIN_ROWS_RATIO
+from fleet_import.errors import FleetImportError, InvalidInput, PreCommitError
+from fleet_import.importing.claim import contract_versions
+from fleet_import.importing.context import Claimed, Failed, ImportContext
+from fleet_import.publication.publisher import event_payload
+from fleet_import.s3.sources import Manifest
+from fleet_import.scope import Tenant
+from fleet_import.store.models import FailureKind
+
+log = logging.getLogger(__name__)
+
+HELD_EVENT = "fleet.batch.held"
+GUARD_DETAILS_KEY = "guard"
+"""Batch details key of the run's override (absent: the contracts' guards apply)."""
+
+
+@dataclass(frozen=True)
+class GuardOverride:
+    """A run's say over the contracts' guards: none at all (`waived`), or another
+    `min_rows_ratio` for every dataset. An approval waives them for one content only:
+    `content` is the held batch's (manifest fingerprint, contract versions)."""
+
+    waived: bool = False
+    min_rows_ratio: float | None = None
+    content: Mapping[str, Any] | None = None
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        ratio = self.min_rows_ratio
+        if ratio is not None and not 0 <= ratio <= 1:
+            raise InvalidInput(f"min_rows_ratio must be within 0..1, not {ratio!r}")
+
+    @classmethod
+    def for_run(cls, no_guard: bool, min_rows_ratio: float | None) -> GuardOverride | None:
+        """A run's options (`--no-guard`, `--min-rows-ratio`) as an override; None: none."""
+        if not no_guard and min_rows_ratio is None:
+            return None
+        reason = "no_guard" if no_guard else f"min_rows_ratio {min_rows_ratio:g} for this run"
+        return cls(waived=no_guard, min_rows_ratio=min_rows_ratio, reason=reason)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "waived": self.waived,
+            "min_rows_ratio": self.min_rows_ratio,
+            "content": dict(self.content) if self.content is not None else None,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, raw: object) -> GuardOverride | None:
+        if not isinstance(raw, Mapping):
+            return None
+        content = raw.get("content")
+        return cls(
+            waived=bool(raw.get("waived")),
+            min_rows_ratio=raw.get("min_rows_ratio"),
+            content=content if isinstance(content, Mapping) else None,
+            reason=str(raw.get("reason") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class Breach:
+    """One dataset of a new slice that a guard stops."""
+
+    dataset: str
+    current_rows: int
+    new_rows: int
+    rule: str
+    """`allow_empty false` or `min_rows_ratio R` (then at least ceil(R x current) rows)."""
+
+    def describe(self) -> str:
+        return (
+            f"{self.dataset} would go from {self.current_rows:,} rows to {self.new_rows:,} "
+            f"({self.rule})"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset,
+            "current_rows": self.current_rows,
+            "new_rows": self.new_rows,
+            "rule": self.rule,
+        }
+
+
+class SliceHeld(FleetImportError):
+    """A slice guard stopped the load before its commit: the batch waits for review."""
+
+    def __init__(self, breaches: list[Breach], content: Mapping[str, Any]) -> None:
+        super().__init__("; ".join(breach.describe() for breach in breaches))
+        self.breaches = breaches
+        self.content = dict(content)
+
+
+class ApprovedContentChanged(PreCommitError):
+    """The folder no longer holds the content the approval was given for."""
+
+
+def content_of(ctx: ImportContext, manifest: Manifest) -> dict[str, Any]:
+    """What makes two deliveries the same content (as `claim.already_loaded` compares)."""
+    return {
+        "fingerprint": manifest.fingerprint,
+        "contract_versions": contract_versions(ctx, manifest),
+    }
+
+
+def record_override(ctx: ImportContext, claimed: Claimed, override: GuardOverride | None) -> None:
+    """Keep the run's override on its batch, where the guard check reads it."""
+    if override is not None:
+        ctx.repo.update_details(
+            claimed.batch_id, claimed.owner, {GUARD_DETAILS_KEY: override.to_json()}
+        )
+
+
+def check_slice_guards(
+    ctx: ImportContext,
+    tenant: Tenant,
+    batch_id: uuid.UUID,
+    scope: str,
+    manifest: Manifest,
+    new_rows: Mapping[str, int],
+) -> None:
+    """Raise SliceHeld if the new slice (`new_rows` per dataset) breaches a guard against
+    the slice it replaces; ApprovedContentChanged if an approval's content is not this."""
+    batch = ctx.repo.get(batch_id)
+    override = GuardOverride.from_json(batch.details.get(GUARD_DETAILS_KEY) if batch else None)
+    content = content_of(ctx, manifest)
+    approved = override.content if override is not None else None
+    if approved is not None and dict(approved) != content:
+        raise ApprovedContentChanged(
+            f"{override.reason or 'the approval'} was given for other content: the folder "
+            f"changed since (fingerprint {content['fingerprint']}, approved "
+            f"{approved.get('fingerprint')}); nothing was loaded"
+        )
+    if override is not None and override.waived:
+        log.info("slice guards of batch %s waived: %s", batch_id, override.reason or "by the run")
+        return
+    current = ctx.warehouse.registered_counts(tenant.tenant_id, scope)
+    ratio = override.min_rows_ratio if override is not None else None
+    breaches = [
+        breach
+        for dataset, current_rows in sorted(current.items())
+        if (breach := _breach(ctx, dataset, current_rows, new_rows.get(dataset, 0), ratio))
+    ]
+    if breaches:
+        raise SliceHeld(breaches, content)
+
+
+def _breach(
+    ctx: ImportContext, dataset: str, current_rows: int, new_rows: int, ratio: float | None
+) -> Breach | None:
+    contract = ctx.contracts.get(dataset)
+    allow_empty = contract.allow_empty if contract is not None else False
+    if ratio is None:
+        ratio = contract.min_rows_ratio if contract is not None else DEFAULT_MIN_ROWS_RATIO
+    if current_rows == 0:
+        return None  # nothing to lose
+    if new_rows == 0 and not allow_empty:
+        return Breach(dataset, current_rows, new_rows, "allow_empty false")
+    if new_rows < ratio * current_rows and not (new_rows == 0 and allow_empty):
+        return Breach(dataset, current_rows, new_rows, f"min_rows_ratio {ratio:g}")
+    return None
+
+
+def hold_batch(
+    ctx: ImportContext,
+    tenant: Tenant,
+    batch_id: uuid.UUID,
+    scope: str,
+    owner: str,
+    held: SliceHeld,
+) -> Failed:
+    """End the batch held for review (not a data error): its normalised files stay staged
+    for an approval to load; the scope is free again."""
+    approve = f"fleet-import batches approve {batch_id}"
+    error = f"held for review: {held}; to load it anyway: {approve}"
+    log.warning("batch %s %s", batch_id, error)
+    facts = {"held": {"breaches": [b.to_json() for b in held.breaches], "content": held.content}}
+    ctx.repo.mark_failed(batch_id, owner, FailureKind.HELD, error, facts)
+    ctx.events(
+        HELD_EVENT,
+        event_payload(
+            tenant.tenant_id,
+            scope,
+            batch_id,
+            kind=str(FailureKind.HELD),
+            error=error,
+            breaches=facts["held"]["breaches"],
+            approve=approve,
+        ),
+    )
+    return Failed(batch_id, FailureKind.HELD, error)
