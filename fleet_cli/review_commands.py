@@ -92,3 +92,25 @@ def batches_reject(
     if isinstance(outcome, NotApproved):
         raise _fail(outcome.reason)
     console.print(Text(f"batch {parsed} rejected: the slice keeps what it holds"))
+
+
+@slices_app.command("rollback")
+def slices_rollback(
+    folder: Annotated[str, typer.Argument(help="s3://bucket/prefix/ of the slice's delivery")],
+    tenant: Annotated[str, typer.Option("--tenant", help="the tenant's slug")],
+    to: Annotated[
+        str | None,
+        typer.Option("--to", help="the batch to roll back to (default: the previous success)"),
+    ] = None,
+    database_url: DatabaseOption = None,
+) -> None:
+    """Load an earlier succeeded batch's content into the slice again, as a new batch (the
+    rollback-slice flow). Refused, with the reason, when its normalised files are gone.
+
+    Exit codes: 0 rolled back; 1 failed or refused (NotRolledBack); 2 usage error;
+    3 skipped (another batch holds the scope); 4 committed, publication pending.
+    """
+    from flows.rollback_slice import rollback_slice
+
+    target = str(resolve_batch_id(to, BatchRepository(_database_url(database_url)))) if to else None
+    _report(rollback_slice(tenant_id=tenant, folder=folder, to_batch_id=target, return_state=True))

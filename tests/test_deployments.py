@@ -53,6 +53,11 @@ EXPECTED_DEPLOYMENTS = {
         "approve-held-batch",
         {"batch_id"},
     ),
+    "rollback-slice": (
+        "flows/rollback_slice.py:rollback_slice",
+        "rollback-slice",
+        {"tenant_id", "folder"},
+    ),
     "drain-publications": (
         "flows/drain_publications.py:drain_publications",
         "drain-publications",
@@ -400,7 +405,13 @@ def test_deploy_all_registers_every_deployment(
     assert schedule.active
     assert schedule.schedule.cron == "*/5 * * * *"
     assert schedule.schedule.timezone == "UTC"
-    for name in ("import-s3-folder", "backfill", "resume-publication", "approve-held-batch"):
+    for name in (
+        "import-s3-folder",
+        "backfill",
+        "resume-publication",
+        "approve-held-batch",
+        "rollback-slice",
+    ):
         assert deployments[name].schedules == []
 
 

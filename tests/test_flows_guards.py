@@ -12,6 +12,7 @@ from fleet_import.store.repository import BatchRepository
 from flows.approve_held_batch import approve_held_batch
 from flows.import_s3_folder import import_s3_folder
 from flows.reporting import ExitCode, exit_code_for
+from flows.rollback_slice import rollback_slice
 from flows.story import held_facts
 from tests.helpers import slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot
@@ -86,3 +87,33 @@ def test_the_approve_flow_loads_the_held_content_or_refuses_changed_content(
     assert refused.name == "NotApproved" and "content changed" in refused.message
     assert exit_code_for(refused) == ExitCode.FAILED
     assert slice_snapshot(flow_env, folder) == before
+
+
+def test_the_rollback_flow_restores_the_previous_slice(
+    flow_env: str, s3, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=400))
+    assert import_s3_folder(tenant_id="acme", folder=folder, return_state=True).is_completed()
+    good = slice_snapshot(flow_env, folder)
+    (good_batch,) = BatchRepository(flow_env).list(status="succeeded")
+    redeliver(s3, folder, {"trips-1.csv": csv_bytes(trips_table(30, start=7000))})
+    bad = import_s3_folder(tenant_id="acme", folder=folder, no_guard=True, return_state=True)
+    assert bad.name == "Completed", bad.message
+
+    restored = rollback_slice(tenant_id="acme", folder=folder, return_state=True)
+    assert restored.name == "Completed", restored.message
+    after = slice_snapshot(flow_env, folder)
+    assert {t: [r[:-1] for r in rows] for t, rows in after.items()} == {
+        t: [r[:-1] for r in rows] for t, rows in good.items()
+    }
+    (owner,) = slice_rows(flow_env, "fleet_trips", "acme", folder)
+    batch = BatchRepository(flow_env).get(owner[0])
+    assert batch.details["rolled_back_to"] == str(good_batch.id) and owner[1] == 400
+    assert BatchRepository(flow_env).list(status="running") == []
+
+    unknown = rollback_slice(
+        tenant_id="acme", folder=folder, to_batch_id=str(owner[0]), return_state=True
+    )
+    assert unknown.name == "NotRolledBack" and "owns the slice already" in unknown.message
+    assert exit_code_for(unknown) == ExitCode.FAILED

@@ -43,6 +43,7 @@ from fleet_import.importing.normalized_files import (
     normalize_object,
     normalize_one,
 )
+from fleet_import.importing.pinned import pinned_manifest
 from fleet_import.importing.settle import (
     publish_step,
     record_commit,
@@ -212,7 +213,8 @@ def import_batch(
 def discover_step(ctx: ImportContext, batch_id: uuid.UUID, scope: str, owner: str) -> Manifest:
     folder = folder_of_scope(scope)
     ctx.progress(f"listing {folder}", None)
-    manifest = discover(ctx.s3, folder, ctx.contracts)
+    # A rollback pins the content it loads (issue #24); every other batch lists its folder.
+    manifest = pinned_manifest(ctx, batch_id) or discover(ctx.s3, folder, ctx.contracts)
     failpoints.hit("mid_discovery")
     ctx.repo.update_details(
         batch_id,
