@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     lease_ttl_seconds: float = Field(
         DEFAULT_LEASE_TTL_SECONDS, gt=0, description="execution lease length"
     )
+    delivery_manifest_name: str = Field(
+        "_manifest.json",
+        min_length=1,
+        description="a delivery folder's own manifest (Redshift COPY manifest shape)",
+    )
     retain_days: float = Field(
         7.0,
         ge=0,

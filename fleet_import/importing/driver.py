@@ -34,7 +34,14 @@ from fleet_import.importing.context import (
     Progress,
     Skipped,
 )
-from fleet_import.importing.guards import GuardOverride, SliceHeld, hold_batch, record_override
+from fleet_import.importing.guards import (
+    DELIVERY_MANIFEST_KEY,
+    GuardOverride,
+    SliceHeld,
+    check_delivery_manifest,
+    hold_batch,
+    record_override,
+)
 from fleet_import.importing.load import load_step, reject_step
 from fleet_import.importing.normalized_files import (
     NormalizedEntry,
@@ -214,7 +221,10 @@ def discover_step(ctx: ImportContext, batch_id: uuid.UUID, scope: str, owner: st
     folder = folder_of_scope(scope)
     ctx.progress(f"listing {folder}", None)
     # A rollback pins the content it loads (issue #24); every other batch lists its folder.
-    manifest = pinned_manifest(ctx, batch_id) or discover(ctx.s3, folder, ctx.contracts)
+    pinned = pinned_manifest(ctx, batch_id)
+    manifest = pinned or discover(ctx.s3, folder, ctx.contracts)
+    # The folder's own manifest, if it has one (issue #24): raises on a mismatch.
+    declared = None if pinned else check_delivery_manifest(ctx, manifest)
     failpoints.hit("mid_discovery")
     ctx.repo.update_details(
         batch_id,
@@ -223,6 +233,7 @@ def discover_step(ctx: ImportContext, batch_id: uuid.UUID, scope: str, owner: st
             "phase": "discovered",
             "manifest": manifest.to_json(),
             "contract_versions": contract_versions(ctx, manifest),
+            **({DELIVERY_MANIFEST_KEY: declared} if declared else {}),
         },
     )
     return manifest

@@ -22,6 +22,11 @@ from fleet_import.errors import FleetImportError, InvalidInput, PreCommitError
 from fleet_import.importing.claim import contract_versions
 from fleet_import.importing.context import Claimed, Failed, ImportContext
 from fleet_import.publication.publisher import event_payload
+from fleet_import.s3.delivery_manifest import (
+    MANIFEST_NAME,
+    DeliveryManifestMismatch,
+    read_delivery_manifest,
+)
 from fleet_import.s3.sources import Manifest
 from fleet_import.scope import Tenant
 from fleet_import.store.models import FailureKind
@@ -29,6 +34,9 @@ from fleet_import.store.models import FailureKind
 log = logging.getLogger(__name__)
 
 HELD_EVENT = "fleet.batch.held"
+MANIFEST_RULE = "manifest record_count"
+DELIVERY_MANIFEST_KEY = "delivery_manifest"
+"""Batch details key of what the folder's own manifest declared (importing.driver)."""
 GUARD_DETAILS_KEY = "guard"
 """Batch details key of the run's override (absent: the contracts' guards apply)."""
 
@@ -89,6 +97,11 @@ class Breach:
     """`allow_empty false` or `min_rows_ratio R` (then at least ceil(R x current) rows)."""
 
     def describe(self) -> str:
+        if self.rule == MANIFEST_RULE:
+            return (
+                f"{self.dataset}: the delivery manifest declares {self.current_rows:,} rows, "
+                f"{self.new_rows:,} were loaded or rejected ({self.rule})"
+            )
         return (
             f"{self.dataset} would go from {self.current_rows:,} rows to {self.new_rows:,} "
             f"({self.rule})"
@@ -124,6 +137,21 @@ def content_of(ctx: ImportContext, manifest: Manifest) -> dict[str, Any]:
     }
 
 
+def check_delivery_manifest(ctx: ImportContext, listing: Manifest) -> dict[str, Any] | None:
+    """Verify the folder against its own manifest, if it holds one: raises naming the
+    missing, short or unlisted files; else what it declares, for the batch's details."""
+    name = ctx.settings.delivery_manifest_name if ctx.settings is not None else MANIFEST_NAME
+    declared = read_delivery_manifest(ctx.s3, listing, name)
+    if declared is None:
+        return None
+    problems = declared.mismatches(listing)
+    if problems:
+        raise DeliveryManifestMismatch(
+            f"{listing.folder} does not match its manifest {name}: {'; '.join(problems)}"
+        )
+    return {"name": name, "declared_rows": declared.declared_rows()}
+
+
 def record_override(ctx: ImportContext, claimed: Claimed, override: GuardOverride | None) -> None:
     """Keep the run's override on its batch, where the guard check reads it."""
     if override is not None:
@@ -138,10 +166,12 @@ def check_slice_guards(
     batch_id: uuid.UUID,
     scope: str,
     manifest: Manifest,
-    new_rows: Mapping[str, int],
+    summary: Mapping[str, Any],
 ) -> None:
-    """Raise SliceHeld if the new slice (`new_rows` per dataset) breaches a guard against
-    the slice it replaces; ApprovedContentChanged if an approval's content is not this."""
+    """Raise SliceHeld if the new slice (`summary["rows_to_load"]` per dataset) breaches a
+    guard against the slice it replaces, or a file's rows differ from what the delivery's
+    manifest declares; ApprovedContentChanged if an approval's content is not this."""
+    new_rows: Mapping[str, int] = summary["rows_to_load"]
     batch = ctx.repo.get(batch_id)
     override = GuardOverride.from_json(batch.details.get(GUARD_DETAILS_KEY) if batch else None)
     content = content_of(ctx, manifest)
@@ -162,8 +192,24 @@ def check_slice_guards(
         for dataset, current_rows in sorted(current.items())
         if (breach := _breach(ctx, dataset, current_rows, new_rows.get(dataset, 0), ratio))
     ]
+    declared = (batch.details.get(DELIVERY_MANIFEST_KEY) or {}) if batch else {}
+    breaches += _count_breaches(manifest, declared.get("declared_rows") or {}, summary)
     if breaches:
         raise SliceHeld(breaches, content)
+
+
+def _count_breaches(
+    manifest: Manifest, declared: Mapping[str, int], summary: Mapping[str, Any]
+) -> list[Breach]:
+    """Files whose loaded plus rejected rows differ from their manifest's record_count."""
+    bucket = manifest.folder.removeprefix("s3://").split("/", 1)[0]
+    breaches = []
+    for file in summary.get("files", []):
+        url = f"s3://{bucket}/{file['key']}"
+        if url in declared and file["rows"] + file["rejects"] != declared[url]:
+            counted = file["rows"] + file["rejects"]
+            breaches.append(Breach(url, declared[url], counted, MANIFEST_RULE))
+    return breaches
 
 
 def _breach(

@@ -207,7 +207,7 @@ def _load_slice_once(
         for dataset, keys in duplicates.items():
             writer.discard_keys(ctx.contracts[dataset], keys)
         # Slice guards (issue #24): a breach raises SliceHeld, and nothing is committed.
-        check_slice_guards(ctx, tenant, batch_id, scope, manifest, summary["rows_to_load"])
+        check_slice_guards(ctx, tenant, batch_id, scope, manifest, summary)
         pa.default_memory_pool().release_unused()
         arrivals.heartbeat.renew_now()
         failpoints.hit("before_warehouse_commit")
