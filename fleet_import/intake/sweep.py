@@ -42,6 +42,7 @@ from fleet_import.intake.landing import (
     lookback_dates,
     skipped_payload,
 )
+from fleet_import.intake.manifest_rule import ManifestComplete, manifest_completion
 from fleet_import.publication.publisher import EventSink
 from fleet_import.s3.client import Children, S3Client, list_children
 from fleet_import.s3.sources import DiscoveryError, _s3_errors, discover
@@ -89,7 +90,7 @@ class Quiet:
             raise InvalidInput(f"quiet period must be positive, got {self.seconds!r} seconds")
 
 
-CompletionRule = Marker | Quiet
+CompletionRule = Marker | Quiet | ManifestComplete
 
 
 def completion_rule(
@@ -99,12 +100,16 @@ def completion_rule(
     quiet_seconds: float = DEFAULT_QUIET_SECONDS,
     marker_grace_seconds: float = 0,
 ) -> CompletionRule:
-    """The rule a deployment's parameters name: "marker" or "quiet"."""
+    """The rule a deployment's parameters name: "marker", "quiet" or "manifest"."""
     if kind == "marker":
         return Marker(marker, marker_grace_seconds)
     if kind == "quiet":
         return Quiet(quiet_seconds)
-    raise InvalidInput(f"unknown completion rule {kind!r}: expected 'marker' or 'quiet'")
+    if kind == "manifest":  # issue #24: the folder's own manifest says when it is whole
+        return ManifestComplete()
+    raise InvalidInput(
+        f"unknown completion rule {kind!r}: expected 'marker', 'quiet' or 'manifest'"
+    )
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -285,7 +290,12 @@ def find_ready_folders(
             listing = lister(key_prefix)
             if not listing.objects and not listing.folders:
                 continue
-            completed_at, waiting = _completion(listing.objects, key_prefix, rule, now)
+            if isinstance(rule, ManifestComplete):  # issue #24
+                completed_at, waiting = manifest_completion(
+                    s3, bucket, listing.objects, key_prefix, rule
+                )
+            else:
+                completed_at, waiting = _completion(listing.objects, key_prefix, rule, now)
             if waiting is not None:
                 skipped.append(Skip(folder, f"not complete: {waiting}", tenant_id, "incomplete"))
                 continue
