@@ -398,10 +398,9 @@ def _skip_reason(state: FolderBatches) -> tuple[str, str] | None:
         not in (FailureKind.ENQUEUE_FAILED, FailureKind.ABANDONED)
     ):
         kind = state.same_content_failure_kind or "failed"
-        hint = (
-            "run resume-publication for it"
-            if kind == FailureKind.FAILED_PUBLICATION
-            else "fix the files (new content is a new delivery) or rerun the import manually"
-        )
+        hint = {
+            FailureKind.FAILED_PUBLICATION: "run resume-publication for it",
+            FailureKind.HELD: f"review it: fleet-import batches approve {state.same_content_id}",
+        }.get(kind, "fix the files (new content is a new delivery) or rerun the import manually")
         return f"batch {state.same_content_id} failed ({kind}) on this content: {hint}", "failed"
     return None
