@@ -6,6 +6,7 @@ import json
 import os
 import re
 import uuid
+from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -123,10 +124,17 @@ JsonOption = Annotated[
 ]
 
 
+ListedStatus = StrEnum(  # type: ignore[misc]
+    "ListedStatus", {**{s.name: s.value for s in BatchStatus}, "HELD": "held"}
+)
+
+
 @batches_app.command("list")
 def batches_list(
     tenant: Annotated[str | None, typer.Option(help="only this tenant")] = None,
-    status: Annotated[BatchStatus | None, typer.Option(help="only this status")] = None,
+    status: Annotated[
+        ListedStatus | None, typer.Option(help="only this status (held: waiting for review)")
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50,
     as_json: JsonOption = False,
     database_url: DatabaseOption = None,
@@ -135,12 +143,17 @@ def batches_list(
 
     Example: fleet-import batches list --tenant acme --status failed
     """
+    if status == ListedStatus.HELD:  # issue #24: held batches that wait for review
+        from fleet_cli.review_commands import list_held
+
+        list_held(tenant, limit, as_json, database_url)
+        return
     url = _database_url(database_url)  # the settings first: refused before any import
     from fleet_import.store.repository import BatchRepository
 
     repo = BatchRepository(url)
     with foreseen_errors():
-        batches = repo.list(tenant=tenant, status=status, limit=limit)
+        batches = repo.list(tenant=tenant, status=status and status.value, limit=limit)
     if as_json:
         typer.echo(json.dumps([batch_record(batch) for batch in batches], indent=2))
         return
@@ -208,6 +221,13 @@ def run(
     force: Annotated[
         bool, typer.Option("--force", help="load even if the slice already holds this content")
     ] = False,
+    no_guard: Annotated[
+        bool, typer.Option("--no-guard", help="load even a slice the guards would hold")
+    ] = False,
+    min_rows_ratio: Annotated[
+        float | None,
+        typer.Option(min=0.0, max=1.0, help="every dataset's min_rows_ratio for this run"),
+    ] = None,
 ) -> None:
     """Import a folder now, in this process (the import-s3-folder flow).
 
@@ -219,6 +239,7 @@ def run(
     4 committed, publication pending: still running until a drain or resume publishes it;
     5 already loaded: the slice holds exactly this content (--force loads it again);
     9 refused: the folder is not the tenant's, or the tenant is unknown or disabled.
+    6 held for review: a slice guard stopped it (batches approve loads it).
     78 configuration error: the settings are wrong, nothing was started.
 
     Example: fleet-import run --tenant acme s3://fleet-landing/acme/fleet/2026-07-22/
@@ -231,7 +252,7 @@ def run(
 
         state = import_s3_folder(
             tenant_id=tenant, folder=folder, delivery_key=delivery_key, force=force,
-            return_state=True,
+            no_guard=no_guard, min_rows_ratio=min_rows_ratio, return_state=True,
         )
     _report(state)
 
@@ -422,3 +443,8 @@ def relay(
     # The interpreter's last collections walk every object Prefect and botocore made (about
     # 0.4 s here, far more on a busy host); frozen objects are skipped, so a stop stays quick.
     gc.freeze()
+
+
+
+# Registered last: they use this module's app, options and helpers (issue #24).
+from fleet_cli import review_commands  # noqa: E402,F401

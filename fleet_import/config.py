@@ -43,6 +43,20 @@ class Settings(BaseSettings):
     lease_ttl_seconds: float = Field(
         DEFAULT_LEASE_TTL_SECONDS, gt=0, description="execution lease length"
     )
+    delivery_manifest_name: str = Field(
+        "_manifest.json",
+        min_length=1,
+        description="a delivery folder's own manifest (Redshift COPY manifest shape)",
+    )
+    retain_days: float = Field(
+        7.0,
+        ge=0,
+        description="days the normalised files of a scope's earlier successes are kept for "
+        "rollbacks (the previous success is always kept)",
+    )
+    retain_batches: int = Field(
+        1, ge=1, description="earlier successes of a scope whose files are kept, however old"
+    )
     sweep_lookback_days: int = Field(
         DEFAULT_SWEEP_LOOKBACK_DAYS,
         ge=0,

@@ -143,5 +143,12 @@ def trips_csv_files(total_rows: int, files: int) -> Iterator[tuple[str, bytes]]:
             yield f"trips-{index:03d}.csv", csv_bytes(trips_table(rows, start=start))
 
 
+def with_manifest(files: dict[str, bytes], folder: str) -> dict[str, bytes]:
+    """The files plus the delivery manifest (`_manifest.json`) that lists them whole."""
+    from fleet_import.s3.delivery_manifest import MANIFEST_NAME, manifest_for
+
+    return {**files, MANIFEST_NAME: manifest_for(files, folder, {})}
+
+
 def today_folder(bucket: str, tenant_id: str, day: dt.date | None = None) -> str:
     return f"s3://{bucket}/{tenant_id}/fleet/{(day or dt.date(2026, 7, 22)).isoformat()}/"

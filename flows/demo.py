@@ -94,7 +94,7 @@ def run_demo(home: Path = DEMO_HOME) -> int:
 
     from fleet_import.contracts.fleet import FLEET_DATASETS
     from fleet_import.s3.client import s3_client
-    from fleet_import.sample_data import fleet_delivery, today_folder
+    from fleet_import.sample_data import fleet_delivery, today_folder, with_manifest
     from fleet_import.scope import split_folder
     from fleet_import.store import migrate
     from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
@@ -110,6 +110,8 @@ def run_demo(home: Path = DEMO_HOME) -> int:
         folder = today_folder(LANDING_BUCKET, tenant)
         bucket, prefix = split_folder(folder)
         files = fleet_delivery(trips=5_000 * (index + 1), fuel=800, vehicles=40, bad_rows=True)
+        if index == 0:  # one tenant sends its delivery manifest: every import verifies it
+            files = with_manifest(files, folder)
         for name, data in files.items():
             s3.put_object(Bucket=bucket, Key=prefix + name, Body=data)
         folders[tenant] = folder

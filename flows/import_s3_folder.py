@@ -20,6 +20,7 @@ from prefect.states import State
 
 from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
 from fleet_import.importing import driver as pipeline
+from fleet_import.importing.guards import GuardOverride, record_override
 from fleet_import.importing.runtime import Runtime
 from fleet_import.intake.admission import admit
 from fleet_import.scope import folder_leaf, source_scope
@@ -132,7 +133,12 @@ def _progress_artifact(scope: str) -> pipeline.Progress:
     task_runner=SettingsTaskRunner(),  # threads, or Dask: the run's settings decide
 )
 def import_s3_folder(
-    tenant_id: str, folder: str, delivery_key: str | None = None, force: bool = False
+    tenant_id: str,
+    folder: str,
+    delivery_key: str | None = None,
+    force: bool = False,
+    no_guard: bool = False,
+    min_rows_ratio: float | None = None,
 ) -> State:
     """Import one S3 folder of a tenant into its curated slices. A folder that is not in
     the tenant's landing area, or a tenant the registry does not enable, ends Refused with
@@ -149,12 +155,17 @@ def import_s3_folder(
             deployment is a new delivery.
         force: Load even when the slice already holds exactly this content (by default
             such a delivery ends AlreadyLoaded, naming the batch that loaded it).
+        no_guard: Load even a slice the contracts' guards would hold for review (one that
+            empties a dataset or shrinks it below `min_rows_ratio` of the current slice).
+        min_rows_ratio: For this run, every dataset's `min_rows_ratio` (0..1) instead of
+            its contract's.
     """
     logger = get_run_logger()
     settings = load_settings()
     try:
         scope = source_scope(folder)
         admitted = admit(settings, tenant_id, folder)
+        guard = GuardOverride.for_run(no_guard, min_rows_ratio)
     except InvalidInput as exc:
         return failed(f"invalid input: {exc}")
     if isinstance(admitted, Refused):  # before the scope is reserved: nothing is written
@@ -172,6 +183,7 @@ def import_s3_folder(
         logger.info("no work for this delivery: %s", claimed)
         return state_for(claimed)
     logger.info("batch %s holds %s (lease %s)", claimed.batch_id, scope, claimed.owner)
+    record_override(rt.ctx, claimed, guard)  # slice guards' override (issue #24)
     rt.ctx.progress = _progress_artifact(scope)
     steps = PrefectSteps()
     try:

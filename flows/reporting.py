@@ -19,6 +19,7 @@ from fleet_import.checks.explain import explain
 from fleet_import.errors import FleetImportError
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.runtime import Runtime
+from fleet_import.store.models import FailureKind
 from fleet_import.tenants.binding import Refused
 
 T = TypeVar("T")
@@ -36,7 +37,8 @@ class ExitCode(IntEnum):
     SKIPPED = 3  # another batch holds the scope, a live worker runs it, or it had finished
     PUBLICATION_PENDING = 4  # the slice is committed; the batch runs until it is published
     ALREADY_LOADED = 5  # the slice already holds this content; nothing loaded (--force does)
-    # 6-8 are left to codes other outcomes may take; 9 stays the refusal.
+    HELD = 6  # a slice guard held the batch for review; nothing loaded (batches approve does)
+    # 7-8 are left to codes other outcomes may take; 9 stays the refusal.
     REFUSED = 9  # the folder is not the tenant's, or the tenant is unknown or disabled
     # sysexits.h EX_CONFIG: settings wrong, nothing started (the CLI's guard exits with it
     # before any flow runs, so no flow state maps to it either)
@@ -56,10 +58,9 @@ EXIT_CODES: Mapping[str, ExitCode] = MappingProxyType(
         "Committed": ExitCode.PUBLICATION_PENDING,
         "AlreadyLoaded": ExitCode.ALREADY_LOADED,
         "Refused": ExitCode.REFUSED,  # a Failed state: nothing was written for the tenant
+        "Held": ExitCode.HELD,  # a Failed state: red in the UI, yet not a data error
     }
 )
-
-
 def exit_code_for(state: State) -> ExitCode:
     """The exit code of a flow's final state (EXIT_CODES); any other failed state is FAILED."""
     if state.is_failed() or state.is_crashed():
@@ -151,6 +152,8 @@ def state_for(outcome: pipeline.ImportOutcome, crash: BaseException | None = Non
                 f"`fleet-import resume {outcome.batch_id}` finishes it"
             ),
         )
+    if isinstance(outcome, pipeline.Failed) and outcome.kind == FailureKind.HELD:
+        return failed(outcome.error, name="Held")
     if isinstance(outcome, pipeline.Failed):
         # Both ways in: a shell with the CLI, or the UI's resume-publication deployment.
         hint = (

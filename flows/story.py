@@ -53,6 +53,9 @@ def story_status(batch: Batch) -> str:
         if details.get("publication_expired"):
             return "expired"
         kind = (details.get("failure") or {}).get("kind")
+        if kind == "held":  # a slice guard stopped it (issue #24)
+            review = details.get("review") or {}
+            return f"held ({review['decision']})" if review.get("decision") else "held for review"
         return f"failed ({kind})" if kind else "failed"
     if batch.status is BatchStatus.SUCCEEDED:
         return "succeeded" + resumed
@@ -135,6 +138,7 @@ def story_markdown(batch: Batch, runs: dict[uuid.UUID, str]) -> str:
         label = "failure" if details.get("failure") else "failure before the resume"
         cause = f"{failure.get('kind')}: {failure.get('error')}"
         facts.append((label, escape_markdown(cause)))
+    facts += held_facts(batch)
     if details.get("resumes"):
         facts.append(("resumes", str(details["resumes"])))
     if details.get("superseded_by"):
@@ -142,6 +146,33 @@ def story_markdown(batch: Batch, runs: dict[uuid.UUID, str]) -> str:
     facts.append(("updated", batch.updated_at.isoformat(timespec="seconds")))
     lines += [f"- **{label}**: {value}" for label, value in facts]
     return "\n".join(lines)
+
+
+def held_facts(batch: Batch) -> list[tuple[str, str]]:
+    """A held batch's counts side by side (current slice, this delivery) and what approves
+    it; what an approval or rollback loaded. Markdown-escaped."""
+    details = batch.details
+    facts: list[tuple[str, str]] = []
+    held = (details.get("failure") or {}).get("held") or {}
+    for breach in held.get("breaches", []):
+        facts.append(
+            (
+                f"held: {escape_markdown(breach['dataset'])}",
+                f"current slice {breach['current_rows']:,} rows, this delivery "
+                f"{breach['new_rows']:,} rows ({escape_markdown(breach['rule'])})",
+            )
+        )
+    review = details.get("review") or {}
+    if held and not review:
+        facts.append(("approve", f"`fleet-import batches approve {batch.id}`"))
+    if review:
+        by = f" by batch {review['batch_id']}" if review.get("batch_id") else ""
+        facts.append(("review", escape_markdown(f"{review.get('decision')}{by}")))
+    if details.get("approves"):
+        facts.append(("approves", f"held batch {escape_markdown(details['approves'])}"))
+    if details.get("rolled_back_to"):
+        facts.append(("rolled back to", f"batch {escape_markdown(details['rolled_back_to'])}"))
+    return facts
 
 
 def _publish_story(batch: Batch, runs: dict[uuid.UUID, str]) -> None:
@@ -200,6 +231,7 @@ def _publish_tenant_table(rt: Runtime, tenant_id: str) -> None:
                 "status": story_status(batch),
                 "delivery": folder_leaf(scope),
                 "rows": sum((details.get("row_counts") or {}).values()),
+                "held": _held_counts(details),
                 "rejects": (details.get("rejects") or {}).get("count", 0),
                 "owns slice": _owns(batch, owner),
                 "run": f"{runs.get(run, '')} ({run})" if run else "",
@@ -208,6 +240,14 @@ def _publish_tenant_table(rt: Runtime, tenant_id: str) -> None:
         )
     create_table_artifact(
         rows, key=tenant_key(tenant_id), description=f"recent batches of {tenant_id}"
+    )
+
+
+def _held_counts(details: dict) -> str:
+    """`trips 400 -> 10` for each dataset a guard held (empty for other batches)."""
+    breaches = ((details.get("failure") or {}).get("held") or {}).get("breaches", [])
+    return ", ".join(
+        f"{b['dataset']} {b['current_rows']:,} -> {b['new_rows']:,}" for b in breaches
     )
 
 

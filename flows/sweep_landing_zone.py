@@ -112,7 +112,7 @@ def start_import(deployment: str, planned: sweep.PlannedImport) -> dict[str, Any
 def sweep_landing_zone(
     bucket: str,
     prefix: str = "",
-    completion: Literal["marker", "quiet"] = "marker",
+    completion: Literal["marker", "quiet", "manifest"] = "marker",
     marker: str = sweep.DEFAULT_MARKER,
     quiet_seconds: int = sweep.DEFAULT_QUIET_SECONDS,
     marker_grace_seconds: int = 0,
@@ -127,7 +127,8 @@ def sweep_landing_zone(
         bucket: The landing bucket, e.g. fleet-landing.
         prefix: Key prefix above the tenant folders, e.g. landing/ (empty for the bucket root).
         completion: "marker": a folder is complete once it holds the marker object;
-            "quiet": once its newest object is quiet_seconds old.
+            "quiet": once its newest object is quiet_seconds old; "manifest": once its
+            _manifest.json is there and every mandatory entry arrived at its size.
         marker: The marker object's name, for the "marker" rule.
         quiet_seconds: How long a folder must not change, for the "quiet" rule.
         marker_grace_seconds: For the "marker" rule: leave a marker younger than this to

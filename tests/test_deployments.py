@@ -48,6 +48,16 @@ EXPECTED_DEPLOYMENTS = {
         "resume-publication",
         {"batch_id"},
     ),
+    "approve-held-batch": (
+        "flows/approve_held_batch.py:approve_held_batch",
+        "approve-held-batch",
+        {"batch_id"},
+    ),
+    "rollback-slice": (
+        "flows/rollback_slice.py:rollback_slice",
+        "rollback-slice",
+        {"tenant_id", "folder"},
+    ),
     "drain-publications": (
         "flows/drain_publications.py:drain_publications",
         "drain-publications",
@@ -395,7 +405,13 @@ def test_deploy_all_registers_every_deployment(
     assert schedule.active
     assert schedule.schedule.cron == "*/5 * * * *"
     assert schedule.schedule.timezone == "UTC"
-    for name in ("import-s3-folder", "backfill", "resume-publication"):
+    for name in (
+        "import-s3-folder",
+        "backfill",
+        "resume-publication",
+        "approve-held-batch",
+        "rollback-slice",
+    ):
         assert deployments[name].schedules == []
 
 
@@ -412,6 +428,7 @@ def test_manual_run_parameters_are_described_for_the_ui(
         ("import-s3-folder", "folder"),
         ("import-s3-folder", "delivery_key"),
         ("resume-publication", "batch_id"),
+        ("approve-held-batch", "batch_id"),
     ):
         properties = deployments[name].parameter_openapi_schema["properties"]
         assert properties[parameter].get("description"), f"{name}: {parameter} undescribed"

@@ -51,6 +51,12 @@ FORMAT_SUFFIXES: tuple[tuple[str, FileFormat], ...] = (
 )
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 DEFAULT_MAX_REJECT_RATIO = 0.05
+DEFAULT_MIN_ROWS_RATIO = 0.5
+"""Slice guard: a replacement with fewer rows than this fraction of the slice it replaces is
+held for review (fleet_import.importing.guards)."""
+GUARD_FIELDS = frozenset({"min_rows_ratio", "allow_empty"})
+"""Judged against the slice a load replaces, never part of the normalised output: left out
+of `contract_version`, so tuning a guard does not invalidate the cache."""
 VARCHAR_MAX_BYTES = 65535
 """The widest string a warehouse column holds: Redshift's VARCHAR(65535), counted in bytes."""
 UTF8_MAX_BYTES_PER_CHAR = 4
@@ -191,6 +197,8 @@ class DatasetContract(_Contract):
     target_table: Annotated[str, _rule(_target_table)]
     formats: tuple[_Format, ...] = _FORMATS
     max_reject_ratio: _Number = DEFAULT_MAX_REJECT_RATIO
+    min_rows_ratio: _Number = DEFAULT_MIN_ROWS_RATIO
+    allow_empty: StrictBool = False
     required: StrictBool = True
     version: _Version = "1"
     description: StrictStr = ""
@@ -215,7 +223,7 @@ class DatasetContract(_Contract):
                 raise ContractError(f"natural key {part!r} is not a column")
         return key
 
-    @field_validator("max_reject_ratio")
+    @field_validator("max_reject_ratio", "min_rows_ratio")
     @classmethod
     def _ratio(cls, ratio: float) -> float:
         if not 0 <= ratio <= 1:
@@ -226,7 +234,8 @@ class DatasetContract(_Contract):
     def contract_version(self) -> str:
         """Changes whenever anything that shapes the normalised output changes."""
         # Computed on each call, so a model_copy(update=...) never carries a stale version.
-        payload = json.dumps(self.model_dump(exclude={"description"}), sort_keys=True, default=str)
+        dumped = self.model_dump(exclude={"description", *GUARD_FIELDS})
+        payload = json.dumps(dumped, sort_keys=True, default=str)
         return f"{self.version}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
 
     @property

@@ -32,6 +32,14 @@ from fleet_import.importing.context import (
     Progress,
     Skipped,
 )
+from fleet_import.importing.guards import (
+    DELIVERY_MANIFEST_KEY,
+    GuardOverride,
+    SliceHeld,
+    check_delivery_manifest,
+    hold_batch,
+    record_override,
+)
 from fleet_import.importing.jobs import NormaliseJob, run_normalise_job
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.load import load_step
@@ -42,6 +50,7 @@ from fleet_import.importing.normalized_files import (
     normalize_object,
     normalize_one,
 )
+from fleet_import.importing.pinned import pinned_manifest
 from fleet_import.importing.settle import recover_committed, recover_or_fail
 from fleet_import.publication.events import EventSink
 from fleet_import.retry import NO_RETRY, Backoff
@@ -143,12 +152,15 @@ def import_folder(
     owner: str | None = None,
     steps: StepRunner | None = None,
     force: bool = False,
+    guard: GuardOverride | None = None,
 ) -> ImportOutcome:
-    """`force` loads even content the slice already holds (see claim.already_loaded)."""
+    """`force` loads even content the slice already holds (see claim.already_loaded);
+    `guard` overrides the contracts' slice guards for this run (importing.guards)."""
     scope = source_scope(folder)  # invalid input is rejected before any row is written
     claimed = claim(ctx, tenant, scope, delivery_key, owner or new_owner(), force=force)
     if not isinstance(claimed, Claimed):
         return claimed
+    record_override(ctx, claimed, guard)  # issue #24
     return import_batch(ctx, tenant, claimed, steps or CoreSteps(ctx.normalize_workers))
 
 
@@ -169,6 +181,8 @@ def import_batch(
                 outcome = steps.run(STEPS["commit-slice"], load_step, batch, manifest, entries)
             except LeaseLost:
                 raise
+            except SliceHeld as held:  # a slice guard (issue #24): held for review
+                outcome = hold_batch(batch, held)
             except Exception as exc:  # noqa: BLE001 - every pre-commit failure fails the batch
                 outcome = recover_or_fail(batch, exc)
         if isinstance(outcome, Committed):
@@ -180,13 +194,18 @@ def discover_step(batch: LeasedBatch) -> Manifest:
     ctx = batch.ctx
     folder = folder_of_scope(batch.scope)
     ctx.progress(f"listing {folder}", None)
-    manifest = discover(ctx.s3, folder, ctx.contracts)
+    # A rollback pins the content it loads (issue #24); every other batch lists its folder.
+    pinned = pinned_manifest(ctx, batch.batch_id)
+    manifest = pinned or discover(ctx.s3, folder, ctx.contracts)
+    # The folder's own manifest, if it has one (issue #24): raises on a mismatch.
+    declared = None if pinned else check_delivery_manifest(ctx, manifest)
     failpoints.hit("mid_discovery")
     batch.update_details(
         {
             "phase": "discovered",
             "manifest": manifest.to_json(),
             "contract_versions": DeliveryIdentity.of(manifest, ctx.contracts).versions,
+            **({DELIVERY_MANIFEST_KEY: declared} if declared else {}),
         }
     )
     return manifest

@@ -19,6 +19,7 @@ import pyarrow as pa
 from fleet_import import failpoints
 from fleet_import.contracts.model import ContractSet, DatasetContract
 from fleet_import.importing.context import Committed
+from fleet_import.importing.guards import check_slice_guards
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.normalized_files import NormalizedEntry
 from fleet_import.importing.settle import recover_committed
@@ -183,6 +184,8 @@ def _load_slice_once(
         duplicates, summary = judge_rejects(batch, arrivals.loaded, arrivals.hashes.repeated)
         for dataset, keys in duplicates.items():
             writer.discard_keys(ctx.contracts[dataset], keys)
+        # Slice guards (issue #24): a breach raises SliceHeld, and nothing is committed.
+        check_slice_guards(batch, manifest, summary)
         pa.default_memory_pool().release_unused()
         batch.renew_lease_now()
         failpoints.hit("before_warehouse_commit")

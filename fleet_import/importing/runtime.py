@@ -15,10 +15,12 @@ from fleet_import.errors import ConfigurationError
 from fleet_import.importing.context import ImportContext, Progress, no_event, no_progress
 from fleet_import.publication.events import EventSink
 from fleet_import.publication.publisher import Publisher
+from fleet_import.publication.retention import Retention
 from fleet_import.s3.client import s3_client
 from fleet_import.s3.staging import StagingArea
 from fleet_import.store.outbox import OutboxRepository
 from fleet_import.store.repository import BatchRepository
+from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.tenants.databases import (
     own_database,
     postgres_url_for,
@@ -37,6 +39,9 @@ class Runtime:
     ctx: ImportContext
     outbox: OutboxRepository
     publisher: Publisher
+
+
+SECONDS_PER_DAY = 24 * 3600
 
 
 def build_warehouse(settings: Settings, s3: Any) -> Warehouse:
@@ -109,6 +114,11 @@ def build_runtime(
         refresh_sql=settings.refresh_sql,
         run_warehouse_sql=warehouse.execute if settings.refresh_sql else None,
         staging=staging,
+        retention=Retention(  # issue #24: what a rollback may load again
+            ReviewRepository(settings.database_url),
+            keep_seconds=settings.retain_days * SECONDS_PER_DAY,
+            keep_count=settings.retain_batches,
+        ),
     )
     for name, handler in (step_overrides or {}).items():
         publisher.steps[name] = handler

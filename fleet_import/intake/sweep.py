@@ -44,6 +44,7 @@ from fleet_import.intake.landing import (
     lookback_dates,
     skipped_payload,
 )
+from fleet_import.intake.manifest_rule import ManifestComplete, manifest_completion
 from fleet_import.publication.events import EventSink
 from fleet_import.s3.client import Children, S3Client, list_children
 from fleet_import.s3.delivery import DeliveryIdentity
@@ -92,7 +93,7 @@ class Quiet:
             raise InvalidInput(f"quiet period must be positive, got {self.seconds!r} seconds")
 
 
-CompletionRule = Marker | Quiet
+CompletionRule = Marker | Quiet | ManifestComplete
 
 
 def completion_rule(
@@ -102,12 +103,16 @@ def completion_rule(
     quiet_seconds: float = DEFAULT_QUIET_SECONDS,
     marker_grace_seconds: float = 0,
 ) -> CompletionRule:
-    """The rule a deployment's parameters name: "marker" or "quiet"."""
+    """The rule a deployment's parameters name: "marker", "quiet" or "manifest"."""
     if kind == "marker":
         return Marker(marker, marker_grace_seconds)
     if kind == "quiet":
         return Quiet(quiet_seconds)
-    raise InvalidInput(f"unknown completion rule {kind!r}: expected 'marker' or 'quiet'")
+    if kind == "manifest":  # issue #24: the folder's own manifest says when it is whole
+        return ManifestComplete()
+    raise InvalidInput(
+        f"unknown completion rule {kind!r}: expected 'marker', 'quiet' or 'manifest'"
+    )
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -289,7 +294,12 @@ def find_ready_folders(
             listing = lister(key_prefix)
             if not listing.objects and not listing.folders:
                 continue
-            completed_at, waiting = _completion(listing.objects, key_prefix, rule, now)
+            if isinstance(rule, ManifestComplete):  # issue #24
+                completed_at, waiting = manifest_completion(
+                    s3, bucket, listing.objects, key_prefix, rule
+                )
+            else:
+                completed_at, waiting = _completion(listing.objects, key_prefix, rule, now)
             if waiting is not None:
                 skipped.append(Skip(folder, f"not complete: {waiting}", tenant_id, "incomplete"))
                 continue
@@ -410,10 +420,9 @@ def _skip_reason(state: FolderBatches) -> tuple[str, str] | None:
         not in (FailureKind.ENQUEUE_FAILED, FailureKind.ABANDONED)
     ):
         kind = state.same_content_failure_kind or "failed"
-        hint = (
-            "run resume-publication for it"
-            if kind == FailureKind.FAILED_PUBLICATION
-            else "fix the files (new content is a new delivery) or rerun the import manually"
-        )
+        hint = {
+            FailureKind.FAILED_PUBLICATION: "run resume-publication for it",
+            FailureKind.HELD: f"review it: fleet-import batches approve {state.same_content_id}",
+        }.get(kind, "fix the files (new content is a new delivery) or rerun the import manually")
         return f"batch {state.same_content_id} failed ({kind}) on this content: {hint}", "failed"
     return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,14 +36,13 @@ from fleet_import.publication.outcomes import (
     Published,
     PublishOutcome,
 )
-from fleet_import.scope import split_folder
+from fleet_import.publication.retention import Retention, files_in_use
 from fleet_import.store.heartbeat import Heartbeat, leased
 from fleet_import.store.models import (
     Batch,
     BatchStatus,
     CachedFile,
     FailureKind,
-    FileInUse,
     LeaseAcquired,
 )
 from fleet_import.store.outbox import OutboxRepository, OutboxStep, StepStatus
@@ -123,6 +122,7 @@ class Publisher:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         backoff: Callable[[int], float] = exponential_backoff,
         claim_ttl: float = DEFAULT_CLAIM_TTL_SECONDS,
+        retention: Retention | None = None,
     ) -> None:
         if refresh_sql and run_warehouse_sql is None:
             raise InvalidInput("refresh_sql needs run_warehouse_sql to run it")
@@ -136,6 +136,7 @@ class Publisher:
         self._max_attempts = max_attempts
         self._backoff = backoff
         self._claim_ttl = claim_ttl
+        self._retention = retention  # None: nothing beyond this batch's own files is kept
         self.steps: dict[str, StepHandler] = {
             "refresh_dependants": self.refresh_dependants,
             "notify": self.notify,
@@ -329,7 +330,9 @@ class Publisher:
         order does not matter."""
         for failed_id in self._outbox.supersede_failed_publications(ctx.batch.id):
             log.info("failed publication %s is superseded by batch %s", failed_id, ctx.batch.id)
-        in_use = _files_in_use(ctx.batch.details)
+        in_use = files_in_use(ctx.batch.details)
+        if in_use is not None and self._retention is not None:  # issue #24: rollbacks
+            in_use = [*in_use, *self._retention.files_kept(ctx.batch.id)]
         # Without a staging area (or a manifest saying what we still use) nothing is deleted:
         # a cache row forgotten while its file stays would leak the file for good.
         if self._staging is not None and in_use is not None:
@@ -345,22 +348,6 @@ class Publisher:
 
 def _payload(batch: Batch, **extra: Any) -> dict[str, Any]:
     return event_payload(batch.tenant_id, batch.source_scope, batch.id, **extra)
-
-
-def _files_in_use(details: Mapping[str, Any]) -> list[FileInUse] | None:
-    """What the batch's slice was loaded from: each manifest object as (`s3://bucket/key`,
-    etag, contract version), the version None where the details do not record it (then every
-    entry of that key and etag counts as in use); None if there is no manifest."""
-    manifest = details.get("manifest")
-    if not isinstance(manifest, Mapping) or not isinstance(manifest.get("folder"), str):
-        return None
-    bucket, _ = split_folder(manifest["folder"])
-    versions = details.get("contract_versions")
-    versions = versions if isinstance(versions, Mapping) else {}
-    return [
-        FileInUse(f"s3://{bucket}/{obj['key']}", obj.get("etag"), versions.get(obj.get("dataset")))
-        for obj in manifest.get("objects", [])
-    ]
 
 
 def _staged_names(staging: Staging, entry: CachedFile) -> list[str]:

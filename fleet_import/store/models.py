@@ -39,6 +39,7 @@ class FailureKind(StrEnum):
     FAILED_PUBLICATION = "failed_publication"
     ENQUEUE_FAILED = "enqueue_failed"
     ABANDONED = "abandoned"  # its executor died or froze before commit; taken over
+    HELD = "held"  # a slice guard stopped it before commit: waits for review (importing.guards)
 
 
 Phase = Literal["reserved", "discovered", "normalised", "committed", "publishing", "published"]

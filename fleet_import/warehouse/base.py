@@ -158,6 +158,10 @@ class Warehouse(Protocol):
         """The batch whose stamp the slice registry holds for the scope, if any."""
         ...
 
+    def registered_counts(self, tenant_id: str, source_scope: str) -> dict[str, int]:
+        """Rows of each registered dataset as the registry recorded them (no table scan)."""
+        ...
+
     def slice_counts(self, tenant_id: str, source_scope: str) -> dict[str, int]:
         """Rows actually in each registered dataset's curated table for the scope."""
         ...

@@ -27,6 +27,7 @@ from fleet_import.warehouse.sql import (
     count_slice_sql,
     delete_slice_sql,
     register_slices_sql,
+    registered_counts_sql,
     registered_slices_sql,
 )
 
@@ -220,6 +221,18 @@ class SliceCommitter:
                 f"slice {tenant_id}/{source_scope} is stamped by several batches: {owners}"
             )
         return uuid.UUID(owners[0]) if owners else None
+
+    def registered_counts(self, tenant_id: str, source_scope: str) -> dict[str, int]:
+        """Rows per dataset as the slice registry recorded them at the slice's commit."""
+
+        def work(cursor: Cursor) -> dict[str, int]:
+            exists = run(cursor, self._registry_exists_sql()).fetchone()
+            if not (exists and exists[0]):
+                return {}
+            rows = run(cursor, registered_counts_sql(tenant_id, source_scope)).fetchall()
+            return {str(dataset): int(count) for dataset, count in rows}
+
+        return self._in_transaction(work)
 
     def slice_counts(self, tenant_id: str, source_scope: str) -> dict[str, int]:
         def work(cursor: Cursor) -> dict[str, int]:

@@ -107,6 +107,17 @@ def registered_slices_sql(
     )
 
 
+def registered_counts_sql(tenant_id: str, source_scope: str) -> Statement:
+    """(dataset, row_count) of the scope's registered datasets: what the slice holds, as its
+    commit recorded it, without counting the curated tables (slice guards compare with it)."""
+    where, params = _scope_filter(tenant_id, source_scope)
+    return (
+        f"SELECT dataset, row_count FROM {table_name(REGISTRY_TABLE)} "
+        f"WHERE {where} ORDER BY dataset",
+        params,
+    )
+
+
 def forget_slices_sql(tenant_id: str, source_scope: str, dataset: str | None = None) -> Statement:
     """The scope's registry rows, or only one dataset's."""
     where, params = _scope_filter(tenant_id, source_scope)

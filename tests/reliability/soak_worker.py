@@ -26,11 +26,13 @@ from fleet_import.errors import FleetImportError
 from fleet_import.importing.context import ImportContext
 from fleet_import.importing.driver import import_folder
 from fleet_import.publication.publisher import Publisher
+from fleet_import.publication.retention import Retention
 from fleet_import.s3.client import s3_client
 from fleet_import.s3.staging import StagingArea
 from fleet_import.scope import Tenant
 from fleet_import.store.outbox import OutboxRepository
 from fleet_import.store.repository import BatchRepository
+from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
 _DRAIN_PROBABILITY = 0.1
@@ -65,6 +67,8 @@ def build(config: Mapping[str, Any]) -> tuple[ImportContext, Publisher]:
         backoff=lambda attempts: 0.0,
         # Claims end with the lease they were made under; "claim_ttl" may set it apart.
         claim_ttl=float(config.get("claim_ttl", ttl)),
+        # "retain": keep earlier successes' files for rollbacks, as the runtime does.
+        retention=Retention(ReviewRepository(database_url)) if config.get("retain") else None,
     )
     ctx = ImportContext(
         repo=repo,
@@ -105,9 +109,27 @@ def importer(config: Mapping[str, Any], publisher: Publisher) -> Importer:
 def run_once(config: Mapping[str, Any]) -> int:
     ctx, publisher = build(config)
     tenant, folder, key = Tenant.named(config["tenant"]), config["folder"], config["key"]
-    outcome = importer(config, publisher)(ctx, tenant, folder, key)
+    if config.get("action") in ("approve", "rollback"):  # issue #24's crash cases
+        outcome = review_action(ctx, config, tenant, folder)
+    else:
+        outcome = importer(config, publisher)(ctx, tenant, folder, key)
     print(json.dumps(describe(outcome)), flush=True)
     return 0
+
+
+def review_action(
+    ctx: ImportContext, config: Mapping[str, Any], tenant: Tenant, folder: str
+) -> object:
+    """Approve the held batch `config["batch"]`, or roll the folder back to it."""
+    import uuid
+
+    from fleet_import.importing.review import approve_held
+    from fleet_import.importing.rollback import rollback_slice
+    reviews = ReviewRepository(config["database_url"])
+    batch_id = uuid.UUID(config["batch"])
+    if config["action"] == "approve":
+        return approve_held(ctx, reviews, batch_id)
+    return rollback_slice(ctx, reviews, tenant, folder, batch_id)
 
 
 def import_through_flow(

@@ -1,0 +1,116 @@
+"""`fleet-import batches approve / reject` and `slices rollback` (issue #24): what an
+operator does with a held batch, or with a slice a bad delivery replaced."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from fleet_cli.batch_views import batch_record, batches_table
+from fleet_cli.cli import (
+    DatabaseOption,
+    _database_url,
+    _fail,
+    _report,
+    app,
+    batches_app,
+    console,
+    resolve_batch_id,
+)
+from fleet_import.errors import FleetImportError
+from fleet_import.store.repository import BatchRepository
+
+slices_app = typer.Typer(no_args_is_help=True, help="Curated slices: roll one back.")
+app.add_typer(slices_app, name="slices")
+
+
+def list_held(tenant: str | None, limit: int, as_json: bool, database_url: str | None) -> None:
+    from fleet_import.store.review_repository import ReviewRepository
+
+    try:
+        batches = ReviewRepository(_database_url(database_url)).held_batches(tenant, limit)
+    except FleetImportError as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps([batch_record(batch) for batch in batches], indent=2))
+        return
+    console.print(batches_table(batches, console))
+    if not batches:
+        console.print("no batches wait for review")
+    for batch in batches:
+        for breach in batch.details["failure"].get("held", {}).get("breaches", []):
+            console.print(
+                Text(
+                    f"{batch.id}: {breach['dataset']} current {breach['current_rows']:,} rows, "
+                    f"held delivery {breach['new_rows']:,} ({breach['rule']}); "
+                    f"fleet-import batches approve {batch.id}"
+                ),
+                soft_wrap=True,
+            )
+
+
+@batches_app.command("approve")
+def batches_approve(
+    batch_id: Annotated[str, typer.Argument(help="the held batch, or a unique prefix of it")],
+    database_url: DatabaseOption = None,
+) -> None:
+    """Load a held batch's exact content (same files, same contract versions) as a new
+    batch with its guards waived (the approve-held-batch flow). Refused when the folder
+    changed since it was held.
+
+    Exit codes: 0 loaded; 1 failed or refused (NotApproved); 2 usage error;
+    3 skipped (another batch holds the scope); 4 committed, publication pending.
+    """
+    from flows.approve_held_batch import approve_held_batch
+
+    repo = BatchRepository(_database_url(database_url))
+    parsed = resolve_batch_id(batch_id, repo)
+    _report(approve_held_batch(batch_id=str(parsed), return_state=True))
+
+
+@batches_app.command("reject")
+def batches_reject(
+    batch_id: Annotated[str, typer.Argument(help="the held batch, or a unique prefix of it")],
+    note: Annotated[str, typer.Option(help="why, kept on the batch")] = "",
+    database_url: DatabaseOption = None,
+) -> None:
+    """Close a held batch without loading it: the slice keeps what it holds."""
+    from fleet_import.importing.review import NotApproved, reject_held
+    from fleet_import.store.review_repository import ReviewRepository
+    from flows.common import runtime_for_flow
+
+    url = _database_url(database_url)
+    parsed = resolve_batch_id(batch_id, BatchRepository(url))
+    rt = runtime_for_flow()
+    try:
+        outcome = reject_held(rt.ctx, ReviewRepository(url), parsed, note)
+    except FleetImportError as exc:
+        raise _fail(str(exc)) from None
+    if isinstance(outcome, NotApproved):
+        raise _fail(outcome.reason)
+    console.print(Text(f"batch {parsed} rejected: the slice keeps what it holds"))
+
+
+@slices_app.command("rollback")
+def slices_rollback(
+    folder: Annotated[str, typer.Argument(help="s3://bucket/prefix/ of the slice's delivery")],
+    tenant: Annotated[str, typer.Option("--tenant", help="the tenant's slug")],
+    to: Annotated[
+        str | None,
+        typer.Option("--to", help="the batch to roll back to (default: the previous success)"),
+    ] = None,
+    database_url: DatabaseOption = None,
+) -> None:
+    """Load an earlier succeeded batch's content into the slice again, as a new batch (the
+    rollback-slice flow). Refused, with the reason, when its normalised files are gone.
+
+    Exit codes: 0 rolled back; 1 failed or refused (NotRolledBack); 2 usage error;
+    3 skipped (another batch holds the scope); 4 committed, publication pending.
+    """
+    from flows.rollback_slice import rollback_slice
+
+    target = str(resolve_batch_id(to, BatchRepository(_database_url(database_url)))) if to else None
+    _report(rollback_slice(tenant_id=tenant, folder=folder, to_batch_id=target, return_state=True))

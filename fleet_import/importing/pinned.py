@@ -1,0 +1,23 @@
+"""A batch that loads stored content instead of what its folder holds now (a rollback):
+its details pin the manifest, and discovery reads that instead of listing the folder.
+Its files then come from the normalised-file cache, keyed by the pinned etags."""
+
+from __future__ import annotations
+
+import uuid
+
+from fleet_import.importing.context import ImportContext
+from fleet_import.s3.sources import Manifest
+
+PINNED_KEY = "pinned_manifest"
+
+
+def pin_manifest(ctx: ImportContext, batch_id: uuid.UUID, owner: str, manifest: Manifest) -> None:
+    ctx.repo.update_details(batch_id, owner, {PINNED_KEY: manifest.to_json()})
+
+
+def pinned_manifest(ctx: ImportContext, batch_id: uuid.UUID) -> Manifest | None:
+    """The manifest the batch must load, if one is pinned (None: list the folder)."""
+    batch = ctx.repo.get(batch_id)
+    raw = batch.details.get(PINNED_KEY) if batch is not None else None
+    return Manifest.from_json(raw) if isinstance(raw, dict) else None

@@ -1,0 +1,166 @@
+"""Review of held batches (issue #24): approve loads exactly the held content as a new
+batch with the slice guards waived; reject closes the batch.
+
+Exactly the held content: the folder must still hold the files the held batch listed
+(manifest fingerprint) read with the same contract versions; the approval's waiver names
+that content, so a folder that changes between this check and the load is refused by the
+guard check itself (guards.ApprovedContentChanged). The files are not parsed again: the
+held batch's normalised files are still staged and cached by (key, etag, contract version).
+An approval is a delivery of its own (`approve:{held batch}`): run again after a death it
+continues its batch, and once it succeeded it records the decision and loads nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from fleet_import.errors import FleetImportError
+from fleet_import.importing.claim import claim, new_owner
+from fleet_import.importing.context import (
+    Claimed,
+    Committed,
+    ImportContext,
+    ImportOutcome,
+    NothingToDo,
+)
+from fleet_import.importing.driver import CoreSteps, StepRunner, import_batch
+from fleet_import.importing.guards import GuardOverride, content_of, record_override
+from fleet_import.publication.events import event_payload
+from fleet_import.s3.sources import discover
+from fleet_import.scope import Tenant, folder_of_scope
+from fleet_import.store.models import Batch, BatchStatus, FailureKind
+from fleet_import.store.review_repository import ReviewRepository
+
+APPROVED_EVENT = "fleet.batch.approved"
+REJECTED_EVENT = "fleet.batch.rejected"
+APPROVAL_KEY_PREFIX = "approve:"
+
+
+@dataclass(frozen=True)
+class NotApproved:
+    """The approval (or rejection) was refused; nothing was loaded."""
+
+    batch_id: uuid.UUID
+    reason: str
+
+
+@dataclass(frozen=True)
+class Approval:
+    """What an approval will load: the held batch, its tenant and scope, its content."""
+
+    held: Batch
+    tenant: Tenant
+    scope: str
+    content: dict
+
+
+def approval_key(held_id: uuid.UUID) -> str:
+    return f"{APPROVAL_KEY_PREFIX}{held_id}"
+
+
+def check_approval(ctx: ImportContext, held_id: uuid.UUID) -> Approval | NotApproved:
+    """The held batch and its content, or why it cannot be approved now."""
+    held = ctx.repo.get(held_id)
+    refusal = _review_refusal(held, held_id)
+    if refusal is not None:
+        return NotApproved(held_id, refusal)
+    assert held is not None and held.source_scope is not None
+    content = (held.details.get("failure") or {}).get("held", {}).get("content")
+    if not content:
+        return NotApproved(held_id, f"batch {held_id} records no held content")
+    try:
+        listing = discover(ctx.s3, folder_of_scope(held.source_scope), ctx.contracts)
+    except FleetImportError as exc:
+        return NotApproved(held_id, f"the folder cannot be listed: {exc}")
+    now = content_of(ctx, listing)
+    if now != content:
+        what = "files" if now["fingerprint"] != content["fingerprint"] else "contract versions"
+        return NotApproved(
+            held_id,
+            f"the content changed since batch {held_id} was held (its {what} differ): "
+            "an approval loads only what was reviewed; import the folder anew instead",
+        )
+    tenant = Tenant(held.tenant_id, held.company_id, held.tenant_database)
+    return Approval(held, tenant, held.source_scope, dict(content))
+
+
+def approve_held(
+    ctx: ImportContext,
+    reviews: ReviewRepository,
+    held_id: uuid.UUID,
+    *,
+    owner: str | None = None,
+    steps: StepRunner | None = None,
+) -> ImportOutcome | NotApproved:
+    """Load the held batch's content as a new batch, its guards waived for that content."""
+    approval = check_approval(ctx, held_id)
+    if isinstance(approval, NotApproved):
+        return approval
+    claimed = claim_approval(ctx, approval, owner or new_owner())
+    if not isinstance(claimed, Claimed):
+        outcome: ImportOutcome = claimed
+    else:
+        outcome = import_batch(
+            ctx, approval.tenant, claimed, steps or CoreSteps(ctx.normalize_workers)
+        )
+    settle_approval(ctx, reviews, approval, outcome)
+    return outcome
+
+
+def claim_approval(ctx: ImportContext, approval: Approval, owner: str) -> ImportOutcome | Claimed:
+    """Reserve the scope for the approval's own delivery and waive its guards."""
+    held_id = approval.held.id
+    claimed = claim(ctx, approval.tenant, approval.scope, approval_key(held_id), owner, force=True)
+    if isinstance(claimed, Claimed):
+        waiver = GuardOverride(
+            waived=True, content=approval.content, reason=f"approval of held batch {held_id}"
+        )
+        record_override(ctx, claimed, waiver)
+        ctx.repo.update_details(claimed.batch_id, owner, {"approves": str(held_id)})
+    return claimed
+
+
+def settle_approval(
+    ctx: ImportContext, reviews: ReviewRepository, approval: Approval, outcome: object
+) -> None:
+    """Once the approval's batch committed (or had succeeded before), the held batch is
+    decided: approved by that batch."""
+    succeeded = isinstance(outcome, NothingToDo) and outcome.status == BatchStatus.SUCCEEDED
+    if not (isinstance(outcome, Committed) or succeeded):
+        return
+    by = outcome.batch_id
+    if reviews.record_review(approval.held.id, "approved", by) is not None:
+        ctx.events(
+            APPROVED_EVENT,
+            event_payload(
+                approval.tenant.tenant_id, approval.scope, approval.held.id, approved_by=str(by)
+            ),
+        )
+
+
+def reject_held(
+    ctx: ImportContext, reviews: ReviewRepository, held_id: uuid.UUID, note: str = ""
+) -> Batch | NotApproved:
+    """Close a held batch without loading it."""
+    refusal = _review_refusal(ctx.repo.get(held_id), held_id)
+    if refusal is not None:
+        return NotApproved(held_id, refusal)
+    batch = reviews.record_review(held_id, "rejected", facts={"note": note} if note else None)
+    if batch is None:
+        return NotApproved(held_id, f"batch {held_id} was reviewed meanwhile")
+    ctx.events(REJECTED_EVENT, event_payload(batch.tenant_id, batch.source_scope, held_id))
+    return batch
+
+
+def _review_refusal(batch: Batch | None, batch_id: uuid.UUID) -> str | None:
+    if batch is None:
+        return f"no batch {batch_id}"
+    failure = batch.details.get("failure") or {}
+    if batch.status != BatchStatus.FAILED or failure.get("kind") != FailureKind.HELD:
+        return f"batch {batch_id} is not held for review (it is {batch.status})"
+    review = batch.details.get("review")
+    if review:
+        by = f" by batch {review['batch_id']}" if review.get("batch_id") else ""
+        return f"batch {batch_id} was already {review.get('decision')}{by}"
+    return None

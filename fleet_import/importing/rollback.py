@@ -1,0 +1,198 @@
+"""Rollback of a slice (issue #24): load an earlier succeeded batch's content again, as a
+new batch stamped, registered and published like any other.
+
+The content is the earlier batch's manifest, pinned on the new batch (importing.pinned), so
+the folder's current files do not matter; its files come from the normalised-file cache,
+which the retention kept (publication.retention). Refused, with the reason, when that batch
+is not an earlier success of the scope, its contracts changed since, or its files are gone.
+The guards are waived: an operator asked for exactly this slice. A rollback is a delivery
+of its own (`rollback:{target}:{replaced}`): run again after a death it continues its batch.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from fleet_import.errors import FleetImportError
+from fleet_import.importing.claim import claim, new_owner
+from fleet_import.importing.context import Claimed, Committed, ImportContext, ImportOutcome
+from fleet_import.importing.driver import CoreSteps, StepRunner, import_batch
+from fleet_import.importing.guards import GuardOverride, record_override
+from fleet_import.importing.pinned import pin_manifest
+from fleet_import.publication.events import event_payload
+from fleet_import.s3.delivery import DeliveryIdentity
+from fleet_import.s3.sources import Manifest
+from fleet_import.scope import Tenant, source_scope, split_folder
+from fleet_import.store.models import Batch, BatchStatus
+from fleet_import.store.review_repository import ReviewRepository
+
+ROLLED_BACK_EVENT = "fleet.slice.rolled_back"
+ROLLED_BACK_KEY = "rolled_back_to"
+
+
+@dataclass(frozen=True)
+class NotRolledBack:
+    """The rollback was refused; nothing was loaded."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class RollbackPlan:
+    tenant: Tenant
+    scope: str
+    target: Batch
+    manifest: Manifest
+    replaced: uuid.UUID | None
+    """The batch whose slice the rollback replaces (the slice's owner now)."""
+
+    @property
+    def delivery_key(self) -> str:
+        return f"rollback:{self.target.id}:{self.replaced}"
+
+
+def plan_rollback(
+    ctx: ImportContext,
+    reviews: ReviewRepository,
+    tenant: Tenant,
+    folder: str,
+    to: uuid.UUID | None = None,
+) -> RollbackPlan | NotRolledBack:
+    """Which batch to roll back to (`to`, else the newest success the slice's owner
+    replaced) and its manifest, or why not."""
+    scope = source_scope(folder)
+    try:
+        owner = ctx.warehouse.slice_owner(tenant.tenant_id, scope)
+    except FleetImportError as exc:
+        return NotRolledBack(f"the slice registry cannot be read: {exc}")
+    unfinished = _unfinished_rollback(ctx, owner)
+    if unfinished is not None and to in (None, unfinished[0]):
+        to, owner = unfinished  # it died after its commit: the same rollback continues
+    if to is None:
+        earlier = [b for b in reviews.rollback_candidates(tenant.tenant_id, scope) if b.id != owner]
+        if not earlier:
+            return NotRolledBack(f"{scope} has no earlier succeeded batch to roll back to")
+        target = earlier[0]
+    else:
+        found = ctx.repo.get(to)
+        if found is None:
+            return NotRolledBack(f"no batch {to}")
+        target = found
+    refusal = _refusal(ctx, tenant, scope, target, owner)
+    if isinstance(refusal, NotRolledBack):
+        return refusal
+    return RollbackPlan(tenant, scope, target, refusal, owner)
+
+
+def _unfinished_rollback(
+    ctx: ImportContext, owner: uuid.UUID | None
+) -> tuple[uuid.UUID, uuid.UUID | None] | None:
+    """(target, replaced) of the rollback whose stamp the slice carries while it has not
+    succeeded yet (its executor died after the warehouse commit)."""
+    batch = ctx.repo.get(owner) if owner is not None else None
+    if batch is None or batch.status != BatchStatus.RUNNING:
+        return None
+    target = batch.details.get(ROLLED_BACK_KEY)
+    if not target:
+        return None
+    replaced = batch.details.get("rollback_replaced")
+    return uuid.UUID(target), uuid.UUID(replaced) if replaced else None
+
+
+def _refusal(
+    ctx: ImportContext, tenant: Tenant, scope: str, target: Batch, owner: uuid.UUID | None
+) -> NotRolledBack | Manifest:
+    """The target's manifest, if its content can be loaded again; else why not."""
+    if target.tenant_id != tenant.tenant_id or target.source_scope != scope:
+        return NotRolledBack(f"batch {target.id} is not a batch of {tenant.tenant_id}'s {scope}")
+    if target.status != BatchStatus.SUCCEEDED:
+        return NotRolledBack(f"batch {target.id} did not succeed (it is {target.status})")
+    if target.id == owner:
+        return NotRolledBack(f"batch {target.id} owns the slice already: nothing to roll back")
+    raw = target.details.get("manifest")
+    if not isinstance(raw, dict):
+        return NotRolledBack(f"batch {target.id} records no manifest")
+    try:
+        manifest = Manifest.from_json(raw)
+    except FleetImportError as exc:
+        return NotRolledBack(f"batch {target.id}: {exc}")
+    try:
+        versions = DeliveryIdentity.of(manifest, ctx.contracts).versions
+    except KeyError as exc:
+        return NotRolledBack(f"batch {target.id} loaded dataset {exc} that no contract defines now")
+    if versions != target.details.get("contract_versions"):
+        return NotRolledBack(
+            f"the contracts changed since batch {target.id} was loaded: its normalised files "
+            "do not fit the curated tables now; import the folder anew instead"
+        )
+    bucket, _ = split_folder(manifest.folder)
+    gone = [
+        obj.key
+        for obj in manifest.objects
+        if ctx.repo.cached_file(f"s3://{bucket}/{obj.key}", obj.etag, versions[obj.dataset]) is None
+    ]
+    if gone:
+        return NotRolledBack(
+            f"the normalised files of batch {target.id} are gone (retention expired, see "
+            f"FLEET_RETAIN_DAYS): {', '.join(gone[:5])}{', ...' if len(gone) > 5 else ''}"
+        )
+    return manifest
+
+
+def claim_rollback(ctx: ImportContext, plan: RollbackPlan, owner: str) -> ImportOutcome | Claimed:
+    """Reserve the scope for the rollback's own delivery, pin the target's content and
+    waive the guards."""
+    claimed = claim(ctx, plan.tenant, plan.scope, plan.delivery_key, owner, force=True)
+    if isinstance(claimed, Claimed):
+        reason = f"rollback to batch {plan.target.id}"
+        record_override(ctx, claimed, GuardOverride(waived=True, reason=reason))
+        pin_manifest(ctx, claimed.batch_id, owner, plan.manifest)
+        ctx.repo.update_details(
+            claimed.batch_id,
+            owner,
+            {
+                ROLLED_BACK_KEY: str(plan.target.id),
+                "rollback_replaced": str(plan.replaced) if plan.replaced else None,
+            },
+        )
+    return claimed
+
+
+def rolled_back(ctx: ImportContext, plan: RollbackPlan, outcome: object) -> None:
+    """Tell that the slice holds the target's content again."""
+    if isinstance(outcome, Committed):
+        ctx.events(
+            ROLLED_BACK_EVENT,
+            event_payload(
+                plan.tenant.tenant_id,
+                plan.scope,
+                outcome.batch_id,
+                rolled_back_to=str(plan.target.id),
+                replaced=str(plan.replaced) if plan.replaced else None,
+                row_counts=outcome.row_counts,
+            ),
+        )
+
+
+def rollback_slice(
+    ctx: ImportContext,
+    reviews: ReviewRepository,
+    tenant: Tenant,
+    folder: str,
+    to: uuid.UUID | None = None,
+    *,
+    owner: str | None = None,
+    steps: StepRunner | None = None,
+) -> ImportOutcome | NotRolledBack:
+    """Plan, claim and load a rollback in this process (the core's way; the flow maps the
+    same calls to tasks)."""
+    plan = plan_rollback(ctx, reviews, tenant, folder, to)
+    if isinstance(plan, NotRolledBack):
+        return plan
+    claimed = claim_rollback(ctx, plan, owner or new_owner())
+    if not isinstance(claimed, Claimed):
+        return claimed
+    outcome = import_batch(ctx, tenant, claimed, steps or CoreSteps(ctx.normalize_workers))
+    rolled_back(ctx, plan, outcome)
+    return outcome

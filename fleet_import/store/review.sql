@@ -1,0 +1,70 @@
+-- The operational store's part in reviewing held batches and retaining what a rollback
+-- loads. Sections are named `-- name --`; the ReviewRepository method of the same name
+-- runs it.
+
+-- record_review --
+-- A held batch is terminal (failed): its one later write is the review's decision, made
+-- once. An approval re-recorded by the batch that loaded it is idempotent.
+UPDATE ingestion_batches
+SET details = details || jsonb_build_object(
+        'review', %(review)s::jsonb
+                  || jsonb_build_object('at', to_char(now() AT TIME ZONE 'UTC',
+                                                      'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))),
+    updated_at = now()
+WHERE id = %(batch_id)s
+  AND status = 'failed'
+  AND details -> 'failure' ->> 'kind' = 'held'
+  AND (details -> 'review' IS NULL
+       OR (details -> 'review' ->> 'decision' = %(decision)s
+           AND details -> 'review' ->> 'batch_id' IS NOT DISTINCT FROM %(by_batch)s::text))
+RETURNING *
+
+-- held_batches --
+-- What waits for review: held, and neither approved nor rejected yet.
+SELECT *
+FROM ingestion_batches
+WHERE status = 'failed'
+  AND details -> 'failure' ->> 'kind' = 'held'
+  AND details -> 'review' IS NULL
+  AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s::text)
+ORDER BY created_at DESC, id
+LIMIT %(limit)s
+
+-- retained_batches --
+-- Batches of the scope whose normalised files the retention keeps, besides the batch
+-- being published (`batch_id`): earlier successes committed within `keep_seconds` of now,
+-- the latest earlier success always, and held batches that still wait for review.
+WITH cur AS (SELECT * FROM ingestion_batches WHERE id = %(batch_id)s),
+earlier AS (
+    SELECT b.*,
+           row_number() OVER (ORDER BY b.created_at DESC, b.id DESC) AS recency
+    FROM ingestion_batches b, cur
+    WHERE b.tenant_id = cur.tenant_id
+      AND b.source_scope = cur.source_scope
+      AND b.id <> cur.id
+      AND b.created_at < cur.created_at
+      AND b.status = 'succeeded'
+)
+SELECT * FROM earlier
+WHERE recency <= %(keep_count)s OR updated_at >= now() - make_interval(secs => %(keep_seconds)s)
+UNION ALL
+SELECT b.*, NULL AS recency
+FROM ingestion_batches b, cur
+WHERE b.tenant_id = cur.tenant_id
+  AND b.source_scope = cur.source_scope
+  AND b.id <> cur.id
+  AND b.status = 'failed'
+  AND b.details -> 'failure' ->> 'kind' = 'held'
+  AND b.details -> 'review' IS NULL
+ORDER BY created_at DESC, id
+
+-- rollback_candidates --
+-- Earlier successes of the scope, newest first: what a rollback may load (if their files
+-- are still retained).
+SELECT *
+FROM ingestion_batches
+WHERE tenant_id = %(tenant_id)s
+  AND source_scope = %(source_scope)s
+  AND status = 'succeeded'
+ORDER BY created_at DESC, id
+LIMIT %(limit)s

@@ -1,0 +1,71 @@
+"""rollback_slice: load an earlier succeeded batch's content into its slice again.
+
+Thin: the rules live in `fleet_import.importing.rollback` (which batch, whether its files
+are still retained, the pinned manifest); the load is the import's own steps as Prefect
+tasks (`PrefectSteps`).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from prefect import flow, get_run_logger
+from prefect.states import State
+
+from fleet_import.errors import InvalidInput, LeaseLost
+from fleet_import.importing import driver as pipeline
+from fleet_import.importing.rollback import (
+    NotRolledBack,
+    claim_rollback,
+    plan_rollback,
+    rolled_back,
+)
+from fleet_import.scope import Tenant
+from fleet_import.store.review_repository import ReviewRepository
+from flows.common import lease_owner, runtime_for_flow, tag_flow_run
+from flows.import_s3_folder import PrefectSteps
+from flows.reporting import failed, publish_artifacts, state_for
+from flows.story import tell
+
+
+@flow(name="rollback-slice", flow_run_name="rollback/{tenant_id}", retries=0)
+def rollback_slice(tenant_id: str, folder: str, to_batch_id: str | None = None) -> State:
+    """Roll a slice back: load an earlier succeeded batch's content again as a new batch,
+    from its retained normalised files. Refused, with the reason, when they are gone.
+
+    Args:
+        tenant_id: The tenant's slug, e.g. acme.
+        folder: The slice's delivery folder, e.g. s3://fleet-landing/acme/fleet/2026-07-22/.
+        to_batch_id: The batch whose content to load; by default the newest earlier success
+            of the scope (the one the current slice replaced).
+    """
+    try:
+        tenant = Tenant.named(tenant_id)
+        target = uuid.UUID(to_batch_id) if to_batch_id else None
+    except (InvalidInput, ValueError) as exc:
+        return failed(f"invalid input: {exc}")
+    rt = runtime_for_flow()
+    reviews = ReviewRepository(rt.settings.database_url)
+    try:
+        plan = plan_rollback(rt.ctx, reviews, tenant, folder, target)
+    except InvalidInput as exc:
+        return failed(f"invalid input: {exc}")
+    if isinstance(plan, NotRolledBack):
+        return failed(plan.reason, name="NotRolledBack")
+    tag_flow_run(f"tenant:{tenant.tenant_id}", f"scope:{plan.scope}")
+    claimed = claim_rollback(rt.ctx, plan, lease_owner())
+    if not isinstance(claimed, pipeline.Claimed):
+        return state_for(claimed)
+    get_run_logger().info(
+        "batch %s rolls %s back to %s", claimed.batch_id, plan.scope, plan.target.id
+    )
+    steps = PrefectSteps()
+    try:
+        outcome = pipeline.import_batch(rt.ctx, tenant, claimed, steps)
+    except LeaseLost as exc:
+        tell(rt, [claimed.batch_id])
+        return failed(f"lost the lease on batch {claimed.batch_id}: {exc}")
+    rolled_back(rt.ctx, plan, outcome)
+    publish_artifacts(rt, claimed.batch_id)
+    tell(rt, [claimed.batch_id])
+    return state_for(outcome, crash=steps.crash)

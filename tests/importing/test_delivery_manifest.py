@@ -1,0 +1,72 @@
+"""A folder's own manifest (issue #24): every import verifies against it before any
+warehouse work; a declared row count that differs holds the batch. Real PostgreSQL, moto."""
+
+from __future__ import annotations
+
+from fleet_import.importing.context import Committed, Failed, ImportContext
+from fleet_import.importing.driver import import_folder
+from fleet_import.s3.delivery_manifest import MANIFEST_NAME, manifest_for
+from fleet_import.sample_data import fleet_delivery, today_folder
+from fleet_import.scope import Tenant
+from fleet_import.store.models import FailureKind
+from tests.helpers import upload
+
+ACME = Tenant.named("acme")
+ROWS = {
+    "trips-1.csv": 100,
+    "trips-2.csv.gz": 100,
+    "vehicles.csv": 20,
+    "fuel_transactions.parquet": 80,
+}
+
+
+def test_a_whole_delivery_loads_and_records_what_its_manifest_declares(
+    import_ctx: ImportContext, s3, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=200)
+    upload(s3, folder, {**files, MANIFEST_NAME: manifest_for(files, folder, ROWS)})
+    loaded = import_folder(import_ctx, ACME, folder, "d1")
+    assert isinstance(loaded, Committed), loaded
+    declared = import_ctx.repo.get(loaded.batch_id).details["delivery_manifest"]
+    assert declared["declared_rows"][f"{folder}trips-1.csv"] == 100
+
+
+def test_missing_short_or_unlisted_files_fail_before_any_warehouse_work(
+    import_ctx: ImportContext, s3, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=200)
+    listed = {**files, "trips-3.csv": files["trips-1.csv"]}  # one file never arrived
+    upload(s3, folder, {**files, MANIFEST_NAME: manifest_for(listed, folder, {})})
+    copies = import_ctx.warehouse.copies
+    missing = import_folder(import_ctx, ACME, folder, "d1")
+    assert isinstance(missing, Failed) and missing.kind == FailureKind.FAILED_PRE_COMMIT
+    assert f"missing: {folder}trips-3.csv" in missing.error and MANIFEST_NAME in missing.error
+
+    longer = {**files, "trips-2.csv.gz": files["trips-2.csv.gz"] + b"cut off in transit"}
+    unlisted = {k: v for k, v in longer.items() if k != "vehicles.csv"}
+    upload(s3, folder, {MANIFEST_NAME: manifest_for(unlisted, folder, {})})
+    short = import_folder(import_ctx, ACME, folder, "d2")
+    assert isinstance(short, Failed), short
+    assert f"size differs: {folder}trips-2.csv.gz" in short.error
+    assert f"unlisted: {folder}vehicles.csv" in short.error
+    assert import_ctx.warehouse.copies == copies  # nothing reached the warehouse
+    assert import_ctx.warehouse.slice_owner("acme", f"fleet_s3:{folder}") is None
+    assert import_ctx.repo.list(status="running") == []
+
+
+def test_a_file_whose_rows_differ_from_its_declared_count_is_held(
+    import_ctx: ImportContext, s3, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=200)
+    upload(
+        s3,
+        folder,
+        {**files, MANIFEST_NAME: manifest_for(files, folder, {**ROWS, "trips-1.csv": 120})},
+    )
+    held = import_folder(import_ctx, ACME, folder, "d1")
+    assert isinstance(held, Failed) and held.kind == FailureKind.HELD, held
+    assert f"{folder}trips-1.csv: the delivery manifest declares 120 rows, 100 were" in held.error
+    assert import_ctx.warehouse.slice_owner("acme", f"fleet_s3:{folder}") is None

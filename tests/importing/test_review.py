@@ -1,0 +1,98 @@
+"""Review of held batches (issue #24): approval loads exactly the held content from its
+staged files, changed content is refused, rejection closes; real PostgreSQL and moto."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet_import.importing.context import Committed, Failed, ImportContext
+from fleet_import.importing.driver import import_folder
+from fleet_import.importing.review import NotApproved, approve_held, reject_held
+from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
+from fleet_import.scope import Tenant
+from fleet_import.store.models import BatchStatus, FailureKind
+from fleet_import.store.review_repository import ReviewRepository
+from tests.helpers import slice_rows, upload
+from tests.importing.guard_helpers import redeliver, slice_snapshot
+
+ACME = Tenant.named("acme")
+
+
+@pytest.fixture
+def reviews(database_url: str) -> ReviewRepository:
+    return ReviewRepository(database_url)
+
+
+def held_redelivery(import_ctx: ImportContext, s3, folder: str) -> Failed:
+    upload(s3, folder, fleet_delivery(trips=400))
+    assert isinstance(import_folder(import_ctx, ACME, folder, "d1"), Committed)
+    redeliver(s3, folder, {"trips-1.csv": csv_bytes(trips_table(10))})
+    held = import_folder(import_ctx, ACME, folder, "d2")
+    assert isinstance(held, Failed) and held.kind == FailureKind.HELD, held
+    return held
+
+
+def test_approval_loads_the_held_content_from_its_staged_files(
+    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str, reviews
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    held = held_redelivery(import_ctx, s3, folder)
+    assert [b.id for b in reviews.held_batches("acme")] == [held.batch_id]
+
+    approved = approve_held(import_ctx, reviews, held.batch_id)
+    assert isinstance(approved, Committed) and approved.published, approved
+    assert approved.batch_id != held.batch_id
+    assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(approved.batch_id, 10)]
+    # Nothing parsed again: every file came from the held batch's cache entries.
+    assert approved.summary["cache_hits"] == len(approved.summary["files"]) == 3
+    batch = import_ctx.repo.get(approved.batch_id)
+    assert batch.details["approves"] == str(held.batch_id)
+    assert batch.details["guard"]["waived"] is True
+    held_batch = import_ctx.repo.get(held.batch_id)
+    assert held_batch.details["review"]["decision"] == "approved"
+    assert held_batch.details["review"]["batch_id"] == str(approved.batch_id)
+    assert held_batch.details["manifest"]["fingerprint"] == batch.details["manifest"]["fingerprint"]
+    assert reviews.held_batches("acme") == []
+    assert import_ctx.repo.list(status="running") == []
+    names = [name for name, _ in import_ctx.recorded_events]
+    assert "fleet.batch.held" in names and "fleet.batch.approved" in names
+
+    again = approve_held(import_ctx, reviews, held.batch_id)
+    assert isinstance(again, NotApproved) and "already approved" in again.reason
+
+
+def test_approval_of_content_that_changed_is_refused(
+    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str, reviews
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    held = held_redelivery(import_ctx, s3, folder)
+    before = slice_snapshot(database_url, folder)
+    upload(s3, folder, {"trips-1.csv": csv_bytes(trips_table(12))})  # changed meanwhile
+    batches = len(import_ctx.repo.list())
+
+    refused = approve_held(import_ctx, reviews, held.batch_id)
+    assert isinstance(refused, NotApproved), refused
+    assert "content changed" in refused.reason and "files" in refused.reason
+    assert len(import_ctx.repo.list()) == batches  # no batch made
+    assert slice_snapshot(database_url, folder) == before
+    assert [b.id for b in reviews.held_batches()] == [held.batch_id]  # still waits
+
+
+def test_rejection_closes_a_held_batch(
+    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str, reviews
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    held = held_redelivery(import_ctx, s3, folder)
+    before = slice_snapshot(database_url, folder)
+    closed = reject_held(import_ctx, reviews, held.batch_id, "tenant resends tomorrow")
+    assert not isinstance(closed, NotApproved), closed
+    assert closed.status == BatchStatus.FAILED
+    assert closed.details["review"]["decision"] == "rejected"
+    assert closed.details["review"]["note"] == "tenant resends tomorrow"
+    assert reviews.held_batches() == []
+    refused = approve_held(import_ctx, reviews, held.batch_id)
+    assert isinstance(refused, NotApproved) and "already rejected" in refused.reason
+    assert slice_snapshot(database_url, folder) == before
+    # Only a held batch is reviewed.
+    first = import_ctx.repo.list(status="succeeded")[0]
+    assert isinstance(reject_held(import_ctx, reviews, first.id), NotApproved)

@@ -1,0 +1,114 @@
+"""Rollback (issue #24): the normalised files of a scope's earlier successes are retained,
+a rollback loads one's content again as a new batch, and is refused when its files are
+gone; real PostgreSQL and moto."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet_import.importing.context import Committed, ImportContext
+from fleet_import.importing.driver import import_folder
+from fleet_import.importing.guards import GuardOverride
+from fleet_import.importing.rollback import ROLLED_BACK_EVENT, NotRolledBack, rollback_slice
+from fleet_import.publication.publisher import Publisher
+from fleet_import.publication.retention import Retention
+from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
+from fleet_import.scope import Tenant
+from fleet_import.store.models import BatchStatus
+from fleet_import.store.review_repository import ReviewRepository
+from tests.helpers import slice_rows, upload
+from tests.importing.guard_helpers import redeliver, slice_snapshot
+
+ACME = Tenant.named("acme")
+NO_GUARD = GuardOverride(waived=True, reason="test")
+
+
+@pytest.fixture
+def reviews(database_url: str) -> ReviewRepository:
+    return ReviewRepository(database_url)
+
+
+def retaining_ctx(import_ctx: ImportContext, outbox, reviews, keep_seconds: float):
+    import_ctx.publisher = Publisher(
+        import_ctx.repo,
+        outbox,
+        import_ctx.warehouse,
+        events=import_ctx.events,
+        staging=import_ctx.staging,
+        backoff=lambda attempts: 0.0,
+        retention=Retention(reviews, keep_seconds=keep_seconds),
+    )
+    return import_ctx
+
+
+def unstamped(snapshot: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
+    """The slice's rows without their batch stamp (the last column): what a reload keeps."""
+    return {table: [row[:-1] for row in rows] for table, rows in snapshot.items()}
+
+
+def test_rollback_restores_the_previous_slice_row_exact_as_a_new_batch(
+    import_ctx: ImportContext, outbox, reviews, s3, landing_bucket: str, database_url: str
+) -> None:
+    ctx = retaining_ctx(import_ctx, outbox, reviews, keep_seconds=3600)
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=400))
+    good = import_folder(ctx, ACME, folder, "d1")
+    assert isinstance(good, Committed) and good.published, good
+    good_slice = slice_snapshot(database_url, folder)
+
+    redeliver(s3, folder, {"trips-1.csv": csv_bytes(trips_table(20, start=9000))})
+    bad = import_folder(ctx, ACME, folder, "d2", guard=NO_GUARD)
+    assert isinstance(bad, Committed) and bad.published, bad
+    assert ctx.repo.get(good.batch_id).details["superseded_by"] == str(bad.batch_id)
+
+    restored = rollback_slice(ctx, reviews, ACME, folder)
+    assert isinstance(restored, Committed) and restored.published, restored
+    assert restored.batch_id not in (good.batch_id, bad.batch_id)
+    assert restored.row_counts == good.row_counts
+    assert unstamped(slice_snapshot(database_url, folder)) == unstamped(good_slice)
+    assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(restored.batch_id, 400)]
+    assert ctx.warehouse.slice_owner("acme", f"fleet_s3:{folder}") == restored.batch_id
+    # Nothing parsed again; the batch says what it rolled back to, and a newer success
+    # supersedes the bad batch as any load would.
+    assert restored.summary["cache_hits"] == len(restored.summary["files"]) == 4
+    batch = ctx.repo.get(restored.batch_id)
+    assert batch.status == BatchStatus.SUCCEEDED
+    assert batch.details["rolled_back_to"] == str(good.batch_id)
+    good_manifest = ctx.repo.get(good.batch_id).details["manifest"]
+    assert batch.details["manifest"]["fingerprint"] == good_manifest["fingerprint"]
+    assert ctx.repo.get(bad.batch_id).details["superseded_by"] == str(restored.batch_id)
+    (event,) = [p for name, p in ctx.recorded_events if name == ROLLED_BACK_EVENT]
+    assert event["rolled_back_to"] == str(good.batch_id)
+    assert event["replaced"] == str(bad.batch_id)
+
+    # Back to the bad one by id: its files were retained too.
+    again = rollback_slice(ctx, reviews, ACME, folder, to=bad.batch_id)
+    assert isinstance(again, Committed), again
+    assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(again.batch_id, 20)]
+
+
+def test_rollback_is_refused_when_the_files_are_gone(
+    import_ctx: ImportContext, outbox, reviews, s3, landing_bucket: str, database_url: str
+) -> None:
+    ctx = retaining_ctx(import_ctx, outbox, reviews, keep_seconds=0)
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=400))
+    first = import_folder(ctx, ACME, folder, "d1")
+    redeliver(s3, folder, {"trips-1.csv": csv_bytes(trips_table(300, start=5000))})
+    second = import_folder(ctx, ACME, folder, "d2")
+    redeliver(s3, folder, {"trips-1.csv": csv_bytes(trips_table(350, start=7000))})
+    third = import_folder(ctx, ACME, folder, "d3")
+    assert all(isinstance(o, Committed) for o in (first, second, third))
+
+    # The previous success is always kept; the one before it was past its retention.
+    assert isinstance(rollback_slice(ctx, reviews, ACME, folder, to=second.batch_id), Committed)
+    before = slice_snapshot(database_url, folder)
+    refused = rollback_slice(ctx, reviews, ACME, folder, to=first.batch_id)
+    assert isinstance(refused, NotRolledBack), refused
+    assert "are gone" in refused.reason and "trips-1.csv" in refused.reason
+    assert slice_snapshot(database_url, folder) == before
+    assert ctx.repo.list(status="running") == []
+
+    owner = ctx.warehouse.slice_owner("acme", f"fleet_s3:{folder}")
+    same = rollback_slice(ctx, reviews, ACME, folder, to=owner)
+    assert isinstance(same, NotRolledBack) and "owns the slice already" in same.reason

@@ -1,0 +1,119 @@
+"""Slice guards and review under Prefect's test harness (issue #24): a held import ends in
+the `Held` state (exit code 6), the approve-held-batch flow loads the held content, and a
+changed folder is not approved."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
+from fleet_import.store.models import BatchStatus
+from fleet_import.store.repository import BatchRepository
+from flows.approve_held_batch import approve_held_batch
+from flows.import_s3_folder import import_s3_folder
+from flows.reporting import ExitCode, exit_code_for
+from flows.rollback_slice import rollback_slice
+from flows.story import held_facts
+from tests.helpers import slice_rows, upload
+from tests.importing.guard_helpers import redeliver, slice_snapshot
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_held_import_then_its_approval_under_prefect(
+    flow_env: str, s3, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=400))
+    first = import_s3_folder(tenant_id="acme", folder=folder, return_state=True)
+    assert first.name == "Completed", first.message
+    before = slice_snapshot(flow_env, folder)
+
+    redeliver(s3, folder, {"trips-1.csv": csv_bytes(trips_table(10))})
+    held = import_s3_folder(tenant_id="acme", folder=folder, return_state=True)
+    assert held.name == "Held" and held.is_failed(), held.message
+    assert exit_code_for(held) == ExitCode.HELD == 6
+    assert "trips would go from 400 rows to 10" in held.message
+    assert "min_rows_ratio 0.5" in held.message
+    repo = BatchRepository(flow_env)
+    assert repo.list(status="running") == []
+    (held_batch,) = repo.list(status="failed")
+    assert f"batches approve {held_batch.id}" in held.message
+    assert slice_snapshot(flow_env, folder) == before
+    facts = dict(held_facts(held_batch))
+    assert "current slice 400 rows, this delivery 10 rows" in facts["held: trips"]
+    assert f"batches approve {held_batch.id}" in facts["approve"]
+
+    # A per-run override lets the same content through, as the UI's parameters would.
+    lowered = import_s3_folder(
+        tenant_id="acme", folder=folder, min_rows_ratio=0.01, return_state=True
+    )
+    assert lowered.name == "Completed", lowered.message
+    rows = slice_rows(flow_env, "fleet_trips", "acme", folder)
+    assert rows[0][1] == 10
+
+
+def test_the_approve_flow_loads_the_held_content_or_refuses_changed_content(
+    flow_env: str, s3, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=400))
+    assert import_s3_folder(tenant_id="acme", folder=folder, return_state=True).is_completed()
+    redeliver(s3, folder, {"trips-1.csv": csv_bytes(trips_table(10))})
+    held = import_s3_folder(tenant_id="acme", folder=folder, return_state=True)
+    assert held.name == "Held", held.message
+    repo = BatchRepository(flow_env)
+    (held_batch,) = repo.list(status="failed")
+
+    approved = approve_held_batch(batch_id=str(held_batch.id), return_state=True)
+    assert approved.name == "Completed", approved.message
+    (owner,) = slice_rows(flow_env, "fleet_trips", "acme", folder)
+    assert owner[1] == 10 and owner[0] != held_batch.id
+    batch = repo.get(owner[0])
+    assert batch.status == BatchStatus.SUCCEEDED
+    assert batch.details["summary"]["cache_hits"] == len(batch.details["summary"]["files"])
+    assert repo.get(held_batch.id).details["review"]["decision"] == "approved"
+    again = approve_held_batch(batch_id=str(held_batch.id), return_state=True)
+    assert again.name == "NotApproved" and "already approved" in again.message
+
+    # Held again, then the folder changes before the approval: refused, nothing loaded.
+    redeliver(s3, folder, {"trips-1.csv": csv_bytes(trips_table(2))})
+    held_again = import_s3_folder(tenant_id="acme", folder=folder, return_state=True)
+    assert held_again.name == "Held", held_again.message
+    (second,) = [b for b in repo.list(status="failed") if "review" not in b.details]
+    before = slice_snapshot(flow_env, folder)
+    upload(s3, folder, {"trips-1.csv": csv_bytes(trips_table(3))})
+    refused = approve_held_batch(batch_id=str(second.id), return_state=True)
+    assert refused.name == "NotApproved" and "content changed" in refused.message
+    assert exit_code_for(refused) == ExitCode.FAILED
+    assert slice_snapshot(flow_env, folder) == before
+
+
+def test_the_rollback_flow_restores_the_previous_slice(
+    flow_env: str, s3, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=400))
+    assert import_s3_folder(tenant_id="acme", folder=folder, return_state=True).is_completed()
+    good = slice_snapshot(flow_env, folder)
+    (good_batch,) = BatchRepository(flow_env).list(status="succeeded")
+    redeliver(s3, folder, {"trips-1.csv": csv_bytes(trips_table(30, start=7000))})
+    bad = import_s3_folder(tenant_id="acme", folder=folder, no_guard=True, return_state=True)
+    assert bad.name == "Completed", bad.message
+
+    restored = rollback_slice(tenant_id="acme", folder=folder, return_state=True)
+    assert restored.name == "Completed", restored.message
+    after = slice_snapshot(flow_env, folder)
+    assert {t: [r[:-1] for r in rows] for t, rows in after.items()} == {
+        t: [r[:-1] for r in rows] for t, rows in good.items()
+    }
+    (owner,) = slice_rows(flow_env, "fleet_trips", "acme", folder)
+    batch = BatchRepository(flow_env).get(owner[0])
+    assert batch.details["rolled_back_to"] == str(good_batch.id) and owner[1] == 400
+    assert BatchRepository(flow_env).list(status="running") == []
+
+    unknown = rollback_slice(
+        tenant_id="acme", folder=folder, to_batch_id=str(owner[0]), return_state=True
+    )
+    assert unknown.name == "NotRolledBack" and "owns the slice already" in unknown.message
+    assert exit_code_for(unknown) == ExitCode.FAILED
