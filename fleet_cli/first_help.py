@@ -16,7 +16,9 @@ what fails; `fleet-import db upgrade` migrates the operational database; then
 configured, `fleet-import demo` shows it all on embedded services.
 """
 # The order a new user needs them in, not the alphabet's.
-COMMAND_ORDER = ("doctor", "db", "run", "batches", "resume", "tenants", "relay", "demo")
+COMMAND_ORDER = (
+    "doctor", "db", "run", "batches", "slices", "resume", "tenants", "relay", "demo"
+)
 
 
 class InOrderOfUse(TyperGroup):

@@ -63,6 +63,8 @@ def batches_approve(
 
     Exit codes: 0 loaded; 1 failed or refused (NotApproved); 2 usage error;
     3 skipped (another batch holds the scope); 4 committed, publication pending.
+
+    Example: fleet-import batches approve 1f0c3a9e
     """
     from flows.approve_held_batch import approve_held_batch
 
@@ -77,7 +79,10 @@ def batches_reject(
     note: Annotated[str, typer.Option(help="why, kept on the batch")] = "",
     database_url: DatabaseOption = None,
 ) -> None:
-    """Close a held batch without loading it: the slice keeps what it holds."""
+    """Close a held batch without loading it: the slice keeps what it holds.
+
+    Example: fleet-import batches reject 1f0c3a9e
+    """
     from fleet_import.importing.review import NotApproved, reject_held
     from fleet_import.store.review_repository import ReviewRepository
     from flows.common import runtime_for_flow
@@ -109,6 +114,8 @@ def slices_rollback(
 
     Exit codes: 0 rolled back; 1 failed or refused (NotRolledBack); 2 usage error;
     3 skipped (another batch holds the scope); 4 committed, publication pending.
+
+    Example: fleet-import slices rollback --tenant acme s3://fleet-landing/acme/fleet/2026-07-22/
     """
     from flows.rollback_slice import rollback_slice
 

@@ -132,7 +132,32 @@ class OpenSlice:
         return register_slices_sql(dialect, *request.scope, batch_id, datasets, self._registered)
 
 
-class SliceCommitter:
+class CommitsThroughOpenSlice:
+    """`commit_slice` as one `open_slice` that loads every dataset and commits: what every
+    backend means by it (and the tests' in-memory warehouse), written once."""
+
+    def commit_slice(
+        self,
+        *,
+        tenant_id: str,
+        source_scope: str,
+        batch_id: uuid.UUID,
+        datasets: Sequence[DatasetLoad],
+        progress: Progress | None = None,
+    ) -> SliceCommit:
+        with self.open_slice(
+            tenant_id=tenant_id,
+            source_scope=source_scope,
+            batch_id=batch_id,
+            contracts=[d.contract for d in datasets],
+            progress=progress,
+        ) as writer:
+            for load in datasets:
+                writer.load_files(load.contract, load.files)
+            return writer.commit()
+
+
+class SliceCommitter(CommitsThroughOpenSlice):
     """The shared half of a backend. The backend provides `ensure_tables` (recording what
     it created in `_ensured`), `_begin` (its writer, given what it needs), a transaction,
     and the statement that tells whether the registry exists yet; it reports its writers'
@@ -189,26 +214,6 @@ class SliceCommitter:
         by_name = {c.name: c for c in contracts}
         request = SliceRequest(tenant_id, source_scope, batch_id, by_name, progress, on_session)
         return self._begin(request)
-
-    def commit_slice(
-        self,
-        *,
-        tenant_id: str,
-        source_scope: str,
-        batch_id: uuid.UUID,
-        datasets: Sequence[DatasetLoad],
-        progress: Progress | None = None,
-    ) -> SliceCommit:
-        with self.open_slice(
-            tenant_id=tenant_id,
-            source_scope=source_scope,
-            batch_id=batch_id,
-            contracts=[d.contract for d in datasets],
-            progress=progress,
-        ) as writer:
-            for load in datasets:
-                writer.load_files(load.contract, load.files)
-            return writer.commit()
 
     def _registry(self, cursor: Cursor, tenant_id: str, source_scope: str) -> list[tuple[Any, ...]]:
         return read_registry(cursor, self._registry_exists_sql(), tenant_id, source_scope)

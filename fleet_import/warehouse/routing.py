@@ -117,6 +117,9 @@ class TenantWarehouses:
     def slice_counts(self, tenant_id: str, source_scope: str) -> dict[str, int]:
         return self.for_tenant(tenant_id).slice_counts(tenant_id, source_scope)
 
+    def registered_counts(self, tenant_id: str, source_scope: str) -> dict[str, int]:
+        return self.for_tenant(tenant_id).registered_counts(tenant_id, source_scope)
+
     def execute(self, statement: str) -> None:
         for warehouse in self._untenanted():
             warehouse.execute(statement)  # type: ignore[attr-defined]

@@ -232,7 +232,7 @@ def test_an_unmigrated_database_stops_run_before_prefect(
     )
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert error_lines(result) == [
-        "error: operational database: never migrated, head is 0006: run `fleet-import db upgrade`"
+        "error: operational database: never migrated, head is 0007: run `fleet-import db upgrade`"
     ]
     assert not (tmp_path / "prefect").exists()
     assert seconds < FAST_ENOUGH_SECONDS

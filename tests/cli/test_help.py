@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 from fleet_cli.cli import app
 
 COMMANDS = (
-    "doctor", "db upgrade", "run", "batches list", "batches show", "resume",
+    "doctor", "db upgrade", "run", "batches list", "batches show", "batches approve",
+    "batches reject", "slices rollback", "resume",
     "tenants list", "tenants show", "tenants purge", "relay", "demo",
 )
 
@@ -25,7 +26,9 @@ def test_the_top_help_says_what_the_tool_does_and_lists_commands_in_order_of_use
     text = _help()
     assert "Load tenants' S3 delivery folders into curated warehouse tables" in text
     listed = re.findall(r"^│ (\w+) ", text.split("Commands")[1], flags=re.MULTILINE)
-    assert listed == ["doctor", "db", "run", "batches", "resume", "tenants", "relay", "demo"]
+    assert listed == [
+        "doctor", "db", "run", "batches", "slices", "resume", "tenants", "relay", "demo"
+    ]
 
 
 def test_every_command_has_an_example() -> None:

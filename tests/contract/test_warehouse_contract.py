@@ -27,11 +27,13 @@ def _commit(warehouse, loads, batch_id=None, scope=SCOPE):
 def test_committed_slice_is_stamped_and_counted(any_warehouse, tmp_path: Path) -> None:
     assert any_warehouse.slice_owner(ACME, SCOPE) is None
     assert any_warehouse.slice_counts(ACME, SCOPE) == {}
+    assert any_warehouse.registered_counts(ACME, SCOPE) == {}
     batch_id = uuid.uuid4()
     committed = _commit(any_warehouse, fleet_loads(tmp_path, SMALL), batch_id)
     assert committed.batch_id == batch_id and committed.row_counts == SMALL
     assert any_warehouse.slice_owner(ACME, SCOPE) == batch_id
     assert any_warehouse.slice_counts(ACME, SCOPE) == SMALL
+    assert any_warehouse.registered_counts(ACME, SCOPE) == SMALL  # what the slice guards read
     assert any_warehouse.slice_owner(ACME, OTHER_SCOPE) is None
 
 

@@ -35,6 +35,7 @@ from fleet_import.warehouse.base import (
     check_contract,
     check_loads,
 )
+from fleet_import.warehouse.committer import CommitsThroughOpenSlice
 
 Scope = tuple[str, str]  # (tenant_id, source_scope)
 
@@ -50,7 +51,7 @@ class RegistryRow:
     committed_at: dt.datetime
 
 
-class MemoryWarehouse:
+class MemoryWarehouse(CommitsThroughOpenSlice):
     replays_slices = False
 
     def __init__(self) -> None:
@@ -109,26 +110,6 @@ class MemoryWarehouse:
                 raise
         return writer
 
-    def commit_slice(
-        self,
-        *,
-        tenant_id: str,
-        source_scope: str,
-        batch_id: uuid.UUID,
-        datasets: Sequence[DatasetLoad],
-        progress: Progress | None = None,
-    ) -> SliceCommit:
-        with self.open_slice(
-            tenant_id=tenant_id,
-            source_scope=source_scope,
-            batch_id=batch_id,
-            contracts=[d.contract for d in datasets],
-            progress=progress,
-        ) as writer:
-            for load in datasets:
-                writer.load_files(load.contract, load.files)
-            return writer.commit()
-
     def end_session(self, session: WarehouseSession) -> bool:
         with self._lock:
             if session not in self.open_sessions:
@@ -154,6 +135,11 @@ class MemoryWarehouse:
             rows = self.rows.get((tenant_id, source_scope), {})
             registered = self.registry.get((tenant_id, source_scope), {})
             return {dataset: rows[dataset].num_rows for dataset in registered}
+
+    def registered_counts(self, tenant_id: str, source_scope: str) -> dict[str, int]:
+        with self._lock:
+            registered = self.registry.get((tenant_id, source_scope), {})
+            return {dataset: row.row_count for dataset, row in registered.items()}
 
     def execute(self, statement: str) -> None:
         """Operator SQL (refresh_dependants) has nothing to refresh here."""
