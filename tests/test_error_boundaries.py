@@ -21,8 +21,8 @@ from fleet_import.contracts.fleet import FLEET_DATASETS, TRIPS
 from fleet_import.error_table import s3_kind
 from fleet_import.errors import ErrorKind, FleetImportError, OperationalStoreError, TransientError
 from fleet_import.s3.client import s3_client
-from fleet_import.s3.sources import DiscoveryError, discover
-from fleet_import.s3.staging import StagingArea, StagingError
+from fleet_import.s3.sources import DiscoveryError, TransientDiscoveryError, discover
+from fleet_import.s3.staging import StagingArea, StagingError, TransientStagingError
 from fleet_import.store.connection import SqlStore
 from fleet_import.warehouse.base import WarehouseError
 from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
@@ -355,8 +355,15 @@ def test_an_s3_error_gets_the_same_kind_in_sources_and_staging(
     kind = s3_kind(code, status)
     assert [(error.kind, error.code) for error in caught] == [(kind, code)] * 2
     transient = kind is ErrorKind.TRANSIENT
-    expected = [TransientError] * 2 if transient else [DiscoveryError, StagingError]
+    expected = (
+        [TransientDiscoveryError, TransientStagingError]
+        if transient
+        else [DiscoveryError, StagingError]
+    )
     assert [type(error) for error in caught] == expected
+    # each boundary's own class, transient or not (`except StagingError` catches both)
+    assert isinstance(caught[0], DiscoveryError) and isinstance(caught[1], StagingError)
+    assert [isinstance(error, TransientError) for error in caught] == [transient] * 2
 
 
 # -- the flows' retry rule --------------------------------------------------------------------

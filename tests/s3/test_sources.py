@@ -23,6 +23,7 @@ from fleet_import.s3.sources import (
     DiscoveryError,
     Manifest,
     SourceObject,
+    TransientDiscoveryError,
     discover,
     download_object,
     open_object,
@@ -380,8 +381,8 @@ def test_missing_bucket_is_a_discovery_error(client: Any) -> None:
     ("code", "status", "expected"),
     [
         ("AccessDenied", 403, DiscoveryError),
-        ("SlowDown", 503, TransientError),
-        ("InternalError", 500, TransientError),
+        ("SlowDown", 503, TransientDiscoveryError),
+        ("InternalError", 500, TransientDiscoveryError),
         ("SomethingNew", 400, DiscoveryError),
     ],
 )
@@ -395,6 +396,9 @@ def test_listing_errors_are_sorted_by_code(
             discover(client, folder, FLEET_DATASETS)
     assert str(raised.value).startswith(f"cannot list {folder}: ")
     assert type(raised.value) is expected
+    # error_of_kind answers the class asked for: a transient one is a DiscoveryError too
+    assert isinstance(raised.value, DiscoveryError)
+    assert isinstance(raised.value, TransientError) == (expected is TransientDiscoveryError)
 
 
 # --- reads -----------------------------------------------------------------------------------
