@@ -67,6 +67,9 @@ from tests import redshift_isolation as isolation
 from tests.redshift_copy import COPY_S3, CopyFailed, check_columns, copy_input, read_copy
 
 SERVER_VERSION = "8.0.2"
+MODES = ("provisioned", "serverless")
+"""What the Redshift tests run against: a provisioned cluster and a Serverless workgroup
+(`RedshiftEmulator(..., serverless=True)`); a fixture parametrised with these runs both."""
 _SSL_REQUEST, _GSS_REQUEST, _PROTOCOL_3 = 80877103, 80877104, 196608
 # Startup parameters PostgreSQL accepts; everything else redshift_connector sends is dropped.
 _STARTUP_KEEP = frozenset(
@@ -88,6 +91,9 @@ _LAYOUT = re.compile(
     re.IGNORECASE,
 )
 _EXECUTES = (b"E", b"Q")
+_PROVISIONED_ONLY = re.compile(r"\b(?:pg_catalog\.)?(?P<relation>(?:stl|stv|svl|svcs)_\w+)", re.I)
+"""System relations a Serverless workgroup refuses (AWS "System view mapping for migrating
+to SYS views": STL, STV, SVL and SVCS are provisioned-only)."""
 _VIOLATION = "1023"
 _VIOLATION_DETAIL = (
     "Serializable isolation violation on table - %s, transactions forming the cycle are: "
@@ -301,7 +307,9 @@ class _Session:
                 sql, runs = self._statement(batch)
                 if sql is not None:
                     await self.idle.wait()
-                error = await self._before(sql, runs=runs) if sql is not None else None
+                error = await self._refuse(sql) if sql is not None else None
+                if error is None and sql is not None:
+                    error = await self._before(sql, runs=runs)
                 if error is not None or self._is_local(batch, sql if runs else None):
                     await self._answer_locally(batch, error)
                 else:
@@ -318,6 +326,18 @@ class _Session:
             relay.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await relay
+
+    async def _refuse(self, sql: str) -> bytes | None:
+        """Serverless's refusal of a provisioned-only relation, raised upstream so that the
+        transaction is aborted as Redshift aborts it."""
+        message = self.emulator.refusal(sql)
+        if message is None:
+            return None
+        self.divert = asyncio.Queue()
+        try:
+            return await self.raise_upstream(message, "42501")
+        finally:
+            self.divert = None
 
     async def _read_batch(self) -> list[tuple[bytes, bytes]] | None:
         batch = []
@@ -552,7 +572,7 @@ async def _read_message(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
 class RedshiftEmulator:
     """Listens on 127.0.0.1:<free port> in a background thread; `with` starts and stops it."""
 
-    def __init__(self, upstream_url: str, s3: Any) -> None:
+    def __init__(self, upstream_url: str, s3: Any, *, serverless: bool = False) -> None:
         parts = urlsplit(upstream_url)
         self.upstream_url = upstream_url
         self.upstream_host = parts.hostname or "127.0.0.1"
@@ -565,6 +585,9 @@ class RedshiftEmulator:
         self.database = parts.path.lstrip("/")
         self.user = parts.username or "postgres"
         self.s3 = s3
+        self.serverless = serverless
+        """Redshift Serverless: no STL/STV/SVL/SVCS relations (refused as Serverless refuses
+        them), only SYS views."""
         self.port = 0
         self.queries: list[str] = []
         """Every SQL text clients sent (Parse and Query), as sent."""
@@ -598,6 +621,9 @@ class RedshiftEmulator:
             "user": self.user,
             "password": "unused-trust-auth",
             "ssl": False,
+            # The driver's own flag, as FLEET_REDSHIFT_SERVERLESS sets it: the warehouse
+            # reads it to choose its session catalog.
+            **({"is_serverless": True} if self.serverless else {}),
             **extra,
         }
 
@@ -612,20 +638,39 @@ class RedshiftEmulator:
         return self
 
     def _create_system_views(self) -> None:
-        """STV_SESSIONS (AWS: "STV_SESSIONS"): one row per session, `process` its pid and
-        `starttime` (timestamp, UTC) when it started. Every emulated session is one upstream
-        backend, so pg_stat_activity answers it, and PG_TERMINATE_BACKEND ends it."""
+        """SYS_SESSION_HISTORY (AWS: "SYS_SESSION_HISTORY", on clusters and workgroups): the
+        emulated sessions, all active (`session_id` the pid, `start_time` in UTC); and, on a
+        provisioned cluster only, STV_SESSIONS (AWS: "STV_SESSIONS"): `process` its pid and
+        `starttime`. Every emulated session is one upstream backend, so pg_stat_activity
+        answers both, and PG_TERMINATE_BACKEND ends it."""
         import psycopg
 
         from fleet_import.config import libpq_url
 
+        sessions = "FROM pg_stat_activity WHERE backend_type = 'client backend'"
         with psycopg.connect(libpq_url(self.upstream_url), autocommit=True) as conn:
+            conn.execute(
+                "CREATE OR REPLACE VIEW public.sys_session_history AS "
+                "SELECT usesysid::text AS user_id, pid AS session_id, "
+                "datname::text AS database_name, 'active'::text AS status, "
+                "0 AS session_timeout, (backend_start AT TIME ZONE 'UTC') AS start_time, "
+                f"NULL::timestamp AS end_time {sessions}"
+            )
+            if self.serverless:
+                conn.execute("DROP VIEW IF EXISTS public.stv_sessions")
+                return
             conn.execute(
                 "CREATE OR REPLACE VIEW public.stv_sessions AS "
                 "SELECT pid AS process, (backend_start AT TIME ZONE 'UTC') AS starttime, "
-                "usename::text AS user_name, datname::text AS db_name "
-                "FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                f"usename::text AS user_name, datname::text AS db_name {sessions}"
             )
+
+    def refusal(self, sql: str) -> str | None:
+        """Serverless's message for a statement on an STL/STV/SVL/SVCS relation (SQLSTATE
+        42501), as drivers report it: "permission denied for relation stl_insert"
+        (open-metadata/OpenMetadata#14820, datahub-project/datahub#11922)."""
+        match = _PROVISIONED_ONLY.search(sql) if self.serverless else None
+        return f"permission denied for relation {match['relation'].lower()}" if match else None
 
     def __exit__(self, *exc_info: object) -> None:
         async def stop() -> None:
