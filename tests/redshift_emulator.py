@@ -39,7 +39,9 @@ Concurrency, in a transaction block (the driver's default, autocommit off):
   violation on table - <table id>, transactions forming the cycle are: ..." (AWS
   "Troubleshooting serializable isolation errors");
 - with `fail_commits = n`, the next n COMMITs of transactions that wrote a table fail with
-  that same error (the transaction is then aborted).
+  that same error (the transaction is then aborted); `fail_next("copy" | "commit", message,
+  sqlstate=, detail=)` makes the next COPY or writing COMMIT fail with any other error
+  (Spectrum's, S3's through Spectrum, the catalog's), in the same way.
 `lock_holds` records, per transaction that held a table lock, the seconds from its first
 lock to its end.
 
@@ -147,6 +149,17 @@ def _error_from(fields: dict[str, str]) -> bytes:
 
 def _identifier(key: str) -> str:
     return ".".join('"' + part.replace('"', '""') + '"' for part in key.split(".", 1))
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An error the next COPY (`at="copy"`) or COMMIT of a transaction that wrote (`"commit"`)
+    fails with, in Redshift's shape: SQLSTATE, message, detail (`RedshiftEmulator.fail_next`)."""
+
+    at: str
+    message: str
+    sqlstate: str = "XX000"
+    detail: str = ""
 
 
 @dataclass
@@ -285,6 +298,10 @@ class _Session:
             fields.pop(internal, None)
         return _error_from(fields)
 
+    async def raise_injected(self, failure: Failure) -> bytes:
+        detail = _literal(failure.detail.replace("$", "")) if failure.detail else ""
+        return await self.raise_upstream(failure.message, failure.sqlstate, detail)
+
     async def violation(self, table: str, other: isolation.Transaction | None) -> bytes:
         """Redshift's serializable isolation violation, on `table`, as it reports it."""
         ours = self._tx.xid if self._tx is not None else None
@@ -382,7 +399,8 @@ class _Session:
                 if runs and self.emulator.fail_commits and tx.writes:
                     self.emulator.fail_commits -= 1
                     return await self.violation(sorted(tx.writes)[0], None)
-                return None
+                injected = self.emulator.injected("commit") if runs and tx.writes else None
+                return await self.raise_injected(injected) if injected else None
             created = isolation.temp_table_created(sql)
             if created:
                 self.temp.add(created)
@@ -523,6 +541,9 @@ class _Session:
                 await self.query("COMMIT")
             result = await self.query(_postgres(sql))
             return result.error, result.tag
+        injected = self.emulator.injected("copy")
+        if injected is not None:
+            return await self.raise_injected(injected), b""
         try:
             table, columns, rows = await asyncio.to_thread(read_copy, sql, self.emulator.get_object)
             target = await self._columns(table)
@@ -599,12 +620,32 @@ class RedshiftEmulator:
         self.fail_commits = 0
         """How many coming COMMITs (of transactions that wrote a table) fail with a
         serializable isolation violation."""
+        self.failures: list[Failure] = []
+        """Injected errors still to raise, in order (`fail_next`)."""
         self.isolation = isolation.Isolation()
         self.lock_holds: list[float] = []
         """Seconds from each transaction's first table lock to its end."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.AbstractServer | None = None
+
+    def fail_next(
+        self, at: str, message: str, *, sqlstate: str = "XX000", detail: str = ""
+    ) -> None:
+        """Make the next COPY (`at="copy"`) or writing COMMIT (`"commit"`) fail with this
+        error (Redshift's internal errors: Spectrum, S3, the catalog); the transaction is
+        aborted as the real error aborts it."""
+        if at not in ("copy", "commit"):
+            raise ValueError(f"fail_next: at is 'copy' or 'commit', not {at!r}")
+        self.failures.append(Failure(at, message, sqlstate, detail))
+
+    def injected(self, at: str) -> Failure | None:
+        """The first injected failure for `at`, taken off the list."""
+        for failure in self.failures:
+            if failure.at == at:
+                self.failures.remove(failure)
+                return failure
+        return None
 
     def get_object(self, uri: str) -> bytes:
         bucket, _, key = uri.removeprefix("s3://").partition("/")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import re
+import ssl
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +23,15 @@ log = logging.getLogger(__name__)
 Cursor = Any
 """A redshift_connector cursor."""
 
-DRIVER_ERRORS = (redshift_connector.Error, OSError)
-"""What redshift_connector raises: its own errors, and socket errors it lets through."""
+INTERNAL_ERRORS = (KeyError, IndexError, struct.error, UnicodeDecodeError)
+"""What redshift_connector raises outside its own hierarchy when its state or a message is
+not what it expected: 2.1.9-2.1.12 raise KeyError from the prepared-statement cache after
+DDL or ROLLBACK (its issue #273; fixed in 2.1.13, the version pinned), and its message
+parsing can fail on struct.unpack, an index or a decode. The session's state is not to be
+trusted after one: the caller drops the connection, and the work is retried on a new one."""
+DRIVER_ERRORS = (redshift_connector.Error, OSError, *INTERNAL_ERRORS)
+"""What redshift_connector raises: its own errors, socket errors it lets through, and its
+internal failures."""
 _IAM_ERRORS = (BotoCoreError, ClientError)
 """What its IAM login lets through untranslated: botocore's errors (GetClusterCredentials)."""
 _LOST = ("BrokenPipe", "connection is closed")
@@ -75,8 +84,15 @@ def translate(exc: BaseException, *, connecting: bool = False) -> WarehouseError
     after that, a misuse of the driver: terminal."""
     if isinstance(exc, _IAM_ERRORS):
         return iam_error(exc)
+    if isinstance(exc, INTERNAL_ERRORS):
+        return WarehouseError(
+            f"warehouse driver failed internally ({type(exc).__name__}: {exc}); "
+            "retried on a new connection",
+            kind=ErrorKind.TRANSIENT,
+        )
     if isinstance(exc, OSError):
-        return WarehouseError(f"warehouse connection failed: {exc}", kind=network_kind(exc))
+        kind = _socket_kind(exc, connecting)
+        return WarehouseError(f"warehouse connection failed: {exc}", kind=kind)
     fields = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
     if not fields:
         return _client_side(exc, connecting)
@@ -96,7 +112,7 @@ def _client_side(exc: BaseException, connecting: bool) -> WarehouseError:
     text = str(exc.args[0]) if exc.args else type(exc).__name__
     cause = next((arg for arg in exc.args[1:] if isinstance(arg, OSError)), None)
     if cause is not None:  # "communication error", with the socket's error
-        kind = network_kind(cause)
+        kind = _socket_kind(cause, connecting)
     elif isinstance(exc, redshift_connector.OperationalError) or text.startswith(_LOST):
         kind = sqlstate_kind(None, connection=True)  # timed out, or ended under us
     else:
@@ -105,6 +121,15 @@ def _client_side(exc: BaseException, connecting: bool) -> WarehouseError:
     what = "driver error" if kind is ErrorKind.TERMINAL else "connection failed"
     return WarehouseError(f"warehouse {what}: {detail}", kind=kind)
 
+
+def _socket_kind(exc: OSError, connecting: bool) -> ErrorKind:
+    """A TLS handshake refused while connecting (a protocol or cipher the endpoint does not
+    take) needs an operator; mid-session any TLS error is the path's, transient."""
+    handshake = isinstance(exc, ssl.SSLError) and not isinstance(exc, _TLS_CUT_SHORT)
+    return ErrorKind.CONFIGURATION if connecting and handshake else network_kind(exc)
+
+
+_TLS_CUT_SHORT = (ssl.SSLEOFError, ssl.SSLZeroReturnError)
 
 SERVERLESS_HOST = re.compile(
     r"[^.]+\.[0-9]+\.[^.]+\.redshift-serverless\.amazonaws\.com(\.cn)?", re.IGNORECASE

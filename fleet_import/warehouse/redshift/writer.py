@@ -160,6 +160,8 @@ class RedshiftSliceWriter(OpenSlice):
                 return work()
             except driver.DRIVER_ERRORS as exc:
                 error = driver.translate(exc)
+                if isinstance(exc, driver.INTERNAL_ERRORS):  # its state is not to be trusted
+                    self._drop_connection()
             except WarehouseError as exc:
                 error = exc
             self._roll_back()
