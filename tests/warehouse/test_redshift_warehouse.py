@@ -756,3 +756,42 @@ def test_sessions_are_named_and_ended_through_what_the_deployment_offers(
     assert redshift.end_session(session) is False  # gone: nothing to end
     stv = [q for q in emulator.queries if "stv_" in q.lower()]
     assert bool(stv) is not emulator.serverless
+
+
+def test_a_session_the_catalog_does_not_show_leaves_only_the_lease_fence(
+    redshift: RedshiftWarehouse,
+    emulator: RedshiftEmulator,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The documented fallback (docs/redshift.md): when the session catalog answers nothing,
+    no session is recorded (a warning says so) and the slice still commits."""
+    db.execute("DROP VIEW IF EXISTS public.stv_sessions")
+    db.execute("DROP VIEW public.sys_session_history")
+    db.execute(
+        "CREATE VIEW public.sys_session_history AS SELECT 0 AS session_id, "
+        "LOCALTIMESTAMP AS start_time, 'active'::text AS status WHERE false"
+    )
+    if not emulator.serverless:  # a cluster's STV_SESSIONS, empty likewise
+        db.execute(
+            "CREATE VIEW public.stv_sessions AS SELECT 0 AS process, "
+            "LOCALTIMESTAMP AS starttime WHERE false"
+        )
+    db.commit()
+    sessions: list[Any] = []
+    loads = fleet_loads(tmp_path, COUNTS)
+    caplog.set_level(logging.WARNING, logger="fleet_import.warehouse.redshift")
+    with redshift.open_slice(
+        tenant_id=ACME,
+        source_scope=SCOPE,
+        batch_id=uuid.uuid4(),
+        contracts=[load.contract for load in loads],
+        on_session=sessions.append,
+    ) as writer:
+        for load in loads:
+            writer.load_files(load.contract, load.files)
+        result = writer.commit()
+    assert sessions == []
+    assert "not in the session catalog" in caplog.text
+    assert stamps(db, "curated.fleet_trips") == {(ACME, SCOPE, str(result.batch_id)): 1_000}
