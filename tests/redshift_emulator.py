@@ -65,7 +65,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests import redshift_catalog as catalog
 from tests import redshift_isolation as isolation
+from tests.redshift_catalog import Failure
 from tests.redshift_copy import COPY_S3, CopyFailed, check_columns, copy_input, read_copy
 
 SERVER_VERSION = "8.0.2"
@@ -93,9 +95,6 @@ _LAYOUT = re.compile(
     re.IGNORECASE,
 )
 _EXECUTES = (b"E", b"Q")
-_PROVISIONED_ONLY = re.compile(r"\b(?:pg_catalog\.)?(?P<relation>(?:stl|stv|svl|svcs)_\w+)", re.I)
-"""System relations a Serverless workgroup refuses (AWS "System view mapping for migrating
-to SYS views": STL, STV, SVL and SVCS are provisioned-only)."""
 _VIOLATION = "1023"
 _VIOLATION_DETAIL = (
     "Serializable isolation violation on table - %s, transactions forming the cycle are: "
@@ -149,17 +148,6 @@ def _error_from(fields: dict[str, str]) -> bytes:
 
 def _identifier(key: str) -> str:
     return ".".join('"' + part.replace('"', '""') + '"' for part in key.split(".", 1))
-
-
-@dataclass(frozen=True)
-class Failure:
-    """An error the next COPY (`at="copy"`) or COMMIT of a transaction that wrote (`"commit"`)
-    fails with, in Redshift's shape: SQLSTATE, message, detail (`RedshiftEmulator.fail_next`)."""
-
-    at: str
-    message: str
-    sqlstate: str = "XX000"
-    detail: str = ""
 
 
 @dataclass
@@ -347,7 +335,7 @@ class _Session:
     async def _refuse(self, sql: str) -> bytes | None:
         """Serverless's refusal of a provisioned-only relation, raised upstream so that the
         transaction is aborted as Redshift aborts it."""
-        message = self.emulator.refusal(sql)
+        message = catalog.refusal(sql) if self.emulator.serverless else None
         if message is None:
             return None
         self.divert = asyncio.Queue()
@@ -669,7 +657,7 @@ class RedshiftEmulator:
         }
 
     def __enter__(self) -> RedshiftEmulator:
-        self._create_system_views()
+        catalog.create_system_views(self.upstream_url, serverless=self.serverless)
         self._thread.start()
         future = asyncio.run_coroutine_threadsafe(
             asyncio.start_server(self._accept, "127.0.0.1", 0), self._loop
@@ -677,41 +665,6 @@ class RedshiftEmulator:
         self._server = future.result(timeout=10)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
-
-    def _create_system_views(self) -> None:
-        """SYS_SESSION_HISTORY (AWS: "SYS_SESSION_HISTORY", on clusters and workgroups): the
-        emulated sessions, all active (`session_id` the pid, `start_time` in UTC); and, on a
-        provisioned cluster only, STV_SESSIONS (AWS: "STV_SESSIONS"): `process` its pid and
-        `starttime`. Every emulated session is one upstream backend, so pg_stat_activity
-        answers both, and PG_TERMINATE_BACKEND ends it."""
-        import psycopg
-
-        from fleet_import.config import libpq_url
-
-        sessions = "FROM pg_stat_activity WHERE backend_type = 'client backend'"
-        with psycopg.connect(libpq_url(self.upstream_url), autocommit=True) as conn:
-            conn.execute(
-                "CREATE OR REPLACE VIEW public.sys_session_history AS "
-                "SELECT usesysid::text AS user_id, pid AS session_id, "
-                "datname::text AS database_name, 'active'::text AS status, "
-                "0 AS session_timeout, (backend_start AT TIME ZONE 'UTC') AS start_time, "
-                f"NULL::timestamp AS end_time {sessions}"
-            )
-            if self.serverless:
-                conn.execute("DROP VIEW IF EXISTS public.stv_sessions")
-                return
-            conn.execute(
-                "CREATE OR REPLACE VIEW public.stv_sessions AS "
-                "SELECT pid AS process, (backend_start AT TIME ZONE 'UTC') AS starttime, "
-                f"usename::text AS user_name, datname::text AS db_name {sessions}"
-            )
-
-    def refusal(self, sql: str) -> str | None:
-        """Serverless's message for a statement on an STL/STV/SVL/SVCS relation (SQLSTATE
-        42501), as drivers report it: "permission denied for relation stl_insert"
-        (open-metadata/OpenMetadata#14820, datahub-project/datahub#11922)."""
-        match = _PROVISIONED_ONLY.search(sql) if self.serverless else None
-        return f"permission denied for relation {match['relation'].lower()}" if match else None
 
     def __exit__(self, *exc_info: object) -> None:
         async def stop() -> None:
