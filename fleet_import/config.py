@@ -73,6 +73,11 @@ class Settings(BaseSettings):
     redshift_region: str | None = Field(None, description="IAM auth: AWS region")
     redshift_db_user: str | None = Field(None, description="IAM auth: database user")
     redshift_ssl: bool = Field(True, description="TLS to Redshift")
+    redshift_serverless: bool = Field(
+        False,
+        description="the endpoint is a Redshift Serverless workgroup (also detected from "
+        "a *.redshift-serverless.amazonaws.com host)",
+    )
     redshift_iam_role: str | None = Field(
         None, description="role ARN Redshift assumes for COPY (never credentials in SQL)"
     )
@@ -125,6 +130,8 @@ class Settings(BaseSettings):
             "database": (url.path.lstrip("/") if from_url else "") or self.redshift_database,
             "ssl": self.redshift_ssl,
         }
+        if self.redshift_serverless:  # the driver's IAM login asks Serverless then, too
+            kwargs["is_serverless"] = True
         user = self.redshift_user or (unquote(url.username) if from_url and url.username else None)
         if from_url and password is None and url.password:
             password = unquote(url.password)

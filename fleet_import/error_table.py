@@ -62,9 +62,36 @@ SQLSTATE_CLASSES: Mapping[str, ErrorKind] = {
 
 # Redshift reports a serializable isolation violation as error 1023 at the start of the
 # message, under the generic SQLSTATE XX000, and a concurrent-transaction conflict by text
-# alone: these two shapes are the only messages read.
+# alone: these two shapes are read whatever the SQLSTATE.
 _REDSHIFT_SERIALIZATION_ERROR = re.compile(r"\s*1023\b")
 _REDSHIFT_CONFLICT = "could not complete because of conflict with concurrent transaction"
+
+REDSHIFT_INTERNAL: tuple[tuple[re.Pattern[str], ErrorKind], ...] = tuple(
+    (re.compile(pattern, re.IGNORECASE), kind)
+    for pattern, kind in (
+        # A relation dropped or replaced under a running statement by concurrent DDL (temp
+        # tables, catalog reads): gone on a retry (dbt-labs/dbt-redshift#974,
+        # sqlalchemy-redshift#289, npgsql#1561).
+        (r"could not open relation with OID", TRANSIENT),
+        # Spectrum (Parquet COPY) failing to reach S3: "S3Query Exception Connection failed,
+        # retries exceeded." (code 15005), "S3 Query Exception (Fetch)" (15001), retried by
+        # arthur-redshift-etl for these codes; S3 throttling or 5xx behind it.
+        (r"S3\s?Query Exception", TRANSIENT),
+        (r"\bSlowDown\b|reduce your request rate|Status 50[0-9]\b|Service Unavailable", TRANSIENT),
+        (r"connection reset|Resource temporarily unavailable|broken pipe", TRANSIENT),
+        # The COPY role or the bucket refuses: an operator fixes the IAM role or its policy.
+        (r"not authorized to (assume|get credentials)|Access Denied|Status 403\b", CONFIGURATION),
+    )
+)
+"""Redshift's internal errors (SQLSTATE XX000: Spectrum, S3, the catalog) give no code of
+their own but the one in their detail, so the message and detail are read: the first
+pattern that matches decides. Any other XX000 is terminal: bad data ("Spectrum Scan Error
+... incompatible Parquet schema", "Unmatched number of columns"), an unsupported type."""
+
+_CATALOG_UNIQUE = re.compile(r'unique constraint "pg_\w+"')
+"""Two sessions racing the same `CREATE ... IF NOT EXISTS` (schema, table): the loser fails
+23505 on a system catalog's unique index (pg_namespace_nspname_index,
+pg_type_typname_nsp_index); run again, it sees the object and succeeds."""
 
 S3_CODES: Mapping[str, ErrorKind] = {
     **dict.fromkeys(
@@ -152,6 +179,10 @@ def sqlstate_kind(
         return TRANSIENT
     if not sqlstate:
         return TRANSIENT if connection else TERMINAL
+    if sqlstate == "XX000":
+        return next((kind for rule, kind in REDSHIFT_INTERNAL if rule.search(message)), TERMINAL)
+    if sqlstate == "23505" and _CATALOG_UNIQUE.search(message):
+        return TRANSIENT
     return SQLSTATES.get(sqlstate) or SQLSTATE_CLASSES.get(sqlstate[:2], TERMINAL)
 
 
@@ -197,11 +228,13 @@ def s3_error_code(exc: BaseException) -> str | None:
 
 def network_kind(exc: OSError) -> ErrorKind:
     """A socket-level failure (refused, reset, timed out, unreachable, a name that did not
-    resolve, a TLS stream cut short) is transient; a certificate that does not verify needs
-    an operator; any other OS error is terminal."""
+    resolve, a TLS stream cut short or corrupted mid-session: any `ssl.SSLError`) is
+    transient; a certificate that does not verify needs an operator; any other OS error is
+    terminal. (A TLS handshake refused at connect time is the caller's to call
+    configuration: only it knows that no session was ever established.)"""
     if isinstance(exc, ssl.SSLCertVerificationError):
         return CONFIGURATION
-    if isinstance(exc, _NETWORK_ERRORS) or exc.errno in _NETWORK_ERRNOS:
+    if isinstance(exc, (*_NETWORK_ERRORS, ssl.SSLError)) or exc.errno in _NETWORK_ERRNOS:
         return TRANSIENT
     return TERMINAL
 

@@ -39,7 +39,9 @@ Concurrency, in a transaction block (the driver's default, autocommit off):
   violation on table - <table id>, transactions forming the cycle are: ..." (AWS
   "Troubleshooting serializable isolation errors");
 - with `fail_commits = n`, the next n COMMITs of transactions that wrote a table fail with
-  that same error (the transaction is then aborted).
+  that same error (the transaction is then aborted); `fail_next("copy" | "commit", message,
+  sqlstate=, detail=)` makes the next COPY or writing COMMIT fail with any other error
+  (Spectrum's, S3's through Spectrum, the catalog's), in the same way.
 `lock_holds` records, per transaction that held a table lock, the seconds from its first
 lock to its end.
 
@@ -63,10 +65,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests import redshift_catalog as catalog
 from tests import redshift_isolation as isolation
+from tests.redshift_catalog import Failure
 from tests.redshift_copy import COPY_S3, CopyFailed, check_columns, copy_input, read_copy
 
 SERVER_VERSION = "8.0.2"
+MODES = ("provisioned", "serverless")
+"""What the Redshift tests run against: a provisioned cluster and a Serverless workgroup
+(`RedshiftEmulator(..., serverless=True)`); a fixture parametrised with these runs both."""
 _SSL_REQUEST, _GSS_REQUEST, _PROTOCOL_3 = 80877103, 80877104, 196608
 # Startup parameters PostgreSQL accepts; everything else redshift_connector sends is dropped.
 _STARTUP_KEEP = frozenset(
@@ -279,6 +286,10 @@ class _Session:
             fields.pop(internal, None)
         return _error_from(fields)
 
+    async def raise_injected(self, failure: Failure) -> bytes:
+        detail = _literal(failure.detail.replace("$", "")) if failure.detail else ""
+        return await self.raise_upstream(failure.message, failure.sqlstate, detail)
+
     async def violation(self, table: str, other: isolation.Transaction | None) -> bytes:
         """Redshift's serializable isolation violation, on `table`, as it reports it."""
         ours = self._tx.xid if self._tx is not None else None
@@ -301,7 +312,9 @@ class _Session:
                 sql, runs = self._statement(batch)
                 if sql is not None:
                     await self.idle.wait()
-                error = await self._before(sql, runs=runs) if sql is not None else None
+                error = await self._refuse(sql) if sql is not None else None
+                if error is None and sql is not None:
+                    error = await self._before(sql, runs=runs)
                 if error is not None or self._is_local(batch, sql if runs else None):
                     await self._answer_locally(batch, error)
                 else:
@@ -318,6 +331,18 @@ class _Session:
             relay.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await relay
+
+    async def _refuse(self, sql: str) -> bytes | None:
+        """Serverless's refusal of a provisioned-only relation, raised upstream so that the
+        transaction is aborted as Redshift aborts it."""
+        message = catalog.refusal(sql) if self.emulator.serverless else None
+        if message is None:
+            return None
+        self.divert = asyncio.Queue()
+        try:
+            return await self.raise_upstream(message, "42501")
+        finally:
+            self.divert = None
 
     async def _read_batch(self) -> list[tuple[bytes, bytes]] | None:
         batch = []
@@ -362,7 +387,8 @@ class _Session:
                 if runs and self.emulator.fail_commits and tx.writes:
                     self.emulator.fail_commits -= 1
                     return await self.violation(sorted(tx.writes)[0], None)
-                return None
+                injected = self.emulator.injected("commit") if runs and tx.writes else None
+                return await self.raise_injected(injected) if injected else None
             created = isolation.temp_table_created(sql)
             if created:
                 self.temp.add(created)
@@ -503,6 +529,9 @@ class _Session:
                 await self.query("COMMIT")
             result = await self.query(_postgres(sql))
             return result.error, result.tag
+        injected = self.emulator.injected("copy")
+        if injected is not None:
+            return await self.raise_injected(injected), b""
         try:
             table, columns, rows = await asyncio.to_thread(read_copy, sql, self.emulator.get_object)
             target = await self._columns(table)
@@ -552,7 +581,7 @@ async def _read_message(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
 class RedshiftEmulator:
     """Listens on 127.0.0.1:<free port> in a background thread; `with` starts and stops it."""
 
-    def __init__(self, upstream_url: str, s3: Any) -> None:
+    def __init__(self, upstream_url: str, s3: Any, *, serverless: bool = False) -> None:
         parts = urlsplit(upstream_url)
         self.upstream_url = upstream_url
         self.upstream_host = parts.hostname or "127.0.0.1"
@@ -565,6 +594,9 @@ class RedshiftEmulator:
         self.database = parts.path.lstrip("/")
         self.user = parts.username or "postgres"
         self.s3 = s3
+        self.serverless = serverless
+        """Redshift Serverless: no STL/STV/SVL/SVCS relations (refused as Serverless refuses
+        them), only SYS views."""
         self.port = 0
         self.queries: list[str] = []
         """Every SQL text clients sent (Parse and Query), as sent."""
@@ -576,12 +608,32 @@ class RedshiftEmulator:
         self.fail_commits = 0
         """How many coming COMMITs (of transactions that wrote a table) fail with a
         serializable isolation violation."""
+        self.failures: list[Failure] = []
+        """Injected errors still to raise, in order (`fail_next`)."""
         self.isolation = isolation.Isolation()
         self.lock_holds: list[float] = []
         """Seconds from each transaction's first table lock to its end."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.AbstractServer | None = None
+
+    def fail_next(
+        self, at: str, message: str, *, sqlstate: str = "XX000", detail: str = ""
+    ) -> None:
+        """Make the next COPY (`at="copy"`) or writing COMMIT (`"commit"`) fail with this
+        error (Redshift's internal errors: Spectrum, S3, the catalog); the transaction is
+        aborted as the real error aborts it."""
+        if at not in ("copy", "commit"):
+            raise ValueError(f"fail_next: at is 'copy' or 'commit', not {at!r}")
+        self.failures.append(Failure(at, message, sqlstate, detail))
+
+    def injected(self, at: str) -> Failure | None:
+        """The first injected failure for `at`, taken off the list."""
+        for failure in self.failures:
+            if failure.at == at:
+                self.failures.remove(failure)
+                return failure
+        return None
 
     def get_object(self, uri: str) -> bytes:
         bucket, _, key = uri.removeprefix("s3://").partition("/")
@@ -598,11 +650,14 @@ class RedshiftEmulator:
             "user": self.user,
             "password": "unused-trust-auth",
             "ssl": False,
+            # The driver's own flag, as FLEET_REDSHIFT_SERVERLESS sets it: the warehouse
+            # reads it to choose its session catalog.
+            **({"is_serverless": True} if self.serverless else {}),
             **extra,
         }
 
     def __enter__(self) -> RedshiftEmulator:
-        self._create_system_views()
+        catalog.create_system_views(self.upstream_url, serverless=self.serverless)
         self._thread.start()
         future = asyncio.run_coroutine_threadsafe(
             asyncio.start_server(self._accept, "127.0.0.1", 0), self._loop
@@ -610,22 +665,6 @@ class RedshiftEmulator:
         self._server = future.result(timeout=10)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
-
-    def _create_system_views(self) -> None:
-        """STV_SESSIONS (AWS: "STV_SESSIONS"): one row per session, `process` its pid and
-        `starttime` (timestamp, UTC) when it started. Every emulated session is one upstream
-        backend, so pg_stat_activity answers it, and PG_TERMINATE_BACKEND ends it."""
-        import psycopg
-
-        from fleet_import.config import libpq_url
-
-        with psycopg.connect(libpq_url(self.upstream_url), autocommit=True) as conn:
-            conn.execute(
-                "CREATE OR REPLACE VIEW public.stv_sessions AS "
-                "SELECT pid AS process, (backend_start AT TIME ZONE 'UTC') AS starttime, "
-                "usename::text AS user_name, datname::text AS db_name "
-                "FROM pg_stat_activity WHERE backend_type = 'client backend'"
-            )
 
     def __exit__(self, *exc_info: object) -> None:
         async def stop() -> None:

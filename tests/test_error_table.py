@@ -89,6 +89,121 @@ def test_redshift_shapes(sqlstate: str | None, message: str, kind: ErrorKind) ->
     assert sqlstate_kind(sqlstate, message) is kind
 
 
+SPECTRUM_DETAIL = (
+    "\n  -----------------------------------------------\n  error:  {error}\n  code:      {code}"
+    "\n  context:   {context}\n  query:     26301369\n  location:  dory_util.cpp:1450"
+    "\n  process:   worker_thread [pid=10836]\n  -----------------------------------------------"
+)
+
+
+def redshift_internal(message: str, code: int, context: str) -> str:
+    """What the Redshift boundary classifies: message, then the detail Redshift sends
+    (driver.translate joins them for XX000)."""
+    return f"{message}: {SPECTRUM_DETAIL.format(error=message, code=code, context=context)}"
+
+
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        # transient: the path to S3, the catalog under concurrent DDL, the connection
+        ("could not open relation with OID 6134794", TRANSIENT),  # dbt-redshift#974
+        (
+            redshift_internal(
+                "S3Query Exception Connection failed, retries exceeded.", 15005, ""
+            ),  # harrystech/arthur-redshift-etl#134
+            TRANSIENT,
+        ),
+        (
+            redshift_internal(
+                "S3 Query Exception (Fetch)",
+                15001,
+                "boost::thread_resource_error: Resource temporarily unavailable",
+            ),
+            TRANSIENT,
+        ),
+        (
+            redshift_internal(
+                "Spectrum Scan Error",
+                15007,
+                "S3ServiceException:Please reduce your request rate.,Status 503,Error SlowDown",
+            ),
+            TRANSIENT,
+        ),
+        (
+            redshift_internal(
+                "Spectrum Scan Error", 15007, "S3ServiceException:Service Unavailable,Status 503"
+            ),
+            TRANSIENT,
+        ),
+        (
+            redshift_internal("Spectrum Scan Error", 15007, "Connection reset by peer"),
+            TRANSIENT,
+        ),
+        # terminal: the data (rudder-server#3178, amazon-redshift-python-driver#107)
+        (
+            redshift_internal(
+                "Spectrum Scan Error",
+                15007,
+                "Unmatched number of columns between table and file. Table columns: 20, "
+                "Data columns: 16, File name: https://s3.us-east-1.amazonaws.com/b/k",
+            ),
+            TERMINAL,
+        ),
+        (
+            redshift_internal(
+                "Spectrum Scan Error",
+                15007,
+                "File 'https://s3.us-east-2.amazonaws.com/b/k.parquet' has an incompatible "
+                "Parquet schema for column 's3://b/k.parquet.registration_dttm'",
+            ),
+            TERMINAL,
+        ),
+        ("Invalid timestamp format or value", TERMINAL),
+        # permissions: the COPY role, the bucket
+        (
+            "User arn:aws:redshift:eu-west-1:123456789012:dbuser:fleet/loader is not "
+            "authorized to assume IAM Role arn:aws:iam::123456789012:role/fleet-copy",
+            CONFIGURATION,
+        ),
+        (
+            redshift_internal(
+                "Spectrum Scan Error", 15007, "S3ServiceException:Access Denied,Status 403"
+            ),
+            CONFIGURATION,
+        ),
+    ],
+)
+def test_redshift_internal_errors_by_their_shape(message: str, kind: ErrorKind) -> None:
+    """XX000 is every Redshift internal error: its message and detail sort it."""
+    assert sqlstate_kind("XX000", message) is kind
+
+
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        (
+            'duplicate key value violates unique constraint "pg_namespace_nspname_index"',
+            TRANSIENT,
+        ),
+        (
+            'duplicate key value violates unique constraint "pg_type_typname_nsp_index"',
+            TRANSIENT,
+        ),
+        ('duplicate key value violates unique constraint "fleet_trips_pkey"', TERMINAL),
+        ("duplicate key value", TERMINAL),
+    ],
+)
+def test_a_create_race_on_a_catalog_index_is_transient(message: str, kind: ErrorKind) -> None:
+    """Two sessions racing one CREATE ... IF NOT EXISTS: the loser's 23505 is on a system
+    catalog's index, and a retry sees the object; a user key's violation is the data's."""
+    assert sqlstate_kind("23505", message) is kind
+
+
+def test_an_ssl_error_mid_session_is_transient() -> None:
+    assert classify(ssl.SSLError(1, "[SSL: DECRYPTION_FAILED_OR_BAD_RECORD_MAC]")) is TRANSIENT
+    assert classify(ssl.SSLError(1, "[SSL: BAD_LENGTH] bad length")) is TRANSIENT
+
+
 def test_no_sqlstate_is_a_lost_connection_only_when_the_driver_says_so() -> None:
     assert sqlstate_kind(None, connection=True) is TRANSIENT
     assert sqlstate_kind(None) is TERMINAL

@@ -19,15 +19,18 @@ import redshift_connector
 from fleet_import.error_table import sqlstate_kind
 from fleet_import.errors import ErrorKind
 from tests.redshift_copy import copy_input
-from tests.redshift_emulator import RedshiftEmulator
+from tests.redshift_emulator import MODES, RedshiftEmulator
 
 ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
 HOLD_SECONDS = 0.6
 
 
-@pytest.fixture
-def emulator(database_url: str, s3: Any) -> Iterator[RedshiftEmulator]:
-    with RedshiftEmulator(database_url, s3) as emu:
+@pytest.fixture(params=MODES)
+def emulator(
+    request: pytest.FixtureRequest, database_url: str, s3: Any
+) -> Iterator[RedshiftEmulator]:
+    """A provisioned cluster, then a Serverless workgroup (no STL/STV tables)."""
+    with RedshiftEmulator(database_url, s3, serverless=request.param == "serverless") as emu:
         yield emu
 
 
@@ -296,3 +299,33 @@ def test_copy_feeds_postgresql_binary_where_types_allow_the_same_rows_as_csv(
     ]
     assert loaded[0] == loaded[1]
     assert len(loaded[0]) == 3 and loaded[0][0][0] is None and loaded[0][2][1] == "é"
+
+
+def test_serverless_refuses_stv_tables_and_both_offer_sys_views(
+    emulator: RedshiftEmulator, session: Any
+) -> None:
+    """AWS "System view mapping for migrating to SYS views": STL/STV/SVL tables are
+    provisioned-only; a Serverless workgroup answers 42501 "permission denied for relation"
+    (the shape drivers report) and aborts the transaction. SYS_SESSION_HISTORY, on both,
+    shows this session by its pid."""
+    conn = session()
+    (pid,) = run(conn, "SELECT pg_backend_pid()")[0]
+    rows = run(conn, f"SELECT session_id, status FROM sys_session_history WHERE session_id = {pid}")
+    assert [tuple(r) for r in rows] == [(pid, "active")]
+    conn.rollback()
+    if not emulator.serverless:
+        assert [
+            tuple(r)
+            for r in run(conn, "SELECT process FROM stv_sessions WHERE process = pg_backend_pid()")
+        ] == [(pid,)]
+        return
+    with pytest.raises(redshift_connector.ProgrammingError) as refused:
+        run(conn, "SELECT process, starttime FROM stv_sessions")
+    fields = refused.value.args[0]
+    assert (fields["C"], fields["M"]) == ("42501", "permission denied for relation stv_sessions")
+    # a permission: for an operator (FLEET_REDSHIFT_SERVERLESS), never retried
+    assert sqlstate_kind(fields["C"], fields["M"]) is ErrorKind.CONFIGURATION
+    with pytest.raises(redshift_connector.ProgrammingError):
+        run(conn, "SELECT 1")  # the transaction is aborted, as Redshift aborts it
+    conn.rollback()
+    assert run(conn, "SELECT 1") == [[1]]

@@ -13,7 +13,7 @@ from fleet_import.contracts.fleet import FLEET_DATASETS, TRIPS, VEHICLES
 from fleet_import.contracts.model import VARCHAR_MAX_BYTES, Column, DatasetContract
 from fleet_import.warehouse import sql as shared
 from fleet_import.warehouse.base import WarehouseError
-from fleet_import.warehouse.redshift import ddl, slice_sql
+from fleet_import.warehouse.redshift import ddl, driver, slice_sql
 from fleet_import.warehouse.redshift.ddl import DIALECT
 
 ROLE = "arn:aws:iam::123456789012:role/fleet-copy"
@@ -210,3 +210,40 @@ def test_identifiers_are_quoted() -> None:
     )
     parse(sql)
     assert shared.quote_identifier('a"b') == '"a""b"'
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "configured", "serverless"),
+    [
+        ({"host": "fleet.123456789012.eu-west-1.redshift-serverless.amazonaws.com"}, None, True),
+        ({"host": "WG.123456789012.cn-north-1.redshift-serverless.amazonaws.com.cn"}, None, True),
+        ({"host": "fleet.abc123xyz.eu-west-1.redshift.amazonaws.com"}, None, False),
+        ({"host": "redshift.internal.example.com", "is_serverless": True}, None, True),
+        ({"host": "fleet.123456789012.eu-west-1.redshift-serverless.amazonaws.com"}, False, False),
+        ({"host": "127.0.0.1"}, True, True),
+        ({}, None, False),
+    ],
+)
+def test_serverless_is_configured_or_read_from_the_workgroup_host(
+    kwargs: dict[str, object], configured: bool | None, serverless: bool
+) -> None:
+    assert driver.is_serverless(kwargs, configured) is serverless
+
+
+def test_fleet_redshift_serverless_reaches_the_driver() -> None:
+    from fleet_import.config import Settings
+
+    on = Settings(redshift_host="h", redshift_serverless=True).redshift_connect_kwargs()
+    off = Settings(redshift_host="h").redshift_connect_kwargs()
+    assert on["is_serverless"] is True and "is_serverless" not in off
+
+
+@pytest.mark.parametrize("serverless", [False, True])
+def test_session_sql_uses_only_what_the_deployment_offers(serverless: bool) -> None:
+    """Serverless refuses STL/STV tables: its statements read SYS views only."""
+    statements = [driver._STV_IDENTITY, driver._STV_END]
+    if serverless:
+        statements = [driver._SYS_IDENTITY, driver._SYS_ACTIVE]
+    for text in statements:
+        parse(text.replace("%s", "1"))
+        assert ("stv_" in text) is not serverless

@@ -21,7 +21,7 @@ from fleet_import.retry import Backoff
 from fleet_import.warehouse.base import DatasetLoad, LoadFile, Warehouse, WarehouseError
 from fleet_import.warehouse.redshift import slice_sql
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
-from tests.redshift_emulator import RedshiftEmulator
+from tests.redshift_emulator import MODES, RedshiftEmulator
 from tests.warehouse_helpers import (
     COUNTS,
     commit,
@@ -38,9 +38,12 @@ SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-22/"
 OTHER_SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-23/"
 
 
-@pytest.fixture
-def emulator(database_url: str, s3: Any) -> Iterator[RedshiftEmulator]:
-    with RedshiftEmulator(database_url, s3) as emu:
+@pytest.fixture(params=MODES)
+def emulator(
+    request: pytest.FixtureRequest, database_url: str, s3: Any
+) -> Iterator[RedshiftEmulator]:
+    """A provisioned cluster, then a Serverless workgroup (no STL/STV tables)."""
+    with RedshiftEmulator(database_url, s3, serverless=request.param == "serverless") as emu:
         yield emu
 
 
@@ -716,3 +719,79 @@ def test_a_persistent_conflict_is_retried_by_one_layer_only(
     assert isinstance(outcome, Failed) and "1023" in outcome.error, outcome
     assert emulator.fail_commits == 100 - 4
     assert len(emulator.copies) == 3  # each dataset's COPY into its temp table, once
+
+
+# -- provisioned and Serverless ------------------------------------------------------------
+
+
+def test_sessions_are_named_and_ended_through_what_the_deployment_offers(
+    redshift: RedshiftWarehouse,
+    emulator: RedshiftEmulator,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+) -> None:
+    """A cluster names a session by STV_SESSIONS; a Serverless workgroup, which refuses STV
+    tables, by pg_backend_pid() and SYS_SESSION_HISTORY. Either way the recorded session is
+    the slice's own backend, and end_session terminates it (and only while it exists): the
+    writer goes on in a new session, recorded too."""
+    sessions: list[Any] = []
+    loads = fleet_loads(tmp_path, COUNTS)
+    assert redshift.sessions.serverless is emulator.serverless
+    with redshift.open_slice(
+        tenant_id=ACME,
+        source_scope=SCOPE,
+        batch_id=uuid.uuid4(),
+        contracts=[load.contract for load in loads],
+        on_session=sessions.append,
+    ) as writer:
+        (session,) = sessions
+        (backend,) = db.execute(
+            "SELECT (backend_start AT TIME ZONE 'UTC') FROM pg_stat_activity WHERE pid = %s",
+            (session.pid,),
+        ).fetchone()
+        assert session.started == backend.isoformat()
+        assert redshift.end_session(session) is True
+        writer.load_files(loads[0].contract, loads[0].files)  # on a new session, recorded
+    assert len(sessions) == 2 and sessions[1] != session
+    assert redshift.end_session(session) is False  # gone: nothing to end
+    stv = [q for q in emulator.queries if "stv_" in q.lower()]
+    assert bool(stv) is not emulator.serverless
+
+
+def test_a_session_the_catalog_does_not_show_leaves_only_the_lease_fence(
+    redshift: RedshiftWarehouse,
+    emulator: RedshiftEmulator,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The documented fallback (docs/redshift.md): when the session catalog answers nothing,
+    no session is recorded (a warning says so) and the slice still commits."""
+    db.execute("DROP VIEW IF EXISTS public.stv_sessions")
+    db.execute("DROP VIEW public.sys_session_history")
+    db.execute(
+        "CREATE VIEW public.sys_session_history AS SELECT 0 AS session_id, "
+        "LOCALTIMESTAMP AS start_time, 'active'::text AS status WHERE false"
+    )
+    if not emulator.serverless:  # a cluster's STV_SESSIONS, empty likewise
+        db.execute(
+            "CREATE VIEW public.stv_sessions AS SELECT 0 AS process, "
+            "LOCALTIMESTAMP AS starttime WHERE false"
+        )
+    db.commit()
+    sessions: list[Any] = []
+    loads = fleet_loads(tmp_path, COUNTS)
+    caplog.set_level(logging.WARNING, logger="fleet_import.warehouse.redshift")
+    with redshift.open_slice(
+        tenant_id=ACME,
+        source_scope=SCOPE,
+        batch_id=uuid.uuid4(),
+        contracts=[load.contract for load in loads],
+        on_session=sessions.append,
+    ) as writer:
+        for load in loads:
+            writer.load_files(load.contract, load.files)
+        result = writer.commit()
+    assert sessions == []
+    assert "not in the session catalog" in caplog.text
+    assert stamps(db, "curated.fleet_trips") == {(ACME, SCOPE, str(result.batch_id)): 1_000}

@@ -19,7 +19,7 @@ from fleet_import.normalize.rows import Reject
 from fleet_import.warehouse.base import DatasetLoad, LoadFile, WarehouseError
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 from tests.normalize_helpers import output, run
-from tests.redshift_emulator import RedshiftEmulator
+from tests.redshift_emulator import MODES, RedshiftEmulator
 from tests.warehouse_helpers import commit
 
 ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
@@ -62,9 +62,12 @@ def test_typed_parquet_strings_are_measured_in_bytes_too(tmp_path: Path) -> None
     assert result.row_count == 1
 
 
-@pytest.fixture
-def emulator(database_url: str, s3: Any) -> Iterator[RedshiftEmulator]:
-    with RedshiftEmulator(database_url, s3) as emu:
+@pytest.fixture(params=MODES)
+def emulator(
+    request: pytest.FixtureRequest, database_url: str, s3: Any
+) -> Iterator[RedshiftEmulator]:
+    """A provisioned cluster, then a Serverless workgroup (no STL/STV tables)."""
+    with RedshiftEmulator(database_url, s3, serverless=request.param == "serverless") as emu:
         yield emu
 
 

@@ -3,7 +3,12 @@ sessions, and the one place where what they raise becomes a WarehouseError."""
 
 from __future__ import annotations
 
+import logging
+import re
+import ssl
+import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import redshift_connector
@@ -11,11 +16,22 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from fleet_import.error_table import classify, client_error_code, network_kind, sqlstate_kind
 from fleet_import.errors import ErrorKind
-from fleet_import.warehouse.base import WarehouseError
+from fleet_import.warehouse.base import WarehouseError, WarehouseSession
 from fleet_import.warehouse.sql import Statement
 
-DRIVER_ERRORS = (redshift_connector.Error, OSError)
-"""What redshift_connector raises: its own errors, and socket errors it lets through."""
+log = logging.getLogger(__name__)
+Cursor = Any
+"""A redshift_connector cursor."""
+
+INTERNAL_ERRORS = (KeyError, IndexError, struct.error, UnicodeDecodeError)
+"""What redshift_connector raises outside its own hierarchy when its state or a message is
+not what it expected: 2.1.9-2.1.12 raise KeyError from the prepared-statement cache after
+DDL or ROLLBACK (its issue #273; fixed in 2.1.13, the version pinned), and its message
+parsing can fail on struct.unpack, an index or a decode. The session's state is not to be
+trusted after one: the caller drops the connection, and the work is retried on a new one."""
+DRIVER_ERRORS = (redshift_connector.Error, OSError, *INTERNAL_ERRORS)
+"""What redshift_connector raises: its own errors, socket errors it lets through, and its
+internal failures."""
 _IAM_ERRORS = (BotoCoreError, ClientError)
 """What its IAM login lets through untranslated: botocore's errors (GetClusterCredentials)."""
 _LOST = ("BrokenPipe", "connection is closed")
@@ -68,8 +84,15 @@ def translate(exc: BaseException, *, connecting: bool = False) -> WarehouseError
     after that, a misuse of the driver: terminal."""
     if isinstance(exc, _IAM_ERRORS):
         return iam_error(exc)
+    if isinstance(exc, INTERNAL_ERRORS):
+        return WarehouseError(
+            f"warehouse driver failed internally ({type(exc).__name__}: {exc}); "
+            "retried on a new connection",
+            kind=ErrorKind.TRANSIENT,
+        )
     if isinstance(exc, OSError):
-        return WarehouseError(f"warehouse connection failed: {exc}", kind=network_kind(exc))
+        kind = _socket_kind(exc, connecting)
+        return WarehouseError(f"warehouse connection failed: {exc}", kind=kind)
     fields = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
     if not fields:
         return _client_side(exc, connecting)
@@ -89,7 +112,7 @@ def _client_side(exc: BaseException, connecting: bool) -> WarehouseError:
     text = str(exc.args[0]) if exc.args else type(exc).__name__
     cause = next((arg for arg in exc.args[1:] if isinstance(arg, OSError)), None)
     if cause is not None:  # "communication error", with the socket's error
-        kind = network_kind(cause)
+        kind = _socket_kind(cause, connecting)
     elif isinstance(exc, redshift_connector.OperationalError) or text.startswith(_LOST):
         kind = sqlstate_kind(None, connection=True)  # timed out, or ended under us
     else:
@@ -99,16 +122,95 @@ def _client_side(exc: BaseException, connecting: bool) -> WarehouseError:
     return WarehouseError(f"warehouse {what}: {detail}", kind=kind)
 
 
-def session_identity_sql() -> str:
-    """This session's process id and start time (STV_SESSIONS), which name it uniquely."""
-    return "SELECT process, starttime FROM stv_sessions WHERE process = pg_backend_pid()"
+def _socket_kind(exc: OSError, connecting: bool) -> ErrorKind:
+    """A TLS handshake refused while connecting (a protocol or cipher the endpoint does not
+    take) needs an operator; mid-session any TLS error is the path's, transient."""
+    handshake = isinstance(exc, ssl.SSLError) and not isinstance(exc, _TLS_CUT_SHORT)
+    return ErrorKind.CONFIGURATION if connecting and handshake else network_kind(exc)
 
 
-def end_session_sql(pid: int, started: str) -> Statement:
-    """Terminate that session if it is still the one that started then (PG_TERMINATE_BACKEND:
-    its transaction rolls back and its table locks are released)."""
-    return (
-        "SELECT pg_terminate_backend(process) FROM stv_sessions "
-        "WHERE process = %s AND starttime = %s::timestamp",
-        [int(pid), started],
-    )
+_TLS_CUT_SHORT = (ssl.SSLEOFError, ssl.SSLZeroReturnError)
+
+SERVERLESS_HOST = re.compile(
+    r"[^.]+\.[0-9]+\.[^.]+\.redshift-serverless\.amazonaws\.com(\.cn)?", re.IGNORECASE
+)
+"""A workgroup endpoint: `{workgroup}.{account}.{region}.redshift-serverless.amazonaws.com`."""
+
+
+def is_serverless(connect_kwargs: Mapping[str, Any], serverless: bool | None = None) -> bool:
+    """Whether the endpoint is a Redshift Serverless workgroup, decided once per warehouse:
+    as configured (`serverless`, or the driver's own `is_serverless`, which
+    FLEET_REDSHIFT_SERVERLESS sets), else by the workgroup endpoint's host name."""
+    if serverless is not None:
+        return serverless
+    if connect_kwargs.get("is_serverless"):
+        return True
+    return bool(SERVERLESS_HOST.fullmatch(str(connect_kwargs.get("host") or "")))
+
+
+@dataclass(frozen=True)
+class SessionCatalog:
+    """Where a session's identity is read, and how a frozen holder's session is ended.
+
+    A provisioned cluster has STV_SESSIONS (`process`, `starttime`). Serverless refuses STL
+    and STV tables (AWS "System view mapping for migrating to SYS views"), so there the
+    session is `pg_backend_pid()` and its row of SYS_SESSION_HISTORY (`session_id`,
+    `start_time`, `status` active | timed out | closed), which exists on both. Either way
+    PG_TERMINATE_BACKEND ends it (a session of the same user, or any for a superuser)."""
+
+    serverless: bool
+
+    def identify(self, cursor: Cursor) -> WarehouseSession | None:
+        """This session, named uniquely (pid and start time); None if the catalog does not
+        show it yet: then only the lease fence guards the slice (see docs/redshift.md)."""
+        if not self.serverless:
+            row = _run(cursor, _STV_IDENTITY).fetchone()
+        else:
+            (pid,) = _run(cursor, "SELECT pg_backend_pid()").fetchone()
+            row = _run(cursor, (_SYS_IDENTITY, [int(pid)])).fetchone()
+        if not row:
+            log.warning("this warehouse session is not in the session catalog yet")
+            return None
+        pid, started = row
+        return WarehouseSession(int(pid), _iso(started))
+
+    def end(self, cursor: Cursor, session: WarehouseSession) -> bool:
+        """Terminate that session if it is still the one that started then (its transaction
+        rolls back and its table locks are released); True if one was ended."""
+        if not self.serverless:
+            statement = (_STV_END, [int(session.pid), session.started])
+            return bool(_run(cursor, statement).fetchall())
+        # SYS views are kept apart from the leader's function: look first, then end.
+        found = _run(cursor, (_SYS_ACTIVE, [int(session.pid), session.started])).fetchall()
+        if not found:
+            return False
+        _run(cursor, ("SELECT pg_terminate_backend(%s)", [int(session.pid)])).fetchall()
+        return True
+
+
+PROVISIONED = SessionCatalog(serverless=False)
+SERVERLESS = SessionCatalog(serverless=True)
+
+_STV_IDENTITY = "SELECT process, starttime FROM stv_sessions WHERE process = pg_backend_pid()"
+_STV_END = (
+    "SELECT pg_terminate_backend(process) FROM stv_sessions "
+    "WHERE process = %s AND starttime = %s::timestamp"
+)
+_SYS_IDENTITY = (
+    "SELECT session_id, start_time FROM sys_session_history "
+    "WHERE session_id = %s ORDER BY start_time DESC LIMIT 1"
+)
+_SYS_ACTIVE = (
+    "SELECT session_id FROM sys_session_history WHERE session_id = %s "
+    "AND start_time = %s::timestamp AND TRIM(status) = 'active'"
+)
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def _run(cursor: Cursor, statement: str | Statement) -> Cursor:
+    text, params = (statement, None) if isinstance(statement, str) else statement
+    cursor.execute(text, params or None)
+    return cursor

@@ -60,7 +60,9 @@ T = TypeVar("T")
 class RedshiftWarehouse(SliceCommitter):
     """Warehouse on Amazon Redshift. `connect_kwargs` go to `redshift_connector.connect`
     as they are (host, database, user/password or iam=True with cluster settings, ssl);
-    they are never logged. Each method uses its own connection: instances may be shared."""
+    they are never logged. Each method uses its own connection: instances may be shared.
+    `serverless` (None: from `is_serverless` or the host, see `driver.is_serverless`)
+    chooses the session catalog: STV_SESSIONS on a cluster, SYS views on a workgroup."""
 
     replays_slices = True  # RedshiftSliceWriter replays its journal on a new connection
 
@@ -73,6 +75,7 @@ class RedshiftWarehouse(SliceCommitter):
         iam_role: str,
         retry_delays: Sequence[float] = RETRY_DELAYS_SECONDS,
         lock_wait_seconds: float = LOCK_WAIT_SECONDS,
+        serverless: bool | None = None,
     ) -> None:
         if not staging_uri.startswith("s3://"):
             raise WarehouseError(
@@ -80,6 +83,7 @@ class RedshiftWarehouse(SliceCommitter):
                 kind=ErrorKind.CONFIGURATION,
             )
         self._connect_kwargs = dict(connect_kwargs)
+        self.sessions = driver.SessionCatalog(driver.is_serverless(connect_kwargs, serverless))
         self._staging = StagingArea(staging_uri, s3)
         self._iam_role = iam_role
         self._slice_backoff = Backoff(tuple(retry_delays))
@@ -101,6 +105,7 @@ class RedshiftWarehouse(SliceCommitter):
             iam_role=self._iam_role,
             backoff=self._slice_backoff,
             counters=self.counters,
+            sessions=self.sessions,
         )
 
     def _in_transaction(
@@ -186,11 +191,7 @@ class RedshiftWarehouse(SliceCommitter):
     def end_session(self, session: WarehouseSession) -> bool:
         """Needs the right to terminate that session: the same user, or a superuser."""
 
-        def work(cursor: Cursor) -> bool:
-            statement = driver.end_session_sql(session.pid, session.started)
-            return bool(run(cursor, statement).fetchall())
-
-        return self._in_transaction(work)
+        return self._in_transaction(lambda cursor: self.sessions.end(cursor, session))
 
     def execute(self, statement: str) -> None:
         """Run operator-configured SQL (refresh_dependants: materialized-view refreshes)."""

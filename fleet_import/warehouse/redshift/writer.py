@@ -42,7 +42,6 @@ from fleet_import.warehouse.base import (
     LoadFile,
     SliceCommit,
     WarehouseError,
-    WarehouseSession,
 )
 from fleet_import.warehouse.committer import (
     Cursor,
@@ -62,10 +61,6 @@ Step = Callable[[Cursor], Any]
 """One loading step (a transaction of its own), replayable on a new session."""
 Connect = Callable[[], Any]
 """A new redshift_connector connection to the warehouse (autocommit off)."""
-
-
-def _iso(value: Any) -> str:
-    return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
 def _stage_table(files: Iterable[LoadFile], contract: DatasetContract) -> Iterable[pa.Table]:
@@ -109,8 +104,10 @@ class RedshiftSliceWriter(OpenSlice):
         iam_role: str,
         backoff: Backoff,
         counters: WriterCounters,
+        sessions: driver.SessionCatalog = driver.PROVISIONED,
     ) -> None:
         super().__init__(request)
+        self._sessions = sessions
         self._connect = connect
         self._staging = staging
         self._iam_role = iam_role
@@ -138,8 +135,9 @@ class RedshiftSliceWriter(OpenSlice):
             run(cursor, slice_sql.SESSION_UTC_SQL)
             on_session = self._request.on_session
             if on_session is not None:  # each new session, before any lock
-                pid, started = run(cursor, driver.session_identity_sql()).fetchone()
-                on_session(WarehouseSession(int(pid), _iso(started)))
+                session = self._sessions.identify(cursor)
+                if session is not None:
+                    on_session(session)
             for done in self._loads:
                 done(cursor)
             self._conn.commit()
@@ -162,6 +160,8 @@ class RedshiftSliceWriter(OpenSlice):
                 return work()
             except driver.DRIVER_ERRORS as exc:
                 error = driver.translate(exc)
+                if isinstance(exc, driver.INTERNAL_ERRORS):  # its state is not to be trusted
+                    self._drop_connection()
             except WarehouseError as exc:
                 error = exc
             self._roll_back()
