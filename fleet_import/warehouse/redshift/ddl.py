@@ -51,7 +51,13 @@ DIALECT = Dialect(
 )
 
 
+_DECIMAL_TYPE = "numeric"  # a DECIMAL(p,s) column, as information_schema spells it
+
+
 def column_type(column: Column) -> str:
+    spec = column.decimal
+    if spec is not None:
+        return f"DECIMAL({spec[0]},{spec[1]})"
     if column.type != "string":
         return SQL_TYPES[column.type].upper()
     return f"VARCHAR({column.max_bytes})"
@@ -63,7 +69,7 @@ def expected_columns(contract: DatasetContract) -> list[TableColumn]:
     columns: list[TableColumn] = [
         (c.name, _STRING_TYPE, c.max_bytes)
         if c.type == "string"
-        else (c.name, SQL_TYPES[c.type], None)
+        else (c.name, _DECIMAL_TYPE if c.decimal else SQL_TYPES[c.type], None)
         for c in contract.columns
     ]
     return columns + [
