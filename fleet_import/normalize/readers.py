@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from fleet_import.contracts.model import Column, DatasetContract, FileFormat
 from fleet_import.normalize.csv import ReadOnlyStream, block_bytes, read_csv
-from fleet_import.normalize.header import match_header, row_numbers
+from fleet_import.normalize.header import HeaderNames, match_header, row_numbers
 from fleet_import.normalize.rows import (
     REASON_UTF8,
     FileRejected,
@@ -139,7 +139,8 @@ def _parquet_batches(
     parquet: pq.ParquetFile, source_key: str, contract: DatasetContract, batch_rows: int
 ) -> Iterator[SourceBatch]:
     schema = parquet.schema_arrow
-    positions = match_header(schema.names, contract, source_key)
+    header = match_header(schema.names, contract, source_key)
+    positions = header.positions
     unfit = [
         _describe_unfit(column, schema.field(position).type)
         for column, position in zip(contract.columns, positions, strict=True)
@@ -156,7 +157,9 @@ def _parquet_batches(
             batch_size=batch_rows, columns=selected, use_threads=False
         ):
             columns = [batch.column(name) for name in selected]
-            yield SourceBatch(columns, row_numbers(next_row, batch.num_rows))
+            yield SourceBatch(
+                columns, row_numbers(next_row, batch.num_rows), aliases=header.aliases
+            )
             next_row += batch.num_rows
     except (pa.ArrowException, OSError) as exc:
         raise unreadable(source_key, "corrupt Parquet data", exc) from exc
@@ -261,16 +264,17 @@ def _jsonl_slow(
     chunk: bytes, first_line: int, contract: DatasetContract, source_key: str
 ) -> SourceBatch:
     names = contract.column_names
-    known = set(names)
+    known = HeaderNames.of(contract)
     exact = {column.name for column in contract.columns if column.decimal}
     values: list[list[str | None]] = [[] for _ in names]
     lines: list[int] = []
     rejects: list[Reject] = []
+    aliases: dict[str, str] = {}
     for offset, raw in enumerate(chunk.split(b"\n")):
         if not raw.strip():
             continue
         line = first_line + offset
-        row = _json_row(raw, names, known, exact)
+        row = _json_row(raw, names, known, exact, aliases)
         if isinstance(row, tuple):
             column, reason, value = row
             rejects.append(Reject(source_key, line, column, reason, value))
@@ -282,13 +286,15 @@ def _jsonl_slow(
         [pa.array(column_values, pa.string()) for column_values in values],
         pa.array(lines, pa.int64()),
         rejects,
+        aliases,
     )
 
 
 def _json_row(
-    raw: bytes, names: list[str], known: set[str], exact: set[str]
+    raw: bytes, names: list[str], known: HeaderNames, exact: set[str], aliases: dict[str, str]
 ) -> list[str | None] | tuple[str | None, str, str]:
     """The row's values as text, or (column, reason, value) when the line is rejected.
+    Keys name columns as a CSV header does (names, or aliases: recorded in `aliases`).
     Numbers are read as Decimal, so that the `exact` (decimal) columns get the digits as
     written; the others get the float's text, as json.loads would give it."""
     try:
@@ -301,12 +307,19 @@ def _json_row(
         return None, "invalid JSON", text
     if not isinstance(document, dict):
         return None, "not a JSON object", text
-    for key in document:
-        if key not in known:
-            return key, "unexpected field", json.dumps(document[key], default=float)
+    by_column: dict[str, object] = {}
+    for key, value in document.items():
+        column = known.column_of(key.strip())
+        if column is None:
+            return key, "unexpected field", json.dumps(value, default=float)
+        if column in by_column:
+            return key, f"field {column!r} given twice (by its name and an alias)", text
+        by_column[column] = value
+        if key != column:
+            aliases.setdefault(column, key)
     row: list[str | None] = []
     for name in names:
-        value = document.get(name)
+        value = by_column.get(name)
         if isinstance(value, dict | list):
             return (
                 name,

@@ -127,6 +127,8 @@ class SourceBatch:
     columns: list[pa.Array]
     lines: pa.Array
     rejects: list[Reject] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)
+    """Column -> the header (or JSON key) it was found under, where that was an alias."""
 
 
 # (rows flagged, reason) pairs, in the order they should win for a row.
