@@ -18,9 +18,10 @@ import pytest
 from fleet_import.contracts.fleet import FUEL_TRANSACTIONS
 from fleet_import.contracts.model import Column, DatasetContract
 from fleet_import.normalize.file import normalize_file
-from fleet_import.warehouse.base import DatasetLoad, LoadFile, Warehouse
+from fleet_import.warehouse.base import DatasetLoad, LoadFile, Warehouse, WarehouseError
 from fleet_import.warehouse.postgres.binary_copy import SIGNATURE, TRAILER, CopyEncoder
 from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
+from fleet_import.warehouse.redshift import ddl as redshift_ddl
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 from tests.redshift_emulator import RedshiftEmulator
 from tests.warehouse_helpers import commit
@@ -185,3 +186,41 @@ def test_fleet_money_columns_are_decimals_in_a_new_contract_version() -> None:
     assert types["price_per_litre"] == "decimal(10,4)"
     assert FUEL_TRANSACTIONS.contract_version.startswith("2-")
     assert types["litres"] == "float64"  # a quantity, not money
+
+
+def test_a_float_money_table_stops_the_load_naming_both_shapes(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """A curated table made by the float64 contract is not silently reused: migrate it."""
+    float_money = FUEL_TRANSACTIONS.model_copy(
+        update={
+            "columns": tuple(
+                column.model_copy(update={"type": "float64"})
+                if column.name in ("total_amount", "price_per_litre")
+                else column
+                for column in FUEL_TRANSACTIONS.columns
+            )
+        }
+    )
+    PostgresWarehouse(database_url).ensure_tables([float_money])
+    with pytest.raises(WarehouseError) as refused:
+        PostgresWarehouse(database_url).ensure_tables([FUEL_TRANSACTIONS])
+    message = str(refused.value)
+    assert "does not match dataset 'fuel_transactions'" in message
+    assert "('total_amount', 'double precision', True)" in message
+    assert "('total_amount', 'numeric(12,2)', True)" in message
+
+
+def test_redshift_ddl_types_decimals_and_refuses_a_float_money_table() -> None:
+    create = redshift_ddl.create_table_sql(FUEL_TRANSACTIONS)
+    assert '"total_amount" DECIMAL(12,2) NOT NULL' in create
+    assert '"price_per_litre" DECIMAL(10,4)' in create
+    expected = redshift_ddl.expected_columns(FUEL_TRANSACTIONS)
+    assert ("total_amount", "numeric", None) in expected
+    assert redshift_ddl.widen_sql(FUEL_TRANSACTIONS, expected) == []
+    floats = [
+        (name, "double precision", None) if kind == "numeric" else (name, kind, width)
+        for name, kind, width in expected
+    ]
+    with pytest.raises(WarehouseError, match="total_amount double precision"):
+        redshift_ddl.widen_sql(FUEL_TRANSACTIONS, floats)
