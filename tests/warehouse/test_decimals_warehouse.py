@@ -155,6 +155,13 @@ def test_redshift_stages_decimals_in_parquet_and_copies_them_exactly(
         retry_delays=(0.0, 0.0, 0.0),
     )
     _check(redshift, db, tmp_path)
+    # The table found again matches: information_schema's numeric spelled with its digits.
+    RedshiftWarehouse(
+        emulator.connect_kwargs(password="pw"),
+        s3=s3,
+        staging_uri=f"s3://{staging_bucket}/redshift/",
+        iam_role="arn:aws:iam::123456789012:role/fleet-redshift-copy",
+    ).ensure_tables([LEDGER])
     columns = db.execute(
         "SELECT column_name, data_type, numeric_precision, numeric_scale"
         " FROM information_schema.columns WHERE table_schema = 'curated'"
@@ -216,11 +223,17 @@ def test_redshift_ddl_types_decimals_and_refuses_a_float_money_table() -> None:
     assert '"total_amount" DECIMAL(12,2) NOT NULL' in create
     assert '"price_per_litre" DECIMAL(10,4)' in create
     expected = redshift_ddl.expected_columns(FUEL_TRANSACTIONS)
-    assert ("total_amount", "numeric", None) in expected
+    assert ("total_amount", "numeric(12,2)", None) in expected
     assert redshift_ddl.widen_sql(FUEL_TRANSACTIONS, expected) == []
     floats = [
-        (name, "double precision", None) if kind == "numeric" else (name, kind, width)
+        (name, "double precision", None) if kind.startswith("numeric") else (name, kind, width)
         for name, kind, width in expected
     ]
     with pytest.raises(WarehouseError, match="total_amount double precision"):
         redshift_ddl.widen_sql(FUEL_TRANSACTIONS, floats)
+    narrower = [
+        (name, "numeric(10,2)", None) if name == "total_amount" else (name, kind, width)
+        for name, kind, width in expected
+    ]
+    with pytest.raises(WarehouseError, match=r"total_amount numeric\(10,2\)"):
+        redshift_ddl.widen_sql(FUEL_TRANSACTIONS, narrower)

@@ -36,7 +36,8 @@ the background as they grow, a rewrite we would rather not meet mid-load. Stated
 changing it later rewrites the table (ALTER DISTSTYLE)."""
 
 TableColumn = tuple[str, str, int | None]
-"""(name, data_type, character_maximum_length), as information_schema.columns reports it."""
+"""(name, data_type, character_maximum_length), as information_schema.columns reports it
+(a DECIMAL's data_type with its precision and scale: `numeric(12,2)`)."""
 
 DIALECT = Dialect(
     registry_types={
@@ -51,7 +52,7 @@ DIALECT = Dialect(
 )
 
 
-_DECIMAL_TYPE = "numeric"  # a DECIMAL(p,s) column, as information_schema spells it
+_DECIMAL_TYPE = "numeric({},{})"  # a DECIMAL(p,s), as table_columns_sql spells it
 
 
 def column_type(column: Column) -> str:
@@ -69,7 +70,7 @@ def expected_columns(contract: DatasetContract) -> list[TableColumn]:
     columns: list[TableColumn] = [
         (c.name, _STRING_TYPE, c.max_bytes)
         if c.type == "string"
-        else (c.name, _DECIMAL_TYPE if c.decimal else SQL_TYPES[c.type], None)
+        else (c.name, _DECIMAL_TYPE.format(*c.decimal) if c.decimal else SQL_TYPES[c.type], None)
         for c in contract.columns
     ]
     return columns + [
@@ -134,7 +135,11 @@ def create_table_sql(contract: DatasetContract) -> str:
 
 def table_columns_sql(schema: str, relation: str) -> Statement:
     return (
-        "SELECT column_name, data_type, character_maximum_length FROM information_schema.columns "
+        # A DECIMAL's precision and scale are part of its type: a table of another
+        # precision would round or refuse what the contract allows.
+        "SELECT column_name, CASE WHEN data_type = 'numeric' THEN 'numeric(' || "
+        "CAST(numeric_precision AS VARCHAR) || ',' || CAST(numeric_scale AS VARCHAR) || ')' "
+        "ELSE data_type END, character_maximum_length FROM information_schema.columns "
         "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
         [schema, relation],
     )
