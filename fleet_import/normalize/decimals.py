@@ -29,7 +29,7 @@ def unfit_problems(
     many digits before the point (or not a number at all, for a typed source's oddities)."""
     rows = pc.indices_nonzero(failed).to_pylist()
     texts = pc.cast(values.take(rows), pa.string()).to_pylist()
-    too_precise, too_large, not_numbers = [], [], []
+    too_precise, too_large, too_long, not_numbers = [], [], [], []
     for row, text in zip(rows, texts, strict=True):
         try:
             value = Decimal((text or "").strip())
@@ -40,8 +40,10 @@ def unfit_problems(
             not_numbers.append(row)
         elif _decimal_places(value) > scale:
             too_precise.append(row)
-        else:
+        elif value and value.adjusted() + 1 > precision - scale:
             too_large.append(row)
+        else:  # fits, but written with more digits (zeros) than a decimal128 parses
+            too_long.append(row)
     spelled = f"decimal({precision},{scale})"
     return [
         (mask, reason)
@@ -53,6 +55,7 @@ def unfit_problems(
                 f"more than {precision - scale} digits before the decimal point "
                 f"(the column is {spelled})",
             ),
+            (too_long, "more than 38 digits written (zeros included): not read exactly"),
         )
         if positions
         for mask in [mask_at(len(values), positions)]

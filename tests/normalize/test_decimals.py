@@ -208,3 +208,11 @@ def test_parquet_decimals_that_do_not_fit_are_rejected_and_floats_refused(tmp_pa
     pq.write_table(floats, sink)
     with pytest.raises(Exception, match=r"price is double, expected decimal\(12,2\)"):
         run(tmp_path, sink.getvalue(), name="money-f.parquet", fmt="parquet", contract=MONEY)
+
+
+def test_a_value_written_with_too_many_zeros_is_rejected_for_that(tmp_path: Path) -> None:
+    padded = "1." + "0" * 40  # fits decimal(12,2) as 1.00, but no decimal128 parses it
+    result = run(tmp_path, _csv([("z", "1", padded)]), name="money.csv", contract=MONEY)
+    assert [(r.line, r.column, r.reason) for r in result.rejects] == [
+        (2, "price", "more than 38 digits written (zeros included): not read exactly")
+    ]
