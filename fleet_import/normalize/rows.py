@@ -15,7 +15,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fleet_import.contracts.model import Column, DatasetContract
+from fleet_import.contracts.model import DECIMAL_MAX_PRECISION, Column, DatasetContract
 from fleet_import.errors import PreCommitError
 from fleet_import.normalize.casting import cast_each, fill_false
 from fleet_import.normalize.decimals import REASON_NOT_DECIMAL, WELL_FORMED, unfit_problems
@@ -293,6 +293,10 @@ def _cast_typed(values: pa.Array, column: Column) -> tuple[pa.Array, Problems]:
     if column.type == "timestamptz" and getattr(values.type, "unit", None) == "ns":
         # ns -> us only drops sub-microsecond digits the warehouse cannot store anyway.
         return pc.cast(values, target, safe=False), []
+    if column.decimal is not None and pa.types.is_integer(values.type):
+        # Arrow casts an integer only to a decimal with room for every value of its type
+        # (19 digits for int64), so go through one; the rescale below checks the values.
+        values = pc.cast(values, pa.decimal128(DECIMAL_MAX_PRECISION, 0))
     typed, failed = cast_each(values, target)
     if failed is None:
         return typed, []

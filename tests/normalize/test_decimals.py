@@ -187,6 +187,33 @@ def test_parquet_decimals_are_read_as_they_are(tmp_path: Path) -> None:
     assert typed.column("price").type == pa.decimal128(12, 2)
 
 
+def test_parquet_integers_become_decimals_exactly(tmp_path: Path) -> None:
+    table = pa.table(
+        {
+            "id": ["a", "b", "c"],
+            "amount": pa.array([2**63 - 1, -(2**63), 0], pa.int64()),
+            "price": pa.array([12, 10**10, 7], pa.int64()),  # 10^10: 11 digits, one too many
+        }
+    )
+    result = run(tmp_path, _parquet(table), name="money.parquet", fmt="parquet", contract=MONEY)
+    assert [(r.line, r.column, r.reason) for r in result.rejects] == [
+        (
+            2,  # Parquet rows count from 1: there is no header line
+            "price",
+            "more than 10 digits before the decimal point (the column is decimal(12,2))",
+        )
+    ]
+    typed = output(result)
+    assert _amounts(typed) == [Decimal(2**63 - 1), Decimal(0)]
+    assert typed.column("price").to_pylist() == [Decimal("12.00"), Decimal("7.00")]
+
+
+def _parquet(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
 def test_parquet_decimals_that_do_not_fit_are_rejected_and_floats_refused(tmp_path: Path) -> None:
     wide = pa.table(
         {
