@@ -32,7 +32,7 @@ from fleet_import.contracts.describe import describe, label
 from fleet_import.errors import ConfigurationError
 
 ColumnType = Literal["string", "int64", "float64", "bool", "timestamptz", "date"]
-"""The simple column types; `decimal(p,s)` (see DECIMAL_SPELLING) is the one with arguments."""
+"""The simple column types; `decimal(p,s)` (read by `_column_type`) is the one with arguments."""
 FileFormat = Literal["csv", "csv.gz", "parquet", "jsonl"]
 
 ARROW_TYPES: dict[str, pa.DataType] = {
