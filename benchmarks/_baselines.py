@@ -33,7 +33,7 @@ from psycopg import sql
 from fleet_import.config import libpq_url
 from fleet_import.contracts.fleet import TRIPS
 from fleet_import.warehouse.postgres.binary_copy import SIGNATURE, TRAILER, CopyEncoder
-from fleet_import.warehouse.postgres.ddl import PG_TYPES
+from fleet_import.warehouse.postgres.ddl import pg_type
 
 # Arrow batches of 64k rows, S3 reads in 1 MiB chunks, a few encoded chunks in flight
 # between the reader thread and the COPY.
@@ -48,7 +48,7 @@ _DLT_CHUNK_ROWS = 65_536
 def baseline_table_sql(table: str) -> sql.Composed:
     """A plain table with the trips columns and types: no stamps, no index, no constraint."""
     columns = [
-        sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(PG_TYPES[c.type]))
+        sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(pg_type(c)))
         for c in TRIPS.columns
     ]
     return sql.SQL("CREATE TABLE {} ({})").format(

@@ -82,8 +82,9 @@ def fuel_table(rows: int, *, seed: int = 5, vehicles: int = 50) -> pa.Table:
         "transacted_at": _iso(rng.integers(0, 30 * 86_400, rows)),
         "fuel_type": pa.array(_FUEL[ids % 2]),
         "litres": pa.array(litres),
-        "price_per_litre": pa.array(price),
-        "total_amount": pa.array(np.round(litres * price, 2)),
+        # Money as the contract types it: rounded floats cast to decimals land exactly.
+        "price_per_litre": pa.array(price).cast(pa.decimal128(10, 4)),
+        "total_amount": pa.array(np.round(litres * price, 2)).cast(pa.decimal128(12, 2)),
         "currency": pa.array(np.full(rows, "EUR")),
         "station_id": pa.array(np.char.add("S", (ids % 31).astype(str))),
         "odometer_km": pa.array(np.round(rng.uniform(1_000, 300_000, rows), 1)),

@@ -110,7 +110,8 @@ def _concat_positionally(tables: list[pa.Table]) -> pa.Table:
 
 
 # PostgreSQL type oids (pg_type) a column of each Arrow type can be fed in COPY BINARY, as
-# fleet_import's encoder writes it: text/varchar, int8, float8, bool, timestamp[tz], date.
+# fleet_import's encoder writes it: text/varchar, int8, float8, bool, timestamp[tz], date,
+# numeric (a Redshift DECIMAL, read from Parquet's decimal128 as it is).
 _TEXT_OIDS = frozenset({25, 1043})
 _TIMESTAMP_OIDS = frozenset({1114, 1184})
 
@@ -125,6 +126,7 @@ def _binary_oids(arrow_type: pa.DataType) -> frozenset[int]:
         (pa.types.is_float64, 701),
         (pa.types.is_boolean, 16),
         (pa.types.is_date32, 1082),
+        (pa.types.is_decimal128, 1700),
     ):
         if is_type(arrow_type):
             return frozenset({oid})

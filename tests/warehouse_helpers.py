@@ -6,6 +6,7 @@ Shared by the PostgreSQL and the Redshift warehouse tests, so it lives outside b
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,11 @@ def column_values(column: Column, rows: int, first: int, tag: str) -> pa.Array:
     """Deterministic values of the column's type; nullable columns get a NULL every 7th row."""
     numbers = np.arange(first, first + rows, dtype=np.int64)
     match column.type:
+        case _ if column.decimal is not None:  # n hundredths, exact in every decimal(p,s>=2)
+            values = pa.array(
+                [Decimal(int(n)).scaleb(-min(2, column.decimal[1])) for n in numbers],
+                column.arrow_type,
+            )
         case "string" if column.allowed:  # a contract's allowed value: it fits the column
             values = pa.array([column.allowed[n % len(column.allowed)] for n in numbers])
         case "string":

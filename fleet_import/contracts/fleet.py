@@ -53,6 +53,8 @@ FUEL_TRANSACTIONS = DatasetContract(
     target_table="curated.fleet_fuel_transactions",
     natural_key=("transaction_id",),
     description="Fuel card transactions.",
+    # 2: money as decimals (price_per_litre, total_amount), no longer float64.
+    version="2",
     columns=(
         Column("transaction_id", "string", nullable=False, max_length=64),
         Column("vehicle_id", "string", nullable=False, max_length=64),
@@ -60,8 +62,8 @@ FUEL_TRANSACTIONS = DatasetContract(
         Column("transacted_at", "timestamptz", nullable=False),
         Column("fuel_type", "string", nullable=False, allowed=_FUEL_TYPES),
         Column("litres", "float64", nullable=False, min_value=0),
-        Column("price_per_litre", "float64", min_value=0),
-        Column("total_amount", "float64", nullable=False),
+        Column("price_per_litre", "decimal(10,4)", min_value=0),
+        Column("total_amount", "decimal(12,2)", nullable=False),
         Column("currency", "string", nullable=False, max_length=3),
         Column("station_id", "string", max_length=64),
         Column("odometer_km", "float64", min_value=0),

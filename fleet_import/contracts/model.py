@@ -32,6 +32,7 @@ from fleet_import.contracts.describe import describe, label
 from fleet_import.errors import ConfigurationError
 
 ColumnType = Literal["string", "int64", "float64", "bool", "timestamptz", "date"]
+"""The simple column types; `decimal(p,s)` (read by `_column_type`) is the one with arguments."""
 FileFormat = Literal["csv", "csv.gz", "parquet", "jsonl"]
 
 ARROW_TYPES: dict[str, pa.DataType] = {
@@ -49,6 +50,9 @@ FORMAT_SUFFIXES: tuple[tuple[str, FileFormat], ...] = (
     (".parquet", "parquet"),
     (".jsonl", "jsonl"),
 )
+DECIMAL_MAX_PRECISION = 38
+"""Arrow's decimal128 and Redshift's DECIMAL hold at most 38 digits (PostgreSQL more)."""
+_DECIMAL = re.compile(r"decimal\(\s*(-?\d+)\s*,\s*(-?\d+)\s*\)", re.IGNORECASE)
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 DEFAULT_MAX_REJECT_RATIO = 0.05
 DEFAULT_MIN_ROWS_RATIO = 0.5
@@ -86,6 +90,37 @@ def _as_written(kinds: tuple[type, ...], expected: str, value: object) -> object
     if isinstance(value, bool) or not isinstance(value, kinds):
         raise ContractError(f"invalid value {value!r} (expected {expected})")
     return value
+
+
+def _column_type(value: object) -> object:
+    """A simple type as it is, or `decimal(p,s)` spelled canonically (no spaces, lower case),
+    so that `decimal(12, 2)` and `DECIMAL(12,2)` are one contract version."""
+    simple = get_args(ColumnType)
+    if value in simple:
+        return value
+    found = _DECIMAL.fullmatch(value.strip()) if isinstance(value, str) else None
+    if found is None:
+        raise ContractError(
+            f"unknown type {value!r} (one of {', '.join(sorted(simple))}), or "
+            f"decimal(p,s) with 1 <= p <= {DECIMAL_MAX_PRECISION} and 0 <= s <= p"
+        )
+    precision, scale = int(found[1]), int(found[2])
+    if not 1 <= precision <= DECIMAL_MAX_PRECISION:
+        raise ContractError(
+            f"invalid type {value!r}: precision {precision} is outside "
+            f"1..{DECIMAL_MAX_PRECISION} (the most digits a Redshift DECIMAL holds)"
+        )
+    if not 0 <= scale <= precision:
+        raise ContractError(
+            f"invalid type {value!r}: scale {scale} is outside 0..{precision} (the precision)"
+        )
+    return f"decimal({precision},{scale})"
+
+
+def decimal_spec(column_type: str) -> tuple[int, int] | None:
+    """(precision, scale) of a `decimal(p,s)` type as the contract holds it; None otherwise."""
+    found = _DECIMAL.fullmatch(column_type)
+    return None if found is None else (int(found[1]), int(found[2]))
 
 
 def _target_table(value: object) -> str:
@@ -130,11 +165,21 @@ class Column(_Contract):
     _what = "column"
 
     name: Annotated[str, _rule(_identifier, "column name")]
-    type: Annotated[ColumnType, _rule(_one_of, "type", get_args(ColumnType))]
+    type: Annotated[str, _rule(_column_type)]
     nullable: StrictBool = True
     min_value: _Number | None = None
     allowed: tuple[StrictStr, ...] | None = None
     max_length: StrictInt | None = None
+    aliases: tuple[StrictStr, ...] = ()
+    """Earlier header names of this column (matched trimmed, case-insensitively), so that
+    a renamed export keeps loading."""
+
+    @field_validator("aliases")
+    @classmethod
+    def _aliases_named(cls, aliases: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not alias.strip() for alias in aliases):
+            raise ContractError("an alias is empty")
+        return aliases
 
     @field_validator("max_length")
     @classmethod
@@ -170,8 +215,19 @@ class Column(_Contract):
         return allowed
 
     @property
+    def kind(self) -> str:
+        """The type without its arguments: `decimal` for every `decimal(p,s)`."""
+        return "decimal" if self.decimal is not None else self.type
+
+    @property
+    def decimal(self) -> tuple[int, int] | None:
+        """(precision, scale) of a decimal column; None for the other types."""
+        return decimal_spec(self.type)
+
+    @property
     def arrow_type(self) -> pa.DataType:
-        return ARROW_TYPES[self.type]
+        spec = self.decimal
+        return ARROW_TYPES[self.type] if spec is None else pa.decimal128(*spec)
 
     @property
     def max_bytes(self) -> int:
@@ -212,6 +268,15 @@ class DatasetContract(_Contract):
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
             raise ContractError(f"duplicate column names: {', '.join(twice)}")
+        # A header name must lead to one column: names and aliases, compared as matched.
+        headers = [
+            header
+            for column in columns
+            for header in {column.name, *(alias.strip().lower() for alias in column.aliases)}
+        ]
+        ambiguous = sorted({header for header in headers if headers.count(header) > 1})
+        if ambiguous:
+            raise ContractError(f"aliases that name more than one column: {', '.join(ambiguous)}")
         return columns
 
     @field_validator("natural_key")
@@ -234,8 +299,12 @@ class DatasetContract(_Contract):
     def contract_version(self) -> str:
         """Changes whenever anything that shapes the normalised output changes."""
         # Computed on each call, so a model_copy(update=...) never carries a stale version.
-        dumped = self.model_dump(exclude={"description", *GUARD_FIELDS})
-        payload = json.dumps(dumped, sort_keys=True, default=str)
+        shape = self.model_dump(exclude={"description", *GUARD_FIELDS})
+        for column in shape["columns"]:
+            # Aliases decide only whether a header matches, never what a loaded file holds:
+            # a contract that gains one keeps its version (and its cached outputs).
+            column.pop("aliases")
+        payload = json.dumps(shape, sort_keys=True, default=str)
         return f"{self.version}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
 
     @property

@@ -239,6 +239,8 @@ def judge_rejects(
                 "rejects": entry.file.reject_count,
                 "cache_hit": entry.cache_hit,
                 "seconds": round(entry.seconds, 3),
+                # Columns found by an alias (a renamed export): column -> header found.
+                **({"aliases": entry.file.aliases} if entry.file.aliases else {}),
             }
             for entry in entries
         ],

@@ -89,6 +89,7 @@ def normalize_object(
             file = NormalizedFile(
                 source_key, contract.name, local, cached.row_count, cached.reject_count, rejects
             )
+            file.aliases = dict(cached.details.get("aliases", {}))
             return NormalizedEntry(obj, file, True, time.monotonic() - started, name)
         except StagingError:
             ctx.repo.forget_cached_file(source_key, obj.etag, contract.contract_version)
@@ -119,7 +120,10 @@ def normalize_object(
             output_uri,
             file.row_count,
             file.reject_count,
-            {"rejects_uri": ctx.staging.uri(rejects_name)} if file.rejects else {},
+            {
+                **({"rejects_uri": ctx.staging.uri(rejects_name)} if file.rejects else {}),
+                **({"aliases": file.aliases} if file.aliases else {}),
+            },
         ),
         batch_id,
     )

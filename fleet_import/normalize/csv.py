@@ -99,6 +99,7 @@ def read_csv(
 
     counter = _LineCounter()
     positions: list[int] | None = None
+    aliases: dict[str, str] = {}
     while True:
         try:
             batch = reader.read_next_batch()
@@ -111,14 +112,16 @@ def read_csv(
             raise _unreadable_csv(source_key, exc) from exc
         first = positions is None
         if positions is None:
-            positions = match_header(_header(batch), contract, source_key)
+            header = match_header(_header(batch), contract, source_key)
+            positions, aliases = header.positions, header.aliases
         lines, skipped = counter.advance(batch.num_rows, batch.columns, invalid)
         columns = [batch.column(position) for position in positions]
         if first:
             columns = [column.slice(1) for column in columns]
             lines = lines.slice(1)
         rejects = _rejects(source_key, skipped)
-        yield _tidy(SourceBatch(columns, lines, rejects), guard.replaced, contract, source_key)
+        batch_read = SourceBatch(columns, lines, rejects, aliases=aliases)
+        yield _tidy(batch_read, guard.replaced, contract, source_key)
     _, skipped = counter.advance(0, [], invalid, final=True)
     if skipped:
         empty = [pa.array([], pa.string()) for _ in range(width)]
@@ -187,7 +190,7 @@ def _tidy(
             keep = pc.invert(taken)
             columns = [column.filter(keep) for column in columns]
             lines = lines.filter(keep)
-    return SourceBatch(columns, lines, rejects)
+    return SourceBatch(columns, lines, rejects, aliases=batch.aliases)
 
 
 class _LineCounter:

@@ -78,6 +78,7 @@ def normalize_file(
     partial = out_path.with_name(out_path.name + _PARTIAL_SUFFIX)
     schema = output_schema(contract)
     rejects: list[Reject] = []
+    aliases: dict[str, str] = {}
     try:
         batches = read_batches(
             source, fmt=fmt, source_key=source_key, contract=contract, batch_rows=batch_rows
@@ -97,6 +98,8 @@ def normalize_file(
         ):
             groups = _RowGroups(writer, schema, batch_rows, executor)
             for batch in batches:
+                for column, header in batch.aliases.items():
+                    aliases.setdefault(column, header)
                 accepted, batch_rejects = convert_batch(batch, contract, source_key)
                 rejects.extend(batch_rejects)
                 groups.add(accepted)
@@ -113,6 +116,7 @@ def normalize_file(
         row_count=row_count,
         reject_count=len(rejects),
         rejects=rejects,
+        aliases=aliases,
     )
 
 

@@ -4,6 +4,7 @@ header), and the physical line each row starts on. Shared by every reader."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -14,25 +15,69 @@ from fleet_import.normalize.rows import FileRejected
 _NUL = "\x00"
 
 
-def match_header(names: Sequence[str], contract: DatasetContract, source_key: str) -> list[int]:
-    """The file position of each contract column, in contract order.
+@dataclass(frozen=True)
+class HeaderMatch:
+    """Where each contract column is in a file, and which columns were found by an alias."""
 
-    Order may differ from the contract; a missing, extra or repeated column rejects the
-    whole file, because guessing what an unknown column means is worse than asking.
+    positions: list[int]
+    """The file position of each contract column, in contract order."""
+    aliases: dict[str, str]
+    """Column name -> the header it was found under, for columns matched by an alias."""
+
+
+@dataclass(frozen=True)
+class HeaderNames:
+    """What a header may say for each column: its name as written, or one of its aliases
+    (earlier names of an export) in any case. Both trimmed."""
+
+    by_name: dict[str, str]
+    by_alias: dict[str, str]
+
+    @classmethod
+    def of(cls, contract: DatasetContract) -> HeaderNames:
+        by_alias = {
+            alias.strip().lower(): column.name
+            for column in contract.columns
+            for alias in column.aliases
+        }
+        return cls({name: name for name in contract.column_names}, by_alias)
+
+    def column_of(self, header: str) -> str | None:
+        """The column a trimmed header names, or None."""
+        return self.by_name.get(header) or self.by_alias.get(header.lower())
+
+
+def match_header(names: Sequence[str], contract: DatasetContract, source_key: str) -> HeaderMatch:
+    """The file position of each contract column, in contract order, found by name or alias
+    (HeaderNames).
+
+    Order may differ from the contract; a missing, extra or repeated column (also: a name and
+    its alias both present) rejects the whole file, because guessing what an unknown column
+    means is worse than asking.
     """
     cleaned = [name.strip() for name in names]
+    known = HeaderNames.of(contract)
     position: dict[str, int] = {}
+    found_as: dict[str, str] = {}
     repeated: list[str] = []
+    unexpected: list[str] = []
     for index, name in enumerate(cleaned):
-        if name in position:
-            repeated.append(name)
+        column = known.column_of(name)
+        if column is None:
+            if name not in unexpected:
+                unexpected.append(name)
+            else:
+                repeated.append(name)
+        elif column in position:
+            repeated.append(name if name == found_as[column] else f"{found_as[column]}/{name}")
         else:
-            position[name] = index
+            position[column] = index
+            found_as[column] = name
     expected = contract.column_names
     missing = [name for name in expected if name not in position]
-    unexpected = [name for name in position if name not in set(expected)]
     if not (missing or unexpected or repeated):
-        return [position[name] for name in expected]
+        aliases = {column: name for column, name in found_as.items() if name != column}
+        return HeaderMatch([position[name] for name in expected], aliases)
     parts = []
     if missing:
         parts.append("missing columns: " + ", ".join(missing))

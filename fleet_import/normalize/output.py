@@ -3,7 +3,7 @@ Its own module so that the duplicate check and the normaliser both use it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleet_import.normalize.rows import Reject
@@ -19,3 +19,6 @@ class NormalizedFile:
     row_count: int
     reject_count: int
     rejects: list[Reject]
+    aliases: dict[str, str] = field(default_factory=dict)
+    """Column -> the header (or JSON key) it was found under, where that was an alias of
+    the column rather than its name: what a renamed export was matched by."""

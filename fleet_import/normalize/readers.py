@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
@@ -19,7 +20,7 @@ import pyarrow.parquet as pq
 
 from fleet_import.contracts.model import Column, DatasetContract, FileFormat
 from fleet_import.normalize.csv import ReadOnlyStream, block_bytes, read_csv
-from fleet_import.normalize.header import match_header, row_numbers
+from fleet_import.normalize.header import HeaderNames, match_header, row_numbers
 from fleet_import.normalize.rows import (
     REASON_UTF8,
     FileRejected,
@@ -138,7 +139,8 @@ def _parquet_batches(
     parquet: pq.ParquetFile, source_key: str, contract: DatasetContract, batch_rows: int
 ) -> Iterator[SourceBatch]:
     schema = parquet.schema_arrow
-    positions = match_header(schema.names, contract, source_key)
+    header = match_header(schema.names, contract, source_key)
+    positions = header.positions
     unfit = [
         _describe_unfit(column, schema.field(position).type)
         for column, position in zip(contract.columns, positions, strict=True)
@@ -155,7 +157,9 @@ def _parquet_batches(
             batch_size=batch_rows, columns=selected, use_threads=False
         ):
             columns = [batch.column(name) for name in selected]
-            yield SourceBatch(columns, row_numbers(next_row, batch.num_rows))
+            yield SourceBatch(
+                columns, row_numbers(next_row, batch.num_rows), aliases=header.aliases
+            )
             next_row += batch.num_rows
     except (pa.ArrowException, OSError) as exc:
         raise unreadable(source_key, "corrupt Parquet data", exc) from exc
@@ -175,7 +179,9 @@ def _fits(data_type: pa.DataType, column: Column) -> bool:
         "bool": pa.types.is_boolean(data_type),
         "timestamptz": pa.types.is_timestamp(data_type) and data_type.tz is not None,
         "date": pa.types.is_date(data_type),
-    }[column.type]
+        # Not from floats: their values are already rounded, and a cast would round again.
+        "decimal": integer or pa.types.is_decimal(data_type),
+    }[column.kind]
 
 
 def _describe_unfit(column: Column, data_type: pa.DataType) -> str:
@@ -194,13 +200,18 @@ def read_jsonl(
     Arrow parses chunks whose values have the contract's JSON types; a chunk with anything
     else (bad JSON, blank lines, numbers as strings, ...) is read line by line in Python,
     which defines the semantics: values become the text a CSV would hold."""
-    schema = pa.schema([(column.name, _JSON_TYPES[column.type]) for column in contract.columns])
+    schema = pa.schema([(column.name, _json_type(column)) for column in contract.columns])
     next_line = 1
     for chunk in _line_chunks(stream, _JSON_CHUNK_BLOCKS * block_bytes(batch_rows), source_key):
         count = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
         fast = _jsonl_fast(chunk, count, next_line, schema)
         yield fast or _jsonl_slow(chunk, next_line, contract, source_key)
         next_line += count
+
+
+def _json_type(column: Column) -> pa.DataType:
+    # Arrow reads a JSON number into a decimal from its text, exactly.
+    return column.arrow_type if column.decimal else _JSON_TYPES[column.type]
 
 
 def _line_chunks(stream: Any, size: int, source_key: str) -> Iterator[bytes]:
@@ -253,15 +264,17 @@ def _jsonl_slow(
     chunk: bytes, first_line: int, contract: DatasetContract, source_key: str
 ) -> SourceBatch:
     names = contract.column_names
-    known = set(names)
+    known = HeaderNames.of(contract)
+    exact = {column.name for column in contract.columns if column.decimal}
     values: list[list[str | None]] = [[] for _ in names]
     lines: list[int] = []
     rejects: list[Reject] = []
+    aliases: dict[str, str] = {}
     for offset, raw in enumerate(chunk.split(b"\n")):
         if not raw.strip():
             continue
         line = first_line + offset
-        row = _json_row(raw, names, known)
+        row = _json_row(raw, names, known, exact, aliases)
         if isinstance(row, tuple):
             column, reason, value = row
             rejects.append(Reject(source_key, line, column, reason, value))
@@ -273,36 +286,53 @@ def _jsonl_slow(
         [pa.array(column_values, pa.string()) for column_values in values],
         pa.array(lines, pa.int64()),
         rejects,
+        aliases,
     )
 
 
 def _json_row(
-    raw: bytes, names: list[str], known: set[str]
+    raw: bytes, names: list[str], known: HeaderNames, exact: set[str], aliases: dict[str, str]
 ) -> list[str | None] | tuple[str | None, str, str]:
-    """The row's values as text, or (column, reason, value) when the line is rejected."""
+    """The row's values as text, or (column, reason, value) when the line is rejected.
+    Keys name columns as a CSV header does (names, or aliases: recorded in `aliases`).
+    Numbers are read as Decimal, so that the `exact` (decimal) columns get the digits as
+    written; the others get the float's text, as json.loads would give it."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return None, REASON_UTF8, raw.decode("utf-8", "backslashreplace")
     try:
-        document = json.loads(text)
+        document = json.loads(text, parse_float=Decimal)
     except ValueError:
         return None, "invalid JSON", text
     if not isinstance(document, dict):
         return None, "not a JSON object", text
-    for key in document:
-        if key not in known:
-            return key, "unexpected field", json.dumps(document[key])
+    by_column: dict[str, object] = {}
+    for key, value in document.items():
+        column = known.column_of(key.strip())
+        if column is None:
+            return key, "unexpected field", json.dumps(value, default=float)
+        if column in by_column:
+            return key, f"field {column!r} given twice (by its name and an alias)", text
+        by_column[column] = value
+        if key != column:
+            aliases.setdefault(column, key)
     row: list[str | None] = []
     for name in names:
-        value = document.get(name)
+        value = by_column.get(name)
         if isinstance(value, dict | list):
-            return name, "expected a single value, found an object or array", json.dumps(value)
+            return (
+                name,
+                "expected a single value, found an object or array",
+                json.dumps(value, default=float),
+            )
         if isinstance(value, str) and not value.isascii():
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:  # a lone surrogate escape such as "\ud800"
                 return name, REASON_UTF8, value.encode("utf-8", "backslashreplace").decode()
+        if isinstance(value, Decimal) and name not in exact:
+            value = float(value)
         row.append(_json_text(value))
     return row
 
@@ -315,4 +345,4 @@ def _json_text(value: object) -> str | None:
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(value)
-    return str(value)
+    return str(value)  # an int, or a Decimal as written

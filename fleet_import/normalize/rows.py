@@ -9,14 +9,16 @@ through the same checks so that a value means the same thing whatever the file f
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fleet_import.contracts.model import Column, DatasetContract
+from fleet_import.contracts.model import DECIMAL_MAX_PRECISION, Column, DatasetContract
 from fleet_import.errors import PreCommitError
+from fleet_import.normalize.casting import cast_each, fill_false
+from fleet_import.normalize.decimals import REASON_NOT_DECIMAL, WELL_FORMED, unfit_problems
 
 SOURCE_LINE_COLUMN = "_source_line"
 # Rows per Arrow batch when reading or writing normalised data: memory follows this.
@@ -43,6 +45,7 @@ _WELL_FORMED = {
         r"^\d{4}-\d{2}-\d{2}[T ]\d{2}(:\d{2}(:\d{2}(\.\d{1,6})?)?)?(Z|[+-]\d{2}(:?\d{2})?)$"
     ),
     "date": r"^\d{4}-\d{2}-\d{2}$",
+    "decimal": WELL_FORMED,
 }
 _NAIVE_TIMESTAMP = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?$"
 _EXCESS_FRACTION = r"(\.\d{6})\d+"
@@ -52,6 +55,7 @@ _PARSE_REASONS = {
     "timestamptz": "not a valid timestamp with time zone",
     "date": "not a valid date (YYYY-MM-DD)",
     "bool": "not a valid boolean",
+    "decimal": REASON_NOT_DECIMAL,
 }
 _CAST_REASONS = {
     "string": "not representable as text",
@@ -60,6 +64,7 @@ _CAST_REASONS = {
     "timestamptz": "timestamp out of range",
     "date": "date out of range",
     "bool": "not a valid boolean",
+    "decimal": REASON_NOT_DECIMAL,
 }
 REASON_MISSING = "required value missing"
 REASON_UTF8 = "invalid UTF-8"
@@ -122,6 +127,8 @@ class SourceBatch:
     columns: list[pa.Array]
     lines: pa.Array
     rejects: list[Reject] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)
+    """Column -> the header (or JSON key) it was found under, where that was an alias."""
 
 
 # (rows flagged, reason) pairs, in the order they should win for a row.
@@ -198,15 +205,6 @@ def is_text(data_type: pa.DataType) -> bool:
     )
 
 
-def mask_at(length: int, positions: Sequence[int]) -> pa.BooleanArray:
-    """A boolean mask with True at `positions` (the slow path's few bad rows)."""
-    flags = bytearray(length)
-    for position in positions:
-        flags[position] = 1
-    as_bytes = pa.Array.from_buffers(pa.uint8(), length, [None, pa.py_buffer(bytes(flags))])
-    return pc.not_equal(as_bytes, 0)
-
-
 def _convert_column(values: pa.Array, column: Column) -> tuple[pa.Array, Problems]:
     problems: Problems = []
     if pa.types.is_dictionary(values.type):
@@ -228,7 +226,7 @@ def _as_utf8(values: pa.Array) -> tuple[pa.Array, pa.BooleanArray | None]:
         return values, None
     if pa.types.is_large_string(values.type) or pa.types.is_string_view(values.type):
         return values.cast(pa.string()), None
-    return _cast_each(values, pa.string())
+    return cast_each(values, pa.string())
 
 
 def _empty_to_null(values: pa.Array) -> pa.Array:
@@ -261,17 +259,19 @@ def _parse_text(values: pa.Array, column: Column) -> tuple[pa.Array, Problems]:
     if column.type == "timestamptz":
         # Nanosecond sources: keep the microseconds the warehouse can store.
         text = pc.replace_substring_regex(text, _EXCESS_FRACTION, r"\1")
-    well_formed = _fill_false(pc.match_substring_regex(text, _WELL_FORMED[column.type]))
+    well_formed = fill_false(pc.match_substring_regex(text, _WELL_FORMED[column.kind]))
     candidates = pc.if_else(well_formed, text, pa.scalar(None, pa.string()))
-    typed, failed = _cast_each(candidates, target)
+    typed, failed = cast_each(candidates, target)
     invalid = pc.and_not(text.is_valid(), well_formed)
-    if failed is not None:
-        invalid = pc.or_(invalid, failed)
     problems: Problems = []
+    if failed is not None and column.decimal is not None:
+        problems += unfit_problems(candidates, failed, *column.decimal)
+    elif failed is not None:
+        invalid = pc.or_(invalid, failed)
     if column.type == "timestamptz":
-        naive = _fill_false(pc.match_substring_regex(text, _NAIVE_TIMESTAMP))
+        naive = fill_false(pc.match_substring_regex(text, _NAIVE_TIMESTAMP))
         problems.append((pc.and_(invalid, naive), REASON_NAIVE_TIMESTAMP))
-    problems.append((invalid, _PARSE_REASONS[column.type]))
+    problems.append((invalid, _PARSE_REASONS[column.kind]))
     return typed, problems
 
 
@@ -293,39 +293,16 @@ def _cast_typed(values: pa.Array, column: Column) -> tuple[pa.Array, Problems]:
     if column.type == "timestamptz" and getattr(values.type, "unit", None) == "ns":
         # ns -> us only drops sub-microsecond digits the warehouse cannot store anyway.
         return pc.cast(values, target, safe=False), []
-    typed, failed = _cast_each(values, target)
-    return typed, [] if failed is None else [(failed, _CAST_REASONS[column.type])]
-
-
-def _cast_each(values: pa.Array, target: pa.DataType) -> tuple[pa.Array, pa.BooleanArray | None]:
-    """Cast, turning the values that cannot be cast into nulls flagged in the returned mask.
-
-    One cast when everything is fine; otherwise bisection finds the bad values in
-    O(bad * log n) casts instead of one Python call per value.
-    """
-    try:
-        return pc.cast(values, target), None
-    except pa.ArrowInvalid:
-        pass
-    bad: list[int] = []
-    _find_uncastable(values, target, 0, bad)
-    failed = mask_at(len(values), bad)
-    cleared = pc.if_else(failed, pa.scalar(None, values.type), values)
-    return pc.cast(cleared, target), failed
-
-
-def _find_uncastable(values: pa.Array, target: pa.DataType, offset: int, bad: list[int]) -> None:
-    try:
-        pc.cast(values, target)
-        return
-    except pa.ArrowInvalid:
-        pass
-    if len(values) == 1:
-        bad.append(offset)
-        return
-    half = len(values) // 2
-    _find_uncastable(values.slice(0, half), target, offset, bad)
-    _find_uncastable(values.slice(half), target, offset + half, bad)
+    if column.decimal is not None and pa.types.is_integer(values.type):
+        # Arrow casts an integer only to a decimal with room for every value of its type
+        # (19 digits for int64), so go through one; the rescale below checks the values.
+        values = pc.cast(values, pa.decimal128(DECIMAL_MAX_PRECISION, 0))
+    typed, failed = cast_each(values, target)
+    if failed is None:
+        return typed, []
+    if column.decimal is not None:
+        return typed, unfit_problems(values, failed, *column.decimal)
+    return typed, [(failed, _CAST_REASONS[column.type])]
 
 
 def _constraint_problems(typed: pa.Array, column: Column) -> Problems:
@@ -335,14 +312,16 @@ def _constraint_problems(typed: pa.Array, column: Column) -> Problems:
     elif column.type == "date":
         problems += _outside(typed, _MIN_DATE, _MAX_DATE, "date out of range")
     elif column.type == "float64" and typed.null_count < len(typed):
-        problems.append((_fill_false(pc.invert(pc.is_finite(typed))), "not a finite number"))
+        problems.append((fill_false(pc.invert(pc.is_finite(typed))), "not a finite number"))
     if not column.nullable and typed.null_count:
         problems.append((typed.is_null(), REASON_MISSING))
-    if column.min_value is not None and column.type in ("int64", "float64"):
-        minimum = pa.scalar(float(column.min_value))
+    if column.min_value is not None and column.kind in ("int64", "float64", "decimal"):
+        # Decimals are compared exactly: as the decimal the contract wrote, not a float.
+        bound = float(column.min_value)
+        minimum = pa.scalar(Decimal(repr(bound)) if column.decimal else bound)
         problems += _outside(typed, minimum, None, f"below minimum {column.min_value:g}")
     if column.type == "string" and typed.null_count < len(typed):
-        problems.append((_fill_false(pc.match_substring(typed, _NUL)), REASON_NUL))
+        problems.append((fill_false(pc.match_substring(typed, _NUL)), REASON_NUL))
         if column.max_length is not None:
             problems += _too_long(typed, column.max_length)
         if column.allowed is not None:
@@ -365,14 +344,14 @@ def _outside(
         masks.append(pc.less(typed, low))
     if high is not None and pc.greater(extremes["max"], high).as_py():
         masks.append(pc.greater(typed, high))
-    return [(_fill_false(mask), reason) for mask in masks]
+    return [(fill_false(mask), reason) for mask in masks]
 
 
 def _too_long(typed: pa.Array, max_length: int) -> Problems:
     # Bytes bound characters from above: the cheap byte count settles the common case.
     if pc.max(pc.binary_length(typed)).as_py() <= max_length:
         return []
-    long = _fill_false(pc.greater(pc.utf8_length(typed), max_length))
+    long = fill_false(pc.greater(pc.utf8_length(typed), max_length))
     return [(long, f"longer than {max_length} characters")]
 
 
@@ -381,9 +360,5 @@ def _too_wide(typed: pa.Array, max_bytes: int) -> Problems:
     lengths = pc.binary_length(typed)
     if pc.max(lengths).as_py() <= max_bytes:
         return []
-    wide = _fill_false(pc.greater(lengths, max_bytes))
+    wide = fill_false(pc.greater(lengths, max_bytes))
     return [(wide, f"longer than {max_bytes} bytes in UTF-8 (the width of its warehouse column)")]
-
-
-def _fill_false(mask: pa.Array) -> pa.BooleanArray:
-    return pc.fill_null(mask, False) if mask.null_count else mask

@@ -19,7 +19,8 @@ from fleet_import.errors import InvalidInput
 SHIPPED_VERSIONS = {
     "vehicles": "1-5cdfb81d36aa",
     "trips": "1-8b8b96f0de8a",
-    "fuel_transactions": "1-6befe20924ea",
+    # 2: total_amount and price_per_litre became decimals (was "1-6befe20924ea").
+    "fuel_transactions": "2-ec0579e5a2fe",
 }
 
 

@@ -29,6 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from fleet_import.warehouse.postgres.numeric_copy import NumericOverflow, numeric_records
+
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
@@ -101,6 +103,8 @@ def _kind(arrow_type: pa.DataType) -> str:
         return "timestamp"
     if pa.types.is_date32(arrow_type):
         return "date32"
+    if pa.types.is_decimal128(arrow_type):
+        return "decimal"
     raise EncodeError(f"no binary COPY encoding for Arrow type {arrow_type}")
 
 
@@ -163,16 +167,29 @@ def _fixed_field(kind: str, column: pa.Array) -> _Field:
     records = np.empty(len(column), dtype=np.dtype([("length", ">i4"), ("value", be)]))
     records["length"] = width
     records["value"] = _fixed_values(kind, column)
-    packed = records.view(np.dtype(f"V{width + 4}"))
+    return _records_field(records, column)
+
+
+def _numeric_field(column: pa.Array) -> _Field:
+    try:
+        return _records_field(numeric_records(column), column)
+    except NumericOverflow as exc:
+        raise EncodeError(str(exc)) from None
+
+
+def _records_field(records: np.ndarray, column: pa.Array) -> _Field:
+    """A field of one same-size record per row (length word included), NULL where null."""
+    size = records.dtype.itemsize
+    packed = records.view(np.dtype(f"V{size}"))
     valid = _valid_mask(column)
     if valid is None:
-        return _Field(width + 4, lambda buf, pos, _: _scatter(buf, pos, packed))
+        return _Field(size, lambda buf, pos, _: _scatter(buf, pos, packed))
 
     def write(buf: np.ndarray, pos: np.ndarray, _: np.ndarray) -> None:
         _scatter(buf, pos[valid], packed[valid])
         _scatter(buf, pos[~valid], NULL_FIELD)
 
-    return _Field(np.where(valid, width + 4, 4), write)
+    return _Field(np.where(valid, size, 4), write)
 
 
 def _string_field(column: pa.Array) -> _Field:
@@ -263,7 +280,12 @@ class CopyEncoder:
             return np.empty(0, np.uint8)
         fields = []
         for kind, column in zip(self._kinds, batch.columns, strict=True):
-            fields.append(_string_field(column) if kind == "string" else _fixed_field(kind, column))
+            if kind == "string":
+                fields.append(_string_field(column))
+            elif kind == "decimal":
+                fields.append(_numeric_field(column))
+            else:
+                fields.append(_fixed_field(kind, column))
         row_sizes = np.full(rows, len(self._tail), dtype=np.int64)
         for field in fields:
             row_sizes += field.sizes

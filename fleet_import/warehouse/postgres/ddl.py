@@ -8,12 +8,21 @@ from collections.abc import Mapping
 
 from psycopg import sql
 
-from fleet_import.contracts.model import DatasetContract
+from fleet_import.contracts.model import Column, DatasetContract
 from fleet_import.warehouse.base import STAMP_COLUMNS
 from fleet_import.warehouse.sql import SQL_TYPES, Dialect, split_table
 
 PG_TYPES: Mapping[str, str] = {"string": "text", **SQL_TYPES}
 """Contract column type -> PostgreSQL type, spelled as format_type() reports it."""
+
+
+def pg_type(column: Column) -> str:
+    """The column's PostgreSQL type as format_type() reports it: `numeric(p,s)` for a
+    decimal, which keeps every digit the contract allows and no more."""
+    spec = column.decimal
+    return PG_TYPES[column.type] if spec is None else f"numeric({spec[0]},{spec[1]})"
+
+
 _STAMP_TYPES = ("text", "text", "uuid")
 _MAX_IDENTIFIER_BYTES = 63
 
@@ -36,7 +45,7 @@ def table_identifier(target_table: str) -> sql.Identifier:
 
 def expected_columns(contract: DatasetContract) -> list[tuple[str, str, bool]]:
     """(name, type, not null) of the contract's curated table, in order."""
-    columns = [(c.name, PG_TYPES[c.type], not c.nullable) for c in contract.columns]
+    columns = [(c.name, pg_type(c), not c.nullable) for c in contract.columns]
     return columns + [
         (name, pg_type, True) for name, pg_type in zip(STAMP_COLUMNS, _STAMP_TYPES, strict=True)
     ]

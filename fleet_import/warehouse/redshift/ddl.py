@@ -36,7 +36,8 @@ the background as they grow, a rewrite we would rather not meet mid-load. Stated
 changing it later rewrites the table (ALTER DISTSTYLE)."""
 
 TableColumn = tuple[str, str, int | None]
-"""(name, data_type, character_maximum_length), as information_schema.columns reports it."""
+"""(name, data_type, character_maximum_length), as information_schema.columns reports it
+(a DECIMAL's data_type with its precision and scale: `numeric(12,2)`)."""
 
 DIALECT = Dialect(
     registry_types={
@@ -51,7 +52,13 @@ DIALECT = Dialect(
 )
 
 
+_DECIMAL_TYPE = "numeric({},{})"  # a DECIMAL(p,s), as table_columns_sql spells it
+
+
 def column_type(column: Column) -> str:
+    spec = column.decimal
+    if spec is not None:
+        return f"DECIMAL({spec[0]},{spec[1]})"
     if column.type != "string":
         return SQL_TYPES[column.type].upper()
     return f"VARCHAR({column.max_bytes})"
@@ -63,7 +70,7 @@ def expected_columns(contract: DatasetContract) -> list[TableColumn]:
     columns: list[TableColumn] = [
         (c.name, _STRING_TYPE, c.max_bytes)
         if c.type == "string"
-        else (c.name, SQL_TYPES[c.type], None)
+        else (c.name, _DECIMAL_TYPE.format(*c.decimal) if c.decimal else SQL_TYPES[c.type], None)
         for c in contract.columns
     ]
     return columns + [
@@ -128,7 +135,11 @@ def create_table_sql(contract: DatasetContract) -> str:
 
 def table_columns_sql(schema: str, relation: str) -> Statement:
     return (
-        "SELECT column_name, data_type, character_maximum_length FROM information_schema.columns "
+        # A DECIMAL's precision and scale are part of its type: a table of another
+        # precision would round or refuse what the contract allows.
+        "SELECT column_name, CASE WHEN data_type = 'numeric' THEN 'numeric(' || "
+        "CAST(numeric_precision AS VARCHAR) || ',' || CAST(numeric_scale AS VARCHAR) || ')' "
+        "ELSE data_type END, character_maximum_length FROM information_schema.columns "
         "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
         [schema, relation],
     )
