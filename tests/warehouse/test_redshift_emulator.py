@@ -19,19 +19,10 @@ import redshift_connector
 from fleet_import.error_table import sqlstate_kind
 from fleet_import.errors import ErrorKind
 from tests.redshift_copy import copy_input
-from tests.redshift_emulator import MODES, RedshiftEmulator
+from tests.redshift_emulator import RedshiftEmulator
 
 ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
 HOLD_SECONDS = 0.6
-
-
-@pytest.fixture(params=MODES)
-def emulator(
-    request: pytest.FixtureRequest, database_url: str, s3: Any
-) -> Iterator[RedshiftEmulator]:
-    """A provisioned cluster, then a Serverless workgroup (no STL/STV tables)."""
-    with RedshiftEmulator(database_url, s3, serverless=request.param == "serverless") as emu:
-        yield emu
 
 
 @pytest.fixture

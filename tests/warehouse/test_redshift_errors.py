@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ssl
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from fleet_import.contracts.fleet import FLEET_DATASETS
 from fleet_import.errors import ErrorKind
 from fleet_import.warehouse.redshift import driver
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
-from tests.redshift_emulator import MODES, RedshiftEmulator
+from tests.redshift_emulator import RedshiftEmulator
 from tests.warehouse_helpers import ACME, COUNTS, SCOPE, commit, fleet_loads, stamps
 
 ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
@@ -36,14 +35,6 @@ BAD_PARQUET = (
     "'https://s3.eu-west-1.amazonaws.com/b/k.parquet' has an incompatible Parquet schema "
     "for column 's3://b/k.parquet.started_at'\n",
 )
-
-
-@pytest.fixture(params=MODES)
-def emulator(
-    request: pytest.FixtureRequest, database_url: str, s3: Any
-) -> Iterator[RedshiftEmulator]:
-    with RedshiftEmulator(database_url, s3, serverless=request.param == "serverless") as emu:
-        yield emu
 
 
 @pytest.fixture

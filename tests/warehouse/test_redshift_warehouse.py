@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from fleet_import.retry import Backoff
 from fleet_import.warehouse.base import DatasetLoad, LoadFile, Warehouse, WarehouseError
 from fleet_import.warehouse.redshift import slice_sql
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
-from tests.redshift_emulator import MODES, RedshiftEmulator
+from tests.redshift_emulator import RedshiftEmulator
 from tests.warehouse_helpers import (
     COUNTS,
     commit,
@@ -36,15 +35,6 @@ PASSWORD = "pw-that-must-never-leak"
 ACME, GLOBEX = "acme", "globex"
 SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-22/"
 OTHER_SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-23/"
-
-
-@pytest.fixture(params=MODES)
-def emulator(
-    request: pytest.FixtureRequest, database_url: str, s3: Any
-) -> Iterator[RedshiftEmulator]:
-    """A provisioned cluster, then a Serverless workgroup (no STL/STV tables)."""
-    with RedshiftEmulator(database_url, s3, serverless=request.param == "serverless") as emu:
-        yield emu
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ table through the real driver against the emulator."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from fleet_import.normalize.rows import Reject
 from fleet_import.warehouse.base import DatasetLoad, LoadFile, WarehouseError
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 from tests.normalize_helpers import output, run
-from tests.redshift_emulator import MODES, RedshiftEmulator
+from tests.redshift_emulator import RedshiftEmulator
 from tests.warehouse_helpers import commit
 
 ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
@@ -60,15 +59,6 @@ def test_typed_parquet_strings_are_measured_in_bytes_too(tmp_path: Path) -> None
     result = run(tmp_path, source.read_bytes(), name="notes.parquet", fmt="parquet", contract=NOTES)
     assert [(r.line, r.column) for r in result.rejects] == [(1, "note")]  # row 1
     assert result.row_count == 1
-
-
-@pytest.fixture(params=MODES)
-def emulator(
-    request: pytest.FixtureRequest, database_url: str, s3: Any
-) -> Iterator[RedshiftEmulator]:
-    """A provisioned cluster, then a Serverless workgroup (no STL/STV tables)."""
-    with RedshiftEmulator(database_url, s3, serverless=request.param == "serverless") as emu:
-        yield emu
 
 
 def _warehouse(emulator: RedshiftEmulator, s3: Any, bucket: str) -> RedshiftWarehouse:
