@@ -32,7 +32,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._harness import fresh_database, moto_s3, progress
-from fleet_import.intake.sweep import Marker, find_ready_folders, plan_sweep
+from fleet_import.intake.completion import Marker
+from fleet_import.intake.sweep import find_ready_folders, plan_sweep
 from fleet_import.s3.client import s3_client
 from fleet_import.sample_data import fleet_delivery
 from fleet_import.store.sweep_repository import SweepRepository

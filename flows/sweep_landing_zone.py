@@ -20,6 +20,12 @@ from prefect.states import State
 from fleet_import.contracts.files import contracts_in_force
 from fleet_import.intake import sweep
 from fleet_import.intake.admission import admitted_only
+from fleet_import.intake.completion import (
+    DEFAULT_MARKER,
+    DEFAULT_QUIET_SECONDS,
+    CompletionRule,
+    completion_rule,
+)
 from fleet_import.intake.landing import DEFAULT_PATTERN, LandingLayout
 from fleet_import.s3.client import s3_client
 from fleet_import.store.sweep_repository import SweepRepository
@@ -50,7 +56,7 @@ _ARTIFACT_MAX_ROWS = 500
 )
 @foreseen_as_state
 def find_ready_folders(
-    bucket: str, prefix: str, layout: str, rule: sweep.CompletionRule, lookback_days: int
+    bucket: str, prefix: str, layout: str, rule: CompletionRule, lookback_days: int
 ) -> sweep.Scan:
     """List the landing zone's folders of the window and fingerprint the complete ones."""
     settings = load_settings()
@@ -113,8 +119,8 @@ def sweep_landing_zone(
     bucket: str,
     prefix: str = "",
     completion: Literal["marker", "quiet", "manifest"] = "marker",
-    marker: str = sweep.DEFAULT_MARKER,
-    quiet_seconds: int = sweep.DEFAULT_QUIET_SECONDS,
+    marker: str = DEFAULT_MARKER,
+    quiet_seconds: int = DEFAULT_QUIET_SECONDS,
     marker_grace_seconds: int = 0,
     layout: str = DEFAULT_PATTERN,
     deployment: str = DEFAULT_IMPORT_DEPLOYMENT,
@@ -145,7 +151,7 @@ def sweep_landing_zone(
     logger = get_run_logger()
     if lookback_days is None:
         lookback_days = load_settings().sweep_lookback_days
-    rule = sweep.completion_rule(
+    rule = completion_rule(
         completion,
         marker=marker,
         quiet_seconds=quiet_seconds,

@@ -30,12 +30,13 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from fleet_import.config import DEFAULT_LEASE_TTL_SECONDS
 from fleet_import.contracts.fleet import FLEET_DATASETS
 from fleet_import.contracts.model import ContractSet
 from fleet_import.errors import InvalidInput, TransientError
+from fleet_import.intake.completion import CompletionRule, Marker, folder_completion
 from fleet_import.intake.landing import (
     DEFAULT_PATTERN,
     DELIVERY_SKIPPED_EVENT,
@@ -44,7 +45,6 @@ from fleet_import.intake.landing import (
     lookback_dates,
     skipped_payload,
 )
-from fleet_import.intake.manifest_rule import ManifestComplete, manifest_completion
 from fleet_import.publication.events import EventSink
 from fleet_import.s3.client import Children, S3Client, list_children
 from fleet_import.s3.delivery import DeliveryIdentity
@@ -53,66 +53,10 @@ from fleet_import.scope import source_scope
 from fleet_import.store.models import FailureKind
 from fleet_import.store.sweep_repository import FolderBatches, SweepRepository
 
-DEFAULT_MARKER = "_SUCCESS"
-DEFAULT_QUIET_SECONDS = 300
 IDEMPOTENCY_KEY_PREFIX = "sweep:"
 # Prefect stores idempotency keys of any length, but the batch's delivery_key column holds
 # 200 characters; the key is a fixed-length hash, far below both.
 MAX_KEY_LENGTH = 200
-
-
-# -- completion rules ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Marker:
-    """Complete when the folder holds this object (the producer writes it last).
-
-    `min_age_seconds` leaves a fresh marker to the S3 event trigger for that long, so that
-    the sweep only picks up deliveries whose event was lost (see prefect.yaml).
-    """
-
-    name: str = DEFAULT_MARKER
-    min_age_seconds: float = 0
-
-    def __post_init__(self) -> None:
-        if not self.name or "/" in self.name:
-            raise InvalidInput(f"invalid marker name {self.name!r}: one object name, no '/'")
-        if self.min_age_seconds < 0:
-            raise InvalidInput("the marker's minimum age cannot be negative")
-
-
-@dataclass(frozen=True)
-class Quiet:
-    """Complete when the newest object is at least `seconds` old (by S3's LastModified)."""
-
-    seconds: float = DEFAULT_QUIET_SECONDS
-
-    def __post_init__(self) -> None:
-        if self.seconds <= 0:
-            raise InvalidInput(f"quiet period must be positive, got {self.seconds!r} seconds")
-
-
-CompletionRule = Marker | Quiet | ManifestComplete
-
-
-def completion_rule(
-    kind: str,
-    *,
-    marker: str = DEFAULT_MARKER,
-    quiet_seconds: float = DEFAULT_QUIET_SECONDS,
-    marker_grace_seconds: float = 0,
-) -> CompletionRule:
-    """The rule a deployment's parameters name: "marker", "quiet" or "manifest"."""
-    if kind == "marker":
-        return Marker(marker, marker_grace_seconds)
-    if kind == "quiet":
-        return Quiet(quiet_seconds)
-    if kind == "manifest":  # issue #24: the folder's own manifest says when it is whole
-        return ManifestComplete()
-    raise InvalidInput(
-        f"unknown completion rule {kind!r}: expected 'marker', 'quiet' or 'manifest'"
-    )
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -229,31 +173,6 @@ class _Lister:
             return list_children(self.s3, self.bucket, key_prefix)
 
 
-def _completion(
-    objects: list[dict[str, Any]], key_prefix: str, rule: CompletionRule, now: dt.datetime
-) -> tuple[dt.datetime | None, str | None]:
-    """(completed at, None) for a complete folder, (None, why not) otherwise."""
-    if not objects:
-        return None, "no objects yet"
-    if isinstance(rule, Marker):
-        marker = next((o for o in objects if o["Key"] == key_prefix + rule.name), None)
-        if marker is None:
-            return None, f"waiting for its {rule.name} marker"
-        at = marker["LastModified"].astimezone(dt.UTC)
-        age = (now - at).total_seconds()
-        if age < rule.min_age_seconds:
-            return None, (
-                f"{rule.name} is {age:.0f}s old: left to the S3 event trigger until it is "
-                f"{rule.min_age_seconds:.0f}s old"
-            )
-        return at, None
-    newest = max(o["LastModified"] for o in objects).astimezone(dt.UTC)
-    quiet_for = (now - newest).total_seconds()
-    if quiet_for < rule.seconds:
-        return None, f"changed {quiet_for:.0f}s ago; complete after {rule.seconds:.0f}s quiet"
-    return newest, None
-
-
 def find_ready_folders(
     s3: S3Client,
     bucket: str,
@@ -294,12 +213,9 @@ def find_ready_folders(
             listing = lister(key_prefix)
             if not listing.objects and not listing.folders:
                 continue
-            if isinstance(rule, ManifestComplete):  # issue #24
-                completed_at, waiting = manifest_completion(
-                    s3, bucket, listing.objects, key_prefix, rule
-                )
-            else:
-                completed_at, waiting = _completion(listing.objects, key_prefix, rule, now)
+            completed_at, waiting = folder_completion(
+                s3, bucket, listing.objects, key_prefix, rule, now
+            )
             if waiting is not None:
                 skipped.append(Skip(folder, f"not complete: {waiting}", tenant_id, "incomplete"))
                 continue

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from fleet_import.intake.completion import completion_rule
 from fleet_import.intake.manifest_rule import ManifestComplete
-from fleet_import.intake.sweep import completion_rule, find_ready_folders
+from fleet_import.intake.sweep import find_ready_folders
 from fleet_import.s3.delivery_manifest import MANIFEST_NAME, manifest_for
 from fleet_import.sample_data import fleet_delivery, today_folder, with_manifest
 from tests.helpers import upload

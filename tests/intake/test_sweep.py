@@ -27,13 +27,11 @@ from fleet_import.importing.context import (
     Skipped,
 )
 from fleet_import.importing.driver import import_folder as run_import
+from fleet_import.intake.completion import Marker, Quiet, completion_rule
 from fleet_import.intake.sweep import (
     MAX_KEY_LENGTH,
-    Marker,
-    Quiet,
     Scan,
     announce_skips,
-    completion_rule,
     find_ready_folders,
     idempotency_key,
     plan_sweep,

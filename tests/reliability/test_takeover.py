@@ -23,7 +23,8 @@ import pytest
 from fleet_import.importing.claim import settle_abandoned_batches
 from fleet_import.importing.context import Committed, Failed
 from fleet_import.importing.driver import import_folder
-from fleet_import.intake.sweep import Marker, find_ready_folders, plan_sweep
+from fleet_import.intake.completion import Marker
+from fleet_import.intake.sweep import find_ready_folders, plan_sweep
 from fleet_import.publication.outcomes import Published
 from fleet_import.publication.publisher import DEFAULT_CLAIM_TTL_SECONDS
 from fleet_import.scope import Tenant, split_folder
