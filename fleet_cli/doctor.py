@@ -15,7 +15,13 @@ from rich.table import Table
 from rich.text import Text
 
 from fleet_import.checks.services import Check, failed, passed
-from fleet_import.checks.settings import IMPORTS, SettingsInvalid, check_settings, read_settings
+from fleet_import.checks.settings import (
+    FRESHNESS,
+    IMPORTS,
+    SettingsInvalid,
+    check_settings,
+    read_settings,
+)
 from fleet_import.config import Settings
 
 DEFAULT_LANDING_BUCKET = "fleet-landing"  # the bucket prefect.yaml's trigger matches
@@ -25,7 +31,7 @@ _MARKS = {True: ("✓", "green"), False: ("✗", "red"), None: ("–", "dim")}
 def _settings() -> tuple[Settings, Check]:
     settings, problems = read_settings()
     try:
-        check_settings(IMPORTS, settings=settings)
+        check_settings(IMPORTS | FRESHNESS, settings=settings)
     except SettingsInvalid as exc:
         problems += exc.problems
     if problems:

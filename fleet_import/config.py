@@ -110,6 +110,10 @@ class Settings(BaseSettings):
     tenants: str | None = Field(
         None, description="tenant registry YAML (fleet_import.tenants.registry); none: any slug"
     )
+    freshness: str | None = Field(
+        None,
+        description="freshness SLO file (fleet_import.freshness.policies); none: no check",
+    )
     landing_prefix: str = Field("", description="key prefix above the tenant folders")
     landing_pattern: str = Field(
         DEFAULT_LANDING_PATTERN, description="tenant folder layout after the landing prefix"

@@ -30,12 +30,15 @@ class Uses(enum.Enum):
     CONTRACTS = "contracts"
     PREFECT = "prefect"
     DASK = "dask"
+    FRESHNESS = "freshness"
 
 
 OPERATIONAL = frozenset({Uses.DATABASE})
 """`db upgrade`, `batches`: the operational database only."""
-IMPORTS = frozenset(Uses)
-"""`run`, `resume` and the import flows: everything."""
+IMPORTS = frozenset(Uses) - {Uses.FRESHNESS}
+"""`run`, `resume` and the import flows: everything but the freshness SLOs."""
+FRESHNESS = frozenset({Uses.DATABASE, Uses.S3, Uses.FRESHNESS})
+"""`freshness`, the `check-freshness` flow: the store, S3 and the SLO files."""
 RELAY = frozenset({Uses.PREFECT})
 """`relay`: the Prefect API it emits to (its queue URL is an option, checked by the CLI)."""
 
@@ -124,10 +127,10 @@ def settings_problems(
         problems += _contracts(settings.contracts)
     if Uses.DASK in uses and settings.dask_address:
         problems += _dask(settings.dask_address)
+    if Uses.FRESHNESS in uses and (settings.freshness or settings.tenants):
+        problems += _freshness(settings)
     if Uses.PREFECT in uses and env.get("PREFECT_API_URL"):
-        problems += _http_url(
-            "PREFECT_API_URL", env["PREFECT_API_URL"], "http://host:4200/api"
-        )
+        problems += _http_url("PREFECT_API_URL", env["PREFECT_API_URL"], "http://host:4200/api")
     return problems
 
 
@@ -258,3 +261,21 @@ def _dask(address: str) -> list[SettingProblem]:
     if parts.scheme not in ("tcp", "tls") or not parts.hostname:
         return [SettingProblem("FLEET_DASK_ADDRESS", "expected tcp://host:8786")]
     return _host_port_problem("FLEET_DASK_ADDRESS", address, "tcp://host:8786")
+
+
+def _freshness(settings: Settings) -> list[SettingProblem]:
+    """The freshness file and the registry's `overrides.freshness`, each problem named by
+    its field (the registry's own mistakes are FLEET_TENANTS's)."""
+    from fleet_import.freshness.policies import load_policy
+    from fleet_import.tenants.registry import registry_in_force
+
+    try:
+        registry = registry_in_force(settings.tenants)
+    except FleetImportError as exc:
+        return [SettingProblem("FLEET_TENANTS", " ".join(str(exc).split()))]
+    try:
+        load_policy(settings.freshness, registry)
+    except FleetImportError as exc:
+        variable = "FLEET_FRESHNESS" if settings.freshness else "FLEET_TENANTS"
+        return [SettingProblem(variable, " ".join(str(exc).split()))]
+    return []

@@ -184,6 +184,22 @@ class LandingLayout:
             return Unimportable(where, problem, values.get("tenant"))
         return LandingFolder(values["tenant"], where, folder_prefix + "/")
 
+    def folder_date(self, key_prefix: str) -> dt.date | None:
+        """The date a folder's name carries by this layout (`acme/fleet/2026-07-22/` ->
+        2026-07-22), or None when the folder is not of the layout or names no date."""
+        names = key_prefix.removesuffix("/").split("/")
+        if len(names) != len(self.segments):
+            return None
+        values: dict[str, str] = {}
+        for segment, name in zip(self.segments, names, strict=True):
+            found = segment.match(name)
+            if found is None:
+                return None
+            values.update(found)
+        if "date" not in values or _problem(values) is not None:
+            return None
+        return dt.date.fromisoformat(values["date"])
+
     def folders(
         self,
         bucket: str,

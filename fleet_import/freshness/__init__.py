@@ -1,0 +1,1 @@
+"""Freshness: when tenants' deliveries are expected (SLOs), and whether they came."""
