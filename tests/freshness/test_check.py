@@ -1,0 +1,153 @@
+"""The freshness check through the core, against the real operational store, moto's S3 and
+real imports, with a controlled clock: a tenant expected daily by 06:00 (Berlin) with no
+folder is late once, stays quiet on the next check, and is fresh again once its import
+succeeds; a folder without its marker is "arrived, incomplete", not missing."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from fleet_import.freshness.check import (
+    FRESH,
+    FRESH_AGAIN_EVENT,
+    INCOMPLETE,
+    LATE_EVENT,
+    MISSING,
+    NOT_LOADED,
+    Landing,
+    check_freshness,
+    tenants_to_check,
+)
+from fleet_import.freshness.policies import ANY_DATASET, load_policy
+from fleet_import.importing.context import Committed
+from fleet_import.importing.driver import import_folder
+from fleet_import.sample_data import fleet_delivery, today_folder
+from fleet_import.scope import Tenant
+from fleet_import.store.freshness_repository import FreshnessRepository
+from tests.helpers import upload
+
+ACME = Tenant.named("acme")
+DAY = dt.date(2026, 7, 22)  # a Wednesday
+DUE = dt.datetime(2026, 7, 22, 4, 0, tzinfo=dt.UTC)  # 06:00 in Berlin (CEST)
+AFTER_DUE = DUE + dt.timedelta(minutes=30)
+
+
+class Told(list):
+    def __call__(self, name: str, payload) -> None:
+        self.append((name, dict(payload)))
+
+
+def make_checker(tmp_path: Path, database_url: str, s3, landing_bucket: str, slo: str):
+    path = tmp_path / "freshness.yaml"
+    path.write_text(f"landing: {{bucket: {landing_bucket}}}\ndefault: {slo}\n")
+    policy = load_policy(path)
+    store = FreshnessRepository(database_url)
+    told = Told()
+
+    def check(now: dt.datetime, tenants=("acme",)):
+        return check_freshness(tenants, policy, store, Landing(s3), told, now)
+
+    check.told = told  # type: ignore[attr-defined]
+    check.store = store  # type: ignore[attr-defined]
+    return check
+
+
+@pytest.fixture
+def checker(tmp_path: Path, database_url: str, s3, landing_bucket: str):
+    slo = "daily by 06:00 Europe/Berlin on business days"
+    return make_checker(tmp_path, database_url, s3, landing_bucket, slo)
+
+
+def deliver(s3, folder: str, *, marker: bool = True) -> None:
+    files = fleet_delivery(trips=20, fuel=5, vehicles=3)
+    if marker:
+        files["_SUCCESS"] = b""
+    upload(s3, folder, files)
+
+
+def test_late_once_then_fresh_again_after_the_import(checker, import_ctx, s3, landing_bucket):
+    folder = today_folder(landing_bucket, "acme", DAY)
+    before = checker(DUE - dt.timedelta(minutes=1))  # yesterday's delivery is the one due
+    [early] = before.verdicts
+    assert early.state == MISSING and early.expected_by == DUE - dt.timedelta(days=1)
+    assert [name for name, _ in checker.told] == [LATE_EVENT]  # yesterday's is missing too
+    checker.told.clear()
+
+    [late] = checker(AFTER_DUE).verdicts
+    assert (late.tenant_id, late.dataset, late.state) == ("acme", ANY_DATASET, MISSING)
+    assert late.expected_by == DUE and late.last_loaded is None
+    assert late.found == f"no folder dated 2026-07-22 in s3://{landing_bucket}/"
+    [(name, payload)] = checker.told
+    assert name == LATE_EVENT  # another due time missed while late: a new late delivery
+    assert payload["tenant_id"] == "acme" and payload["dataset"] == ANY_DATASET
+    assert payload["expected_at"] == "2026-07-22T04:00:00+00:00"
+    assert payload["found"] == late.found and payload["previous_state"] == MISSING
+
+    checker.told.clear()
+    assert checker(AFTER_DUE + dt.timedelta(minutes=10)).late  # still late ...
+    assert checker.told == []  # ... and not told again
+
+    deliver(s3, folder)
+    outcome = import_folder(import_ctx, ACME, folder, "freshness-test")
+    assert isinstance(outcome, Committed) and outcome.published
+    [fresh] = checker(AFTER_DUE + dt.timedelta(minutes=20)).verdicts
+    assert fresh.state == FRESH and fresh.last_loaded is not None
+    assert fresh.expected_by == DUE + dt.timedelta(days=1)  # the next one, Thursday 06:00
+    [(name, payload)] = checker.told
+    assert name == FRESH_AGAIN_EVENT
+    assert payload["expected_at"] == "2026-07-22T04:00:00+00:00"
+    assert payload["previous_state"] == MISSING and payload["found"] == "loaded"
+
+    checker.told.clear()
+    assert not checker(AFTER_DUE + dt.timedelta(minutes=30)).late
+    assert checker.told == []
+    # Friday's delivery loaded: the weekend expects nothing new, Monday 06:00 does.
+    friday = today_folder(landing_bucket, "acme", dt.date(2026, 7, 24))
+    deliver(s3, friday)
+    assert isinstance(import_folder(import_ctx, ACME, friday, "friday"), Committed)
+    saturday = dt.datetime(2026, 7, 25, 12, tzinfo=dt.UTC)
+    sunday = saturday + dt.timedelta(days=1)
+    for moment in (saturday, sunday):
+        [weekend] = checker(moment).verdicts
+        assert weekend.state == FRESH, moment
+        assert weekend.expected_by == dt.datetime(2026, 7, 27, 4, tzinfo=dt.UTC)
+    assert checker.told == []
+    [monday] = checker(dt.datetime(2026, 7, 27, 4, 1, tzinfo=dt.UTC)).verdicts
+    assert monday.state == MISSING and [n for n, _ in checker.told] == [LATE_EVENT]
+
+
+def test_a_folder_without_its_marker_is_arrived_incomplete(
+    tmp_path, database_url, s3, landing_bucket
+):
+    # S3 stamps objects with the real time: the marker's age is judged against a real clock.
+    checker = make_checker(tmp_path, database_url, s3, landing_bucket, "daily by 00:00 UTC")
+    now = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
+    folder = today_folder(landing_bucket, "acme", now.date())
+    deliver(s3, folder, marker=False)
+    [verdict] = checker(now).verdicts
+    assert verdict.state == INCOMPLETE and verdict.late
+    assert verdict.found == "arrived, incomplete: waiting for its _SUCCESS marker"
+    assert verdict.folder == folder
+    [(name, payload)] = checker.told
+    assert name == LATE_EVENT and payload["state"] == INCOMPLETE and payload["folder"] == folder
+
+    upload(s3, folder, {"_SUCCESS": b""})  # complete now, but nobody imported it yet
+    [verdict] = checker(now + dt.timedelta(minutes=5)).verdicts
+    assert verdict.state == NOT_LOADED and verdict.folder == folder
+    assert len(checker.told) == 1  # the same late delivery: not told again
+
+
+def test_tenants_without_a_registry_are_those_the_store_knows(
+    checker, import_ctx, s3, landing_bucket
+) -> None:
+    assert tenants_to_check(None, checker.store) == []
+    folder = today_folder(landing_bucket, "acme", DAY)
+    deliver(s3, folder)
+    import_folder(import_ctx, ACME, folder, "known")
+    assert tenants_to_check(None, checker.store) == ["acme"]
+    [verdict] = checker(AFTER_DUE).verdicts
+    assert verdict.state == FRESH
+    assert checker.told == []  # fresh the first time: nothing to tell
