@@ -112,8 +112,17 @@ def holding_load_slots(load: Callable[..., T]) -> Callable[..., T]:
 def prefect_event_sink(name: str, payload: Mapping[str, Any]) -> None:
     """Core events become Prefect events on the batch resource (a delivery that made no
     batch, such as a `fleet.delivery.skipped` one, on its folder), related to the flow run.
+    A freshness event (`fleet.tenant.*`, which names a tenant and a dataset, no batch) is on
+    `fleet.freshness.{tenant}.{dataset}`, so an automation counts each of them alone.
     A payload's `event_id` becomes the event's id (Prefect keeps one event per id)."""
-    if "batch_id" in payload or "folder" not in payload:
+    if "dataset" in payload and "batch_id" not in payload:
+        tenant, dataset = payload.get("tenant_id"), payload["dataset"]
+        resource = {
+            "prefect.resource.id": f"fleet.freshness.{tenant}.{dataset}",
+            "prefect.resource.name": f"{tenant} {dataset}",
+            "fleet.dataset": str(dataset),
+        }
+    elif "batch_id" in payload or "folder" not in payload:
         batch_id = str(payload.get("batch_id", "unknown"))
         resource = {
             "prefect.resource.id": f"fleet.batch.{batch_id}",
