@@ -68,11 +68,16 @@ EXPECTED_DEPLOYMENTS = {
         "sweep-landing-zone",
         {"bucket"},
     ),
+    "check-freshness": (
+        "flows/check_freshness.py:check_freshness",
+        "check-freshness",
+        set(),
+    ),
 }
 
 # The scheduled deployments run one at a time; a tick that finds one running is cancelled.
 # The others have no Prefect limit: the scope reservation lives in PostgreSQL (prefect.yaml).
-ONE_AT_A_TIME = {"drain-publications", "sweep-landing-zone"}
+ONE_AT_A_TIME = {"drain-publications", "sweep-landing-zone", "check-freshness"}
 _ONE_AT_A_TIME_LIMIT = {"limit": 1, "collision_strategy": "CANCEL_NEW"}
 
 # Every deployment's pull steps: into the checkout (or the image's copy), then the pin.
@@ -681,3 +686,46 @@ def test_deploy_all_registers_the_sweep_and_the_import_trigger(
     assert action.parameters["tenant_id"] == "{{ event.resource['fleet.tenant'] }}"
     assert action.parameters["folder"] == "{{ event.resource['fleet.folder'] }}"
     assert action.parameters["delivery_key"].startswith("s3-event:")
+
+
+# --- freshness SLOs (issue 29): the late-delivery automation template ----------------------
+
+
+def test_late_notification_template_is_an_automation_prefect_reads_and_off_by_default() -> None:
+    """The template under `definitions.automations` is what `prefect automation create -f`
+    validates (AutomationCore), is disabled, fires on each late (tenant, dataset) as the
+    flow's event sink names it, and its notification renders from a late event's payload."""
+    from prefect.events.schemas.automations import AutomationCore, EventTrigger
+    from prefect.server.utilities.user_templates import render_user_template_sync
+
+    from fleet_import.intake.triggers import resource_matches
+
+    [template] = _prefect_yaml()["definitions"]["automations"]
+    unknown = set(template["trigger"]) - set(EventTrigger.model_fields)
+    assert not unknown, f"trigger keys Prefect ignores: {unknown}"
+    automation = AutomationCore.model_validate(template)
+    assert automation.enabled is False
+    assert automation.trigger.expect == {"fleet.tenant.late"}
+    assert automation.trigger.for_each == {"prefect.resource.id"}
+    resource = {"prefect.resource.id": "fleet.freshness.acme.*", "fleet.tenant": "acme"}
+    assert resource_matches(resource, template["trigger"]["match"])
+    assert not resource_matches(
+        {"prefect.resource.id": "fleet.batch.1"}, template["trigger"]["match"]
+    )
+    [action] = automation.actions
+    assert action.type == "send-notification"
+    payload = {
+        "tenant_id": "acme",
+        "dataset": "*",
+        "slo": "daily by 06:00 Europe/Berlin",
+        "expected_at": "2026-07-22T04:00:00+00:00",
+        "found": "arrived, incomplete: waiting for its _SUCCESS marker",
+        "folder": "s3://fleet-landing/acme/fleet/2026-07-22/",
+        "last_loaded": None,
+    }
+    context = {"event": {"payload": payload}}
+    assert render_user_template_sync(action.subject, context) == ("fleet-import: acme is late (*)")
+    body = render_user_template_sync(action.body, context)
+    assert "expected by 2026-07-22T04:00:00+00:00 (daily by 06:00 Europe/Berlin)" in body
+    assert "waiting for its _SUCCESS marker (s3://fleet-landing/acme/fleet/2026-07-22/)" in body
+    assert "Last loaded: never." in body
