@@ -16,6 +16,7 @@ from rich.text import Text
 from fleet_cli.batch_views import batch_detail_record, batch_record, batch_views, batches_table
 from fleet_cli.doctor import doctor
 from fleet_cli.first_help import TOOL_HELP, InOrderOfUse
+from fleet_cli.freshness import freshness
 from fleet_cli.guard import (
     CONFIGURATION_ERROR,
     DEBUG_VARIABLE,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=TOOL_HELP, cls=InOrderOfUse)
 app.command("doctor")(doctor)
+app.command("freshness")(freshness)
 
 
 @app.callback()

@@ -1,0 +1,99 @@
+"""`fleet-import freshness` as users run it (a subprocess against the real store and moto's
+S3) with a controlled clock (`--at`): the table and the JSON name tenant, dataset, last
+loaded, expected by and state; judging tells and remembers nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fleet_import.importing.context import Committed
+from fleet_import.importing.driver import import_folder
+from fleet_import.sample_data import fleet_delivery, today_folder
+from fleet_import.scope import Tenant
+from fleet_import.store.freshness_repository import FreshnessRepository
+from tests.helpers import upload
+
+
+def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fleet_cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200", **env},
+        timeout=120,
+    )
+
+
+def test_freshness_table_and_json(
+    tmp_path: Path, database_url: str, moto_endpoint: str, s3, landing_bucket: str, import_ctx
+) -> None:
+    slos = tmp_path / "freshness.yaml"
+    slos.write_text(
+        f"landing: {{bucket: {landing_bucket}}}\ndefault: daily by 06:00 Europe/Berlin\n"
+    )
+    tenants = tmp_path / "tenants.yaml"
+    tenants.write_text(
+        "tenants:\n"
+        "  acme: {}\n"
+        "  globex:\n"
+        "    overrides:\n"
+        "      freshness: daily by 08:00 Europe/Berlin on business days\n"
+    )
+    env = {
+        "FLEET_DATABASE_URL": database_url,
+        "FLEET_S3_ENDPOINT_URL": moto_endpoint,
+        "FLEET_FRESHNESS": str(slos),
+        "FLEET_TENANTS": str(tenants),
+    }
+    acme = today_folder(landing_bucket, "acme", dt.date(2026, 7, 22))
+    upload(s3, acme, fleet_delivery(trips=20, fuel=5, vehicles=3) | {"_SUCCESS": b""})
+    assert isinstance(import_folder(import_ctx, Tenant.named("acme"), acme, "k"), Committed)
+    globex = today_folder(landing_bucket, "globex", dt.date(2026, 7, 22))
+    upload(s3, globex, {"trips-1.csv": b"trip_id\n"})  # no marker yet
+
+    at = "2026-07-22T08:30+02:00"
+    shown = run_cli("freshness", "--at", at, env=env)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert "freshness at 2026-07-22 06:30 UTC" in shown.stdout
+    [acme_line] = [line for line in lines if "acme" in line]
+    assert "fresh" in acme_line and "2026-07-23 04:00 UTC" in acme_line  # the next due
+    [globex_line] = [line for line in lines if "globex" in line]
+    assert "arrived, incomplete" in globex_line and "never" in globex_line
+    assert "2026-07-22 06:00 UTC" in globex_line  # 08:00 in Berlin, missed
+
+    as_json = run_cli("freshness", "--json", "--at", at, env=env)
+    assert as_json.returncode == 0, as_json.stderr
+    rows = {row["tenant_id"]: row for row in json.loads(as_json.stdout)}
+    assert rows["acme"]["state"] == "fresh" and rows["acme"]["last_loaded"] is not None
+    assert rows["acme"]["expected_by"] == "2026-07-23T04:00:00+00:00"
+    assert rows["globex"] | {"checked_at": None} == {
+        "tenant_id": "globex",
+        "dataset": "*",
+        "slo": "daily by 08:00 Europe/Berlin on business days",
+        "state": "arrived, incomplete",
+        "late": True,
+        "expected_by": "2026-07-22T06:00:00+00:00",
+        "last_loaded": None,
+        "found": "arrived, incomplete: waiting for its _SUCCESS marker",
+        "folder": globex,
+        "checked_at": None,
+    }
+    assert FreshnessRepository(database_url).verdicts() == []  # a view: nothing remembered
+
+
+def test_bad_settings_and_a_bad_clock_exit_with_their_codes(tmp_path: Path) -> None:
+    slos = tmp_path / "freshness.yaml"
+    slos.write_text("datasets: {trips: hourly by 06:00}\n")
+    broken = run_cli("freshness", env={"FLEET_FRESHNESS": str(slos)})
+    assert broken.returncode == 78
+    assert (
+        "FLEET_FRESHNESS:" in broken.stderr and "datasets.trips: 'hourly by 06:00'" in broken.stderr
+    )
+    bad_clock = run_cli("freshness", "--at", "tomorrow", env={})
+    assert bad_clock.returncode == 2 and "--at 'tomorrow'" in bad_clock.stderr
