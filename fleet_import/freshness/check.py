@@ -156,7 +156,7 @@ def judge(
                     )
                 )
                 continue
-            state, found, folder = _waiting(tenant, slo, due, policy, landing, now)
+            state, found, folder = _waiting(tenant, dataset, slo, due, policy, landing, now)
             verdicts.append(
                 Verdict(tenant, dataset, slo.text, state, now, due.at, last_loaded, found, folder)
             )
@@ -248,6 +248,7 @@ def _folder_date(scope: str, layout: LandingLayout) -> dt.date | None:
 
 def _waiting(
     tenant: str,
+    dataset: str,
     slo: Slo,
     due: Due,
     policy: FreshnessPolicy,
@@ -287,7 +288,10 @@ def _waiting(
         folder, why = incomplete[0]
         return INCOMPLETE, f"arrived, incomplete: {why}", folder
     folder = arrived[0][0]
-    return NOT_LOADED, "arrived, complete, not loaded yet (no succeeded batch)", folder
+    loaded = (
+        "no succeeded batch" if dataset == ANY_DATASET else f"no succeeded batch loaded {dataset}"
+    )
+    return NOT_LOADED, f"arrived, complete, not loaded ({loaded})", folder
 
 
 def _days(slo: Slo, due: Due, now: dt.datetime) -> list[dt.date]:

@@ -151,3 +151,55 @@ def test_tenants_without_a_registry_are_those_the_store_knows(
     [verdict] = checker(AFTER_DUE).verdicts
     assert verdict.state == FRESH
     assert checker.told == []  # fresh the first time: nothing to tell
+
+
+def test_berlin_across_the_dst_change(tmp_path, database_url, s3, landing_bucket, import_ctx):
+    """06:00 in Berlin is 05:00 UTC on Saturday 2026-03-28 (CET) and 04:00 UTC on Sunday
+    (CEST, the clocks went forward): Sunday's delivery is late from 04:00 UTC."""
+    checker = make_checker(
+        tmp_path, database_url, s3, landing_bucket, "daily by 06:00 Europe/Berlin"
+    )
+    saturday = today_folder(landing_bucket, "acme", dt.date(2026, 3, 28))
+    deliver(s3, saturday)
+    assert isinstance(import_folder(import_ctx, ACME, saturday, "sat"), Committed)
+    [before] = checker(dt.datetime(2026, 3, 29, 3, 59, tzinfo=dt.UTC)).verdicts  # 05:59 CEST
+    assert before.state == FRESH
+    assert before.expected_by == dt.datetime(2026, 3, 29, 4, 0, tzinfo=dt.UTC)
+    [after] = checker(dt.datetime(2026, 3, 29, 4, 0, tzinfo=dt.UTC)).verdicts
+    assert after.state == MISSING and after.found.startswith("no folder dated 2026-03-29")
+    assert [name for name, _ in checker.told] == [LATE_EVENT]
+
+
+def test_datasets_and_hourly_slos_on_the_real_clock(
+    tmp_path, database_url, s3, landing_bucket, import_ctx
+):
+    """A dataset's SLO counts only batches that loaded it; an hourly one only loads started
+    in the hour (batches are stamped by the database clock, so this one runs on it)."""
+    path = tmp_path / "freshness.yaml"
+    path.write_text(
+        f"landing: {{bucket: {landing_bucket}}}\n"
+        "datasets: {trips: hourly within 59 min, returns: daily by 00:00}\n"
+    )
+    policy = load_policy(path)
+    store = FreshnessRepository(database_url)
+    told = Told()
+    now = dt.datetime.now(dt.UTC)
+
+    def check(moment):
+        report = check_freshness(["acme"], policy, store, Landing(s3), told, moment)
+        return {v.dataset: v for v in report.verdicts}
+
+    before = check(now)
+    assert before["trips"].state == MISSING and before["trips"].found.startswith("no new files")
+    folder = today_folder(landing_bucket, "acme", now.date())
+    deliver(s3, folder)
+    later = dt.datetime.now(dt.UTC)
+    assert isinstance(import_folder(import_ctx, ACME, folder, "hourly"), Committed)
+    after = check(later + dt.timedelta(seconds=1))
+    assert after["trips"].state == FRESH
+    assert after["returns"].state == NOT_LOADED
+    assert (
+        after["returns"].found
+        == "arrived, complete, not loaded (no succeeded batch loaded returns)"
+    )
+    assert sorted(name for name, _ in told) == [FRESH_AGAIN_EVENT, LATE_EVENT, LATE_EVENT]
