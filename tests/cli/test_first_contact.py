@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from alembic.script import ScriptDirectory
 
+from tests import pgtools
 from tests.prefect_server import free_port
 
 CONFIGURATION_ERROR = 78
@@ -231,8 +233,10 @@ def test_an_unmigrated_database_stops_run_before_prefect(
         PREFECT_HOME=str(tmp_path / "prefect"),
     )
     assert result.returncode == 1 and "Traceback" not in result.stderr
+    head = ScriptDirectory.from_config(pgtools.alembic_config(empty_database_url))
     assert error_lines(result) == [
-        "error: operational database: never migrated, head is 0007: run `fleet-import db upgrade`"
+        f"error: operational database: never migrated, head is {head.get_current_head()}: "
+        "run `fleet-import db upgrade`"
     ]
     assert not (tmp_path / "prefect").exists()
     assert seconds < FAST_ENOUGH_SECONDS
