@@ -729,3 +729,32 @@ def test_late_notification_template_is_an_automation_prefect_reads_and_off_by_de
     assert "expected by 2026-07-22T04:00:00+00:00 (daily by 06:00 Europe/Berlin)" in body
     assert "waiting for its _SUCCESS marker (s3://fleet-landing/acme/fleet/2026-07-22/)" in body
     assert "Last loaded: never." in body
+
+
+@pytest.mark.slow
+def test_late_notification_template_creates_the_automation_as_documented(
+    prefect_server: PrefectServer, api: None, tmp_path: Path
+) -> None:
+    """deployments/README.md's steps against a real server: a notification block saved, the
+    template extracted with the block's id and enabled, `prefect automation create -f`."""
+    from prefect.blocks.notifications import CustomWebhookNotificationBlock
+    from prefect.client.orchestration import get_client
+
+    block_id = CustomWebhookNotificationBlock(
+        name="ops-webhook", url="http://127.0.0.1:9/notify"
+    ).save("fleet-late-test", overwrite=True)
+    automations = _prefect_yaml()["definitions"]["automations"]
+    automations[0] |= {"enabled": True}
+    automations[0]["actions"][0]["block_document_id"] = str(block_id)
+    path = tmp_path / "automations.yaml"
+    path.write_text(yaml.safe_dump(automations))
+    created = _run(
+        [PREFECT, "automation", "create", "--from-file", str(path)], prefect_server.env()
+    )
+    assert created.returncode == 0, _output(created)
+    with get_client(sync_client=True) as client:
+        [automation] = client.read_automations_by_name("fleet-tenant-late-notification")
+    assert automation.enabled
+    assert automation.trigger.expect == {"fleet.tenant.late"}
+    [action] = automation.actions
+    assert action.type == "send-notification" and action.block_document_id == block_id
