@@ -193,9 +193,10 @@ def test_datasets_and_hourly_slos_on_the_real_clock(
     assert before["trips"].state == MISSING and before["trips"].found.startswith("no new files")
     folder = today_folder(landing_bucket, "acme", now.date())
     deliver(s3, folder)
-    later = dt.datetime.now(dt.UTC)
     assert isinstance(import_folder(import_ctx, ACME, folder, "hourly"), Committed)
-    after = check(later + dt.timedelta(seconds=1))
+    # Judged a second after the first check: the same due time, whatever the real clock
+    # says by now (the batch started after `now`, so within the hour being judged).
+    after = check(now + dt.timedelta(seconds=1))
     assert after["trips"].state == FRESH
     assert after["returns"].state == NOT_LOADED
     assert (
@@ -203,3 +204,35 @@ def test_datasets_and_hourly_slos_on_the_real_clock(
         == "arrived, complete, not loaded (no succeeded batch loaded returns)"
     )
     assert sorted(name for name, _ in told) == [FRESH_AGAIN_EVENT, LATE_EVENT, LATE_EVENT]
+
+
+def test_checks_running_at_once_tell_a_change_once(database_url: str) -> None:
+    """A verdict is judged against the remembered one while its row is locked: a second
+    check that reads while the first is still deciding waits, then sees the first's verdict
+    and tells nothing (read unlocked, both would tell the same change)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fleet_import.store.freshness_repository import StoredVerdict
+
+    store = FreshnessRepository(database_url)
+    late = StoredVerdict("acme", ANY_DATASET, MISSING, True, DUE, "no folder", AFTER_DUE)
+    fresh = StoredVerdict("acme", ANY_DATASET, FRESH, False, None, "loaded", DUE)
+    store.remember(fresh, lambda previous: False)  # a row both checks find (and lock)
+    deciding = threading.Event()
+
+    def first(previous: StoredVerdict) -> bool:
+        deciding.set()
+        time.sleep(1.0)  # the second check reads meanwhile
+        return not previous.late
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        one = pool.submit(store.remember, late, first)
+        assert deciding.wait(10)
+        two = pool.submit(store.remember, late, lambda previous: not previous.late)
+        (before_one, told_one), (before_two, told_two) = one.result(), two.result()
+    assert (before_one.state, told_one) == (FRESH, True)
+    assert (before_two.state, before_two.late, told_two) == (MISSING, True, False)
+    [stored] = store.verdicts()
+    assert stored.late and stored.expected_at == DUE and stored.changed_at == AFTER_DUE
