@@ -17,7 +17,7 @@ nothing. `now` is explicit: tests, the flow and the CLI give their clock.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,7 @@ from fleet_import.freshness.slo import Due, Slo
 from fleet_import.intake.completion import folder_completion
 from fleet_import.intake.landing import LandingFolder, LandingLayout
 from fleet_import.publication.events import EventSink, emit_quietly
-from fleet_import.s3.client import S3Client, list_children
+from fleet_import.s3.client import Children, S3Client, list_children
 from fleet_import.s3.sources import DiscoveryError, _s3_errors
 from fleet_import.scope import SOURCE_SCOPE_PREFIX, split_folder
 from fleet_import.store.freshness_repository import (
@@ -132,6 +132,7 @@ def judge(
     since = min(windows) - _STORE_MARGIN
     batches = store.succeeded_batches(list(slos), since)
     last = store.last_succeeded(list(slos))
+    listed = _Listings(landing.s3, policy.bucket) if landing.s3 and policy.bucket else None
     verdicts: list[Verdict] = []
     for tenant, by_dataset in slos.items():
         for dataset, slo in by_dataset.items():
@@ -156,7 +157,7 @@ def judge(
                     )
                 )
                 continue
-            state, found, folder = _waiting(tenant, dataset, slo, due, policy, landing, now)
+            state, found, folder = _waiting(tenant, dataset, slo, due, policy, landing, listed, now)
             verdicts.append(
                 Verdict(tenant, dataset, slo.text, state, now, due.at, last_loaded, found, folder)
             )
@@ -253,10 +254,11 @@ def _waiting(
     due: Due,
     policy: FreshnessPolicy,
     landing: Landing,
+    listed: _Listings | None,
     now: dt.datetime,
 ) -> tuple[str, str, str | None]:
     """(state, what was found, folder) for a delivery not loaded, from what S3 holds."""
-    if landing.s3 is None or policy.bucket is None:
+    if listed is None or landing.s3 is None or policy.bucket is None:
         return (
             LATE,
             "not loaded (no landing bucket to look in: FLEET_FRESHNESS landing.bucket)",
@@ -267,11 +269,14 @@ def _waiting(
     if not landing.layout.dated:
         return LATE, "not loaded (the landing layout names no date to look for)", None
     days = _days(slo, due, now)
-    found = _folders(landing.s3, policy.bucket, landing.layout, days, {tenant})
+    found = [
+        folder
+        for folder in landing.layout.folders(policy.bucket, listed.folders, days)
+        if isinstance(folder, LandingFolder) and folder.tenant_id == tenant
+    ]
     arrived = []
     for folder in found:
-        with _s3_errors(f"list {folder.folder}", DiscoveryError):
-            objects = list_children(landing.s3, policy.bucket, folder.key_prefix).objects
+        objects = listed(folder.key_prefix).objects
         if not objects:
             continue
         if due.delivery_date is None and _newest(objects) < due.since:
@@ -301,22 +306,22 @@ def _days(slo: Slo, due: Due, now: dt.datetime) -> list[dt.date]:
     return sorted(local | {now.astimezone(dt.UTC).date()})
 
 
-def _folders(
-    s3: S3Client,
-    bucket: str,
-    layout: LandingLayout,
-    days: Collection[dt.date],
-    tenants: Collection[str],
-) -> list[LandingFolder]:
-    def sub_folders(key_prefix: str) -> list[str]:
-        with _s3_errors(f"list s3://{bucket}/{key_prefix}", DiscoveryError):
-            return list_children(s3, bucket, key_prefix).folders
+class _Listings:
+    """The landing bucket's listings during one judgement, each prefix listed once: late
+    tenants share the listing of the tenants' level, datasets share their folder's."""
 
-    return [
-        found
-        for found in layout.folders(bucket, sub_folders, days)
-        if isinstance(found, LandingFolder) and found.tenant_id in tenants
-    ]
+    def __init__(self, s3: S3Client, bucket: str) -> None:
+        self.s3, self.bucket = s3, bucket
+        self._children: dict[str, Children] = {}
+
+    def __call__(self, key_prefix: str) -> Children:
+        if key_prefix not in self._children:
+            with _s3_errors(f"list s3://{self.bucket}/{key_prefix}", DiscoveryError):
+                self._children[key_prefix] = list_children(self.s3, self.bucket, key_prefix)
+        return self._children[key_prefix]
+
+    def folders(self, key_prefix: str) -> list[str]:
+        return self(key_prefix).folders
 
 
 def _newest(objects: list[Mapping[str, Any]]) -> dt.datetime:

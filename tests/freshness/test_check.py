@@ -236,3 +236,23 @@ def test_checks_running_at_once_tell_a_change_once(database_url: str) -> None:
     assert (before_two.state, before_two.late, told_two) == (MISSING, True, False)
     [stored] = store.verdicts()
     assert stored.late and stored.expected_at == DUE and stored.changed_at == AFTER_DUE
+
+
+def test_late_tenants_share_the_landing_listings(checker, s3, landing_bucket) -> None:
+    """One LIST of the tenants' level however many tenants are late, then one per folder
+    that exists (the layout enters `{tenant}/fleet/{yyyy-mm-dd}/` by name)."""
+    deliver(s3, today_folder(landing_bucket, "globex", DAY), marker=False)
+    prefixes: list[str] = []
+
+    def count(params, **_):
+        prefixes.append(params.get("Prefix", ""))
+
+    s3.meta.events.register("before-parameter-build.s3.ListObjectsV2", count)
+    try:
+        report = checker(AFTER_DUE, tenants=("acme", "globex", "initech"))
+    finally:
+        s3.meta.events.unregister("before-parameter-build.s3.ListObjectsV2", count)
+    states = {v.tenant_id: v.state for v in report.verdicts}
+    assert states == {"acme": MISSING, "globex": INCOMPLETE, "initech": MISSING}
+    # acme and initech have no folder at all: the tenants' level says so, nothing more listed
+    assert prefixes == ["", "globex/fleet/2026-07-22/"]
