@@ -14,6 +14,7 @@ from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, tr
 from fleet_import.store.repository import BatchRepository
 from tests.helpers import slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot
+from tests.warehouse_helpers import WAREHOUSE_BACKENDS
 
 pytestmark = pytest.mark.slow
 
@@ -35,6 +36,7 @@ def api_env(flow_env: str) -> dict[str, str]:
     return {"PREFECT_API_URL": PREFECT_API_URL.value()}
 
 
+@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_held_listed_rejected_then_approved_from_the_cli(
     flow_env: str, api_env, s3, landing_bucket: str
 ) -> None:

@@ -16,10 +16,12 @@ from flows.rollback_slice import rollback_slice
 from flows.story import held_facts
 from tests.helpers import slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot
+from tests.warehouse_helpers import WAREHOUSE_BACKENDS
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_a_held_import_then_its_approval_under_prefect(
     flow_env: str, s3, landing_bucket: str
 ) -> None:
@@ -53,6 +55,7 @@ def test_a_held_import_then_its_approval_under_prefect(
     assert rows[0][1] == 10
 
 
+@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_the_approve_flow_loads_the_held_content_or_refuses_changed_content(
     flow_env: str, s3, landing_bucket: str
 ) -> None:
@@ -89,6 +92,7 @@ def test_the_approve_flow_loads_the_held_content_or_refuses_changed_content(
     assert slice_snapshot(flow_env, folder) == before
 
 
+@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_the_rollback_flow_restores_the_previous_slice(
     flow_env: str, s3, landing_bucket: str
 ) -> None:
