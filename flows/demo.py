@@ -177,6 +177,7 @@ def _review_and_rollback(
     """Issue #24 told: a truncated redelivery is held with both counts and the command that
     approves it, the approval loads the held content from its staged files, and a rollback
     restores the slice the approval replaced."""
+    from fleet_import.importing.guards import approve_command
     from fleet_import.sample_data import csv_bytes, trips_table
     from fleet_import.scope import split_folder
     from flows.approve_held_batch import approve_held_batch
@@ -200,7 +201,7 @@ def _review_and_rollback(
             f"  held {breach['dataset']}: current slice {breach['current_rows']:,} rows, "
             f"this delivery {breach['new_rows']:,} ({breach['rule']})"
         )
-    say(f"  to load it anyway: fleet-import batches approve {batch.id}")
+    say(f"  to load it anyway: {approve_command(batch.id)}")
     show(
         f"approve {str(batch.id)[:8]} (staged files)",
         approve_held_batch(batch_id=str(batch.id), return_state=True),
