@@ -28,6 +28,7 @@ app.add_typer(slices_app, name="slices")
 
 
 def list_held(tenant: str | None, limit: int, as_json: bool, database_url: str | None) -> None:
+    from fleet_import.importing.guards import approve_command
     from fleet_import.store.review_repository import ReviewRepository
 
     try:
@@ -46,7 +47,7 @@ def list_held(tenant: str | None, limit: int, as_json: bool, database_url: str |
                 Text(
                     f"{batch.id}: {breach['dataset']} current {breach['current_rows']:,} rows, "
                     f"held delivery {breach['new_rows']:,} ({breach['rule']}); "
-                    f"fleet-import batches approve {batch.id}"
+                    f"{approve_command(batch.id)}"
                 ),
                 soft_wrap=True,
             )

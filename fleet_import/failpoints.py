@@ -1,14 +1,16 @@
 """Named points where a test can kill or hold the process: FLEET_FAILPOINTS=spec[,spec].
 
-`name` kills the process there (os._exit); `name=wait:PATH` holds it there until PATH
-exists (at most a minute), so a test can overlap two runs deterministically; `name=raise`
-raises a RuntimeError there, a stand-in for a bug. Off by default; when off, `hit` is one
+`name` kills the process there (os._exit); `name=kill` sends it SIGKILL, as the OOM
+killer or `kill -9` would; `name=wait:PATH` holds it there until PATH exists (at most a
+minute), so a test can overlap two runs deterministically; `name=raise` raises a
+RuntimeError there, a stand-in for a bug. Off by default; when off, `hit` is one
 truthiness check.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -44,4 +46,6 @@ def hit(name: str, detail: str = "") -> None:
         return
     if action == "raise":
         raise RuntimeError(f"failpoint {name}{detail}")
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
     os._exit(_EXIT_CODE)

@@ -2,17 +2,20 @@
 
 Starts an embedded PostgreSQL (pgserver) and an in-process S3 (moto's server), writes Fleet
 deliveries for two tenants with a few bad rows, imports both, reruns one (cache hits),
-forces a publication failure and resumes it, then prints batches and slice counts. The
-Prefect runs are kept in .fleet-demo/prefect so the UI can show them afterwards.
+forces a publication failure and resumes it; then a truncated redelivery of one tenant's
+folder is held by the slice guard, approved (loaded from its staged files) and rolled back
+to the slice before it (issue #24); then prints batches and slice counts. The Prefect runs
+are kept in .fleet-demo/prefect so the UI can show them afterwards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rich.console import Console
@@ -33,6 +36,7 @@ tenants:
     company_id: GLOBEX-042
 """
 _FAILING_REFRESH = '["SELECT 1/0 AS refresh_that_fails"]'
+_TRUNCATED_TRIPS = 100
 
 
 def _start_services(home: Path, say: Callable[[str], None]) -> tuple[str, str, object]:
@@ -140,16 +144,10 @@ def run_demo(home: Path = DEMO_HOME) -> int:
     )
 
     os.environ["FLEET_REFRESH_SQL"] = _FAILING_REFRESH
-    # The failure is the point here, and the next line narrates it: its retry warning is not.
-    publisher_log = logging.getLogger("fleet_import.publication.publisher")
-    level = publisher_log.level
-    publisher_log.setLevel(logging.ERROR)
-    try:
+    with _quiet("fleet_import.publication.publisher"):
         failed = import_s3_folder(
             tenant_id="globex", folder=folders["globex"], force=True, return_state=True
         )
-    finally:
-        publisher_log.setLevel(level)
     show("globex with a failing refresh_dependants step", failed)
     os.environ["FLEET_REFRESH_SQL"] = "[]"
     from fleet_import.store.repository import BatchRepository
@@ -160,6 +158,7 @@ def run_demo(home: Path = DEMO_HOME) -> int:
         f"resume batch {to_resume.id}",
         resume_publication(batch_id=str(to_resume.id), return_state=True),
     )
+    _review_and_rollback(s3, repo, folders["globex"], say, show)
     _print_tables(console, repo, PostgresWarehouse(database_url), folders)
     console.print(
         f"\nDone in {time.monotonic() - started:.0f}s. To see the runs in the Prefect UI:\n"
@@ -170,6 +169,68 @@ def run_demo(home: Path = DEMO_HOME) -> int:
     moto = services[1]  # type: ignore[index]
     moto.stop()  # type: ignore[attr-defined]
     return 0
+
+
+def _review_and_rollback(
+    s3, repo, folder: str, say: Callable[[str | Text], None], show: Callable[..., None]
+) -> None:
+    """Issue #24 told: a truncated redelivery is held with both counts and the command that
+    approves it, the approval loads the held content from its staged files, and a rollback
+    restores the slice the approval replaced."""
+    from fleet_import.importing.guards import approve_command
+    from fleet_import.sample_data import csv_bytes, trips_table
+    from fleet_import.scope import split_folder
+    from flows.approve_held_batch import approve_held_batch
+    from flows.import_s3_folder import import_s3_folder
+    from flows.rollback_slice import rollback_slice
+
+    bucket, prefix = split_folder(folder)
+    for name in ("trips-1.csv", "trips-2.csv.gz"):
+        s3.delete_object(Bucket=bucket, Key=prefix + name)
+    truncated = csv_bytes(trips_table(_TRUNCATED_TRIPS, vehicles=40))
+    s3.put_object(Bucket=bucket, Key=prefix + "trips-1.csv", Body=truncated)
+    say(f"redelivered globex's trips truncated to {_TRUNCATED_TRIPS} rows")
+    # The next lines narrate the hold: not the guard's warning, nor the commit task's
+    # Failed state, which the engine logs as an error.
+    with _quiet("fleet_import.importing.guards", "prefect.task_runs", level=logging.CRITICAL):
+        held = import_s3_folder(tenant_id="globex", folder=folder, return_state=True)
+    say(Text.assemble("import globex, truncated: ", (held.name, "yellow"), " (exit code 6)"))
+    (batch,) = [b for b in repo.list(tenant="globex", status="failed") if _waits(b)]
+    for breach in batch.details["failure"]["held"]["breaches"]:
+        say(
+            f"  held {breach['dataset']}: current slice {breach['current_rows']:,} rows, "
+            f"this delivery {breach['new_rows']:,} ({breach['rule']})"
+        )
+    say(f"  to load it anyway: {approve_command(batch.id)}")
+    show(
+        f"approve {str(batch.id)[:8]} (staged files)",
+        approve_held_batch(batch_id=str(batch.id), return_state=True),
+    )
+    show(
+        "rollback globex to the slice before",
+        rollback_slice(tenant_id="globex", folder=folder, return_state=True),
+    )
+
+
+def _waits(batch) -> bool:
+    """Held for review and not decided yet."""
+    details = batch.details
+    return (details.get("failure") or {}).get("kind") == "held" and not details.get("review")
+
+
+@contextlib.contextmanager
+def _quiet(*logger_names: str, level: int = logging.ERROR) -> Iterator[None]:
+    """The failure is the point here, and the demo's next lines narrate it: what these
+    loggers say below `level` about it is not."""
+    loggers = [logging.getLogger(name) for name in logger_names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(level)
+    try:
+        yield
+    finally:
+        for logger, previous in zip(loggers, levels, strict=True):
+            logger.setLevel(previous)
 
 
 def _create_load_limits(say: Callable[[str], None]) -> None:

@@ -23,6 +23,7 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 
+from fleet_import.importing.guards import approve_command
 from fleet_import.importing.runtime import Runtime
 from fleet_import.scope import folder_leaf
 from fleet_import.store.models import Batch, BatchStatus, warehouse_committed
@@ -164,7 +165,7 @@ def held_facts(batch: Batch) -> list[tuple[str, str]]:
         )
     review = details.get("review") or {}
     if held and not review:
-        facts.append(("approve", f"`fleet-import batches approve {batch.id}`"))
+        facts.append(("approve", f"`{approve_command(batch.id)}`"))
     if review:
         by = f" by batch {review['batch_id']}" if review.get("batch_id") else ""
         facts.append(("review", escape_markdown(f"{review.get('decision')}{by}")))
@@ -232,6 +233,7 @@ def _publish_tenant_table(rt: Runtime, tenant_id: str) -> None:
                 "delivery": folder_leaf(scope),
                 "rows": sum((details.get("row_counts") or {}).values()),
                 "held": _held_counts(details),
+                "to approve": _approve_command(batch),
                 "rejects": (details.get("rejects") or {}).get("count", 0),
                 "owns slice": _owns(batch, owner),
                 "run": f"{runs.get(run, '')} ({run})" if run else "",
@@ -249,6 +251,14 @@ def _held_counts(details: dict) -> str:
     return ", ".join(
         f"{b['dataset']} {b['current_rows']:,} -> {b['new_rows']:,}" for b in breaches
     )
+
+
+def _approve_command(batch: Batch) -> str:
+    """The command that approves a batch still waiting for review (empty otherwise)."""
+    details = batch.details
+    if not ((details.get("failure") or {}).get("held")) or details.get("review"):
+        return ""
+    return approve_command(batch.id)
 
 
 def _owns(batch: Batch, owner: uuid.UUID | None) -> str:

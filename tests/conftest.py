@@ -93,16 +93,56 @@ def globex() -> Tenant:
 
 from tests.s3fixtures import *  # noqa: E402,F403  (moto server, s3 client, bucket fixtures)
 
+_REDSHIFT_COPY_ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
+WAREHOUSE_SETTINGS = pytest.StashKey[dict[str, str]]()
+"""The FLEET_* settings of the test's warehouse when it is not the default PostgreSQL one."""
+
 
 @pytest.fixture
-def warehouse(database_url: str):
-    """The PostgreSQL warehouse in the test's own database (schema `curated`)."""
+def warehouse(request: pytest.FixtureRequest, database_url: str):
+    """The warehouse in the test's own database (schema `curated`): PostgreSQL, or (param
+    "redshift") Redshift through the emulator (tests/redshift_emulator.py, a provisioned
+    cluster) over that same database, staging its COPYs in the staging bucket. A test runs on
+    both with tests.warehouse_helpers.WAREHOUSE_BACKENDS."""
     from fleet_import.contracts.fleet import FLEET_DATASETS
-    from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
-    warehouse = PostgresWarehouse(database_url)
-    warehouse.ensure_tables(FLEET_DATASETS.values())
-    return warehouse
+    backend = getattr(request, "param", "postgres")
+    if backend == "postgres":
+        from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
+
+        warehouse = PostgresWarehouse(database_url)
+        warehouse.ensure_tables(FLEET_DATASETS.values())
+        yield warehouse
+        return
+    from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
+    from tests.redshift_emulator import RedshiftEmulator
+
+    assert backend == "redshift", backend
+    s3 = request.getfixturevalue("s3")
+    staging_bucket = request.getfixturevalue("staging_bucket")
+    staging_uri = f"s3://{staging_bucket}/redshift/"
+    with RedshiftEmulator(database_url, s3) as emulator:
+        warehouse = RedshiftWarehouse(
+            emulator.connect_kwargs(password="pw"),
+            s3=s3,
+            staging_uri=staging_uri,
+            iam_role=_REDSHIFT_COPY_ROLE,
+            retry_delays=(0.0, 0.0, 0.0),
+        )
+        warehouse.ensure_tables(FLEET_DATASETS.values())
+        # What flow_env hands the flows (and the CLI's children): this same warehouse.
+        request.node.stash[WAREHOUSE_SETTINGS] = {
+            "FLEET_WAREHOUSE": "redshift",
+            "FLEET_REDSHIFT_HOST": "127.0.0.1",
+            "FLEET_REDSHIFT_PORT": str(emulator.port),
+            "FLEET_REDSHIFT_DATABASE": emulator.database,
+            "FLEET_REDSHIFT_USER": emulator.user,
+            "FLEET_REDSHIFT_PASSWORD": "pw",
+            "FLEET_REDSHIFT_SSL": "false",
+            "FLEET_REDSHIFT_IAM_ROLE": _REDSHIFT_COPY_ROLE,
+            "FLEET_REDSHIFT_STAGING_URI": staging_uri,
+        }
+        yield warehouse
 
 
 @pytest.fixture
@@ -158,10 +198,15 @@ def prefect_api():
 
 
 @pytest.fixture
-def flow_env(monkeypatch, prefect_api, database_url, moto_endpoint, staging_bucket, warehouse):
-    """Settings the flows read from the environment, pointing at this test's services."""
+def flow_env(
+    request, monkeypatch, prefect_api, database_url, moto_endpoint, staging_bucket, warehouse
+):
+    """Settings the flows read from the environment, pointing at this test's services (and
+    its warehouse: Redshift through the emulator when `warehouse` is parametrized so)."""
     monkeypatch.setenv("FLEET_DATABASE_URL", database_url)
     monkeypatch.setenv("FLEET_S3_ENDPOINT_URL", moto_endpoint)
     monkeypatch.setenv("FLEET_STAGING_URI", f"s3://{staging_bucket}/stage/")
     monkeypatch.setenv("FLEET_LEASE_TTL_SECONDS", "30")
+    for name, value in request.node.stash.get(WAREHOUSE_SETTINGS, {}).items():
+        monkeypatch.setenv(name, value)
     return database_url

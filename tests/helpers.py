@@ -27,9 +27,11 @@ def curated(database_url: str, sql: str, *params) -> list[tuple]:
 
 
 def slice_rows(database_url: str, table: str, tenant: str, folder: str) -> list[tuple]:
+    """(stamp, rows) of the slice; the stamp a UUID on both backends (Redshift's column is
+    a VARCHAR)."""
     return curated(
         database_url,
-        f"SELECT ingestion_batch_id, count(*) FROM curated.{table} "
+        f"SELECT ingestion_batch_id::uuid, count(*) FROM curated.{table} "
         "WHERE tenant_id = %s AND source_scope = %s GROUP BY 1",
         tenant,
         source_scope(folder),

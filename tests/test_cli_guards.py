@@ -1,5 +1,6 @@
 """`fleet-import run` of a shrinking redelivery, `batches list --status held`, `batches
-approve` and `batches reject`, as users run them: subprocesses (issue #24)."""
+approve` and `batches reject`, `slices rollback`, and a run a delivery manifest blocks, as
+users run them: subprocesses, each running its flow (issue #24)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import sys
 
 import pytest
 
+from fleet_import.s3.delivery_manifest import MANIFEST_NAME, manifest_for
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.store.repository import BatchRepository
 from tests.helpers import slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot
+from tests.warehouse_helpers import WAREHOUSE_BACKENDS
 
 pytestmark = pytest.mark.slow
 
@@ -35,6 +38,7 @@ def api_env(flow_env: str) -> dict[str, str]:
     return {"PREFECT_API_URL": PREFECT_API_URL.value()}
 
 
+@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_held_listed_rejected_then_approved_from_the_cli(
     flow_env: str, api_env, s3, landing_bucket: str
 ) -> None:
@@ -71,5 +75,78 @@ def test_held_listed_rejected_then_approved_from_the_cli(
     assert approved.stdout.startswith("Completed: ")
     (owner,) = slice_rows(flow_env, "fleet_trips", "acme", folder)
     assert owner[1] == 10
+    summary = repo.get(owner[0]).details["summary"]  # no file parsed again
+    assert summary["cache_hits"] == len(summary["files"]) == 3
     refused = cli("batches", "approve", str(first_held.id), env=api_env)
     assert refused.returncode == 1 and "already rejected" in refused.stdout, refused.stdout
+
+    # Held again, then the folder changes before the approval: refused, nothing loaded.
+    redeliver(s3, folder, {"trips-1.csv": csv_bytes(trips_table(2))})
+    assert cli("run", "--tenant", "acme", folder, env=api_env).returncode == 6
+    (third,) = [b for b in repo.list(status="failed") if "review" not in b.details]
+    upload(s3, folder, {"trips-1.csv": csv_bytes(trips_table(3))})
+    before = slice_snapshot(flow_env, folder)
+    changed = cli("batches", "approve", str(third.id), env=api_env)
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    assert changed.stdout.startswith("NotApproved: ") and "content changed" in changed.stdout
+    assert slice_snapshot(flow_env, folder) == before
+    assert repo.list(status="running") == []
+
+
+def test_rollback_from_the_cli_restores_the_previous_slice_or_says_why_not(
+    flow_env: str, api_env, s3, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    # Retention 0 days: only the previous success's files are kept.
+    env = {**api_env, "FLEET_RETAIN_DAYS": "0"}
+    upload(s3, folder, fleet_delivery(trips=400))
+    assert cli("run", "--tenant", "acme", folder, env=env).returncode == 0
+    repo = BatchRepository(flow_env)
+    (first,) = repo.list(status="succeeded")
+    redeliver(s3, folder, {"trips-1.csv": csv_bytes(trips_table(300, start=5000))})
+    assert cli("run", "--tenant", "acme", folder, env=env).returncode == 0
+    good = slice_snapshot(flow_env, folder)
+    (second,) = [b for b in repo.list(status="succeeded") if b.id != first.id]
+    redeliver(s3, folder, {"trips-1.csv": csv_bytes(trips_table(20, start=9000))})
+    bad = cli("run", "--tenant", "acme", folder, "--no-guard", env=env)
+    assert bad.returncode == 0, bad.stdout + bad.stderr
+
+    restored = cli("slices", "rollback", "--tenant", "acme", folder, env=env)
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    assert restored.stdout.startswith("Completed: ")
+    after = slice_snapshot(flow_env, folder)  # row-exact, stamped by a new batch
+    assert {t: [r[:-1] for r in rows] for t, rows in after.items()} == {
+        t: [r[:-1] for r in rows] for t, rows in good.items()
+    }
+    (owner,) = slice_rows(flow_env, "fleet_trips", "acme", folder)
+    assert owner[1] == 300
+    batch = repo.get(owner[0])
+    assert batch.details["rolled_back_to"] == str(second.id) and owner[0] != second.id
+    assert batch.details["summary"]["cache_hits"] == len(batch.details["summary"]["files"])
+
+    gone = cli("slices", "rollback", "--tenant", "acme", folder, "--to", str(first.id), env=env)
+    assert gone.returncode == 1, gone.stdout + gone.stderr
+    assert gone.stdout.startswith("NotRolledBack: ") and "are gone" in gone.stdout
+    assert "trips-1.csv" in gone.stdout
+    assert slice_snapshot(flow_env, folder) == after
+    assert repo.list(status="running") == []
+
+
+def test_a_manifest_with_a_missing_or_short_file_blocks_the_run_from_the_cli(
+    flow_env: str, api_env, s3, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=200)
+    listed = {**files, "trips-3.csv": files["trips-1.csv"]}  # never arrives
+    upload(s3, folder, {**files, MANIFEST_NAME: manifest_for(listed, folder, {})})
+    missing = cli("run", "--tenant", "acme", folder, env=api_env)
+    assert missing.returncode == 1, missing.stdout + missing.stderr
+    assert f"missing: {folder}trips-3.csv" in missing.stdout, missing.stdout
+
+    cut = {**files, "trips-2.csv.gz": files["trips-2.csv.gz"] + b"cut off in transit"}
+    upload(s3, folder, {MANIFEST_NAME: manifest_for(cut, folder, {})})
+    short = cli("run", "--tenant", "acme", folder, env=api_env)
+    assert short.returncode == 1, short.stdout + short.stderr
+    assert f"size differs: {folder}trips-2.csv.gz" in short.stdout, short.stdout
+    assert slice_rows(flow_env, "fleet_trips", "acme", folder) == []
+    assert BatchRepository(flow_env).list(status="running") == []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from flows.drain_publications import drain_publications
 from flows.import_s3_folder import import_s3_folder
 from flows.resume_publication import resume_publication
 from tests.helpers import slice_rows, upload
+from tests.prefect_reads import batch_events, latest_artifact
 
 pytestmark = pytest.mark.slow
 
@@ -45,40 +45,6 @@ def artifacts_of(flow_run_id: uuid.UUID) -> dict[str, object]:
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
         )
     return {a.key or a.type: a.data for a in artifacts}
-
-
-def latest_artifact(key: str) -> object:
-    """The data of the latest version of an artifact key (its history's current truth)."""
-    from prefect.client.schemas.filters import (
-        ArtifactCollectionFilter,
-        ArtifactCollectionFilterKey,
-    )
-
-    with get_client(sync_client=True) as client:
-        (latest,) = client.read_latest_artifacts(
-            artifact_filter=ArtifactCollectionFilter(key=ArtifactCollectionFilterKey(any_=[key]))
-        )
-    if latest.type == "table" and isinstance(latest.data, str):
-        return json.loads(latest.data)  # a table's rows arrive as JSON text
-    return latest.data
-
-
-def batch_events(batch_id: uuid.UUID, expected: int) -> list:
-    """The `fleet.batch.updated` events of a batch, once `expected` have arrived or 30 s
-    passed (events reach the API's store asynchronously)."""
-    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
-
-    event_filter = EventFilter(
-        event=EventNameFilter(name=["fleet.batch.updated"]),
-        resource=EventResourceFilter(id=[f"fleet.batch.{batch_id}"]),
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        with get_client(sync_client=True) as client:
-            events = client.read_events(filter=event_filter, limit=50).events
-        if len(events) >= expected or time.monotonic() > deadline:
-            return events
-        time.sleep(0.5)
 
 
 def task_run_names(flow_run_id: uuid.UUID, expected: set[str]) -> set[str]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from fleet_import.importing.guards import HELD_EVENT
+from fleet_import.importing.rollback import ROLLED_BACK_EVENT
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.store.models import BatchStatus
 from fleet_import.store.repository import BatchRepository
@@ -13,13 +15,16 @@ from flows.approve_held_batch import approve_held_batch
 from flows.import_s3_folder import import_s3_folder
 from flows.reporting import ExitCode, exit_code_for
 from flows.rollback_slice import rollback_slice
-from flows.story import held_facts
+from flows.story import held_facts, story_key, tenant_key
 from tests.helpers import slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot
+from tests.prefect_reads import batch_events, latest_artifact
+from tests.warehouse_helpers import WAREHOUSE_BACKENDS
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_a_held_import_then_its_approval_under_prefect(
     flow_env: str, s3, landing_bucket: str
 ) -> None:
@@ -43,6 +48,22 @@ def test_a_held_import_then_its_approval_under_prefect(
     facts = dict(held_facts(held_batch))
     assert "current slice 400 rows, this delivery 10 rows" in facts["held: trips"]
     assert f"batches approve {held_batch.id}" in facts["approve"]
+    # Told: the batch's story and the tenant's table show both counts and the command, a
+    # fleet.batch.held event carries them.
+    approve = f"fleet-import batches approve {held_batch.id}"
+    story = str(latest_artifact(story_key(held_batch.id)))
+    assert story.startswith(f"# batch {held_batch.id}: held for review"), story
+    assert "**held: trips**: current slice 400 rows, this delivery 10 rows" in story
+    assert f"`{approve}`" in story
+    rows = {r["batch"]: r for r in latest_artifact(tenant_key("acme"))}
+    assert rows[str(held_batch.id)]["held"] == "trips 400 -> 10"
+    assert rows[str(held_batch.id)]["to approve"] == approve
+    assert rows[str(held_batch.id)]["status"] == "held for review"
+    (event,) = batch_events(held_batch.id, expected=1, name=HELD_EVENT)
+    assert event.payload["approve"] == approve
+    assert event.payload["breaches"] == [
+        {"dataset": "trips", "current_rows": 400, "new_rows": 10, "rule": "min_rows_ratio 0.5"}
+    ]
 
     # A per-run override lets the same content through, as the UI's parameters would.
     lowered = import_s3_folder(
@@ -53,6 +74,7 @@ def test_a_held_import_then_its_approval_under_prefect(
     assert rows[0][1] == 10
 
 
+@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_the_approve_flow_loads_the_held_content_or_refuses_changed_content(
     flow_env: str, s3, landing_bucket: str
 ) -> None:
@@ -73,6 +95,14 @@ def test_the_approve_flow_loads_the_held_content_or_refuses_changed_content(
     assert batch.status == BatchStatus.SUCCEEDED
     assert batch.details["summary"]["cache_hits"] == len(batch.details["summary"]["files"])
     assert repo.get(held_batch.id).details["review"]["decision"] == "approved"
+    held_story = str(latest_artifact(story_key(held_batch.id)))
+    assert held_story.startswith(f"# batch {held_batch.id}: held (approved)"), held_story
+    assert f"**review**: approved by batch {owner[0]}" in held_story
+    assert "**approve**" not in held_story  # nothing waits any more
+    assert f"**approves**: held batch {held_batch.id}" in str(latest_artifact(story_key(owner[0])))
+    rows = {r["batch"]: r for r in latest_artifact(tenant_key("acme"))}
+    assert rows[str(held_batch.id)]["to approve"] == ""
+    assert rows[str(owner[0])]["owns slice"] == "yes"
     again = approve_held_batch(batch_id=str(held_batch.id), return_state=True)
     assert again.name == "NotApproved" and "already approved" in again.message
 
@@ -89,6 +119,7 @@ def test_the_approve_flow_loads_the_held_content_or_refuses_changed_content(
     assert slice_snapshot(flow_env, folder) == before
 
 
+@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_the_rollback_flow_restores_the_previous_slice(
     flow_env: str, s3, landing_bucket: str
 ) -> None:
@@ -110,6 +141,11 @@ def test_the_rollback_flow_restores_the_previous_slice(
     (owner,) = slice_rows(flow_env, "fleet_trips", "acme", folder)
     batch = BatchRepository(flow_env).get(owner[0])
     assert batch.details["rolled_back_to"] == str(good_batch.id) and owner[1] == 400
+    (event,) = batch_events(owner[0], expected=1, name=ROLLED_BACK_EVENT)
+    assert event.payload["rolled_back_to"] == str(good_batch.id)
+    assert event.payload["row_counts"]["trips"] == 400
+    story = str(latest_artifact(story_key(owner[0])))
+    assert f"**rolled back to**: batch {good_batch.id}" in story
     assert BatchRepository(flow_env).list(status="running") == []
 
     unknown = rollback_slice(

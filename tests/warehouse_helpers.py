@@ -15,10 +15,16 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 
 from fleet_import.contracts.fleet import FLEET_DATASETS
 from fleet_import.contracts.model import Column, DatasetContract
 from fleet_import.warehouse.base import DatasetLoad, LoadFile, SliceCommit, Warehouse
+
+WAREHOUSE_BACKENDS = ("postgres", pytest.param("redshift", marks=pytest.mark.slow))
+"""`@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)`: the test on
+PostgreSQL and on Redshift through the emulator (tests/conftest.py's `warehouse`; the
+import_ctx built on it follows). Through the emulator a test takes several seconds."""
 
 ACME = "acme"
 SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-22/"

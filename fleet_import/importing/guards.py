@@ -128,6 +128,11 @@ class ApprovedContentChanged(PreCommitError):
     """The folder no longer holds the content the approval was given for."""
 
 
+def approve_command(batch_id: object) -> str:
+    """What an operator runs to load a held batch anyway (said wherever a hold is told)."""
+    return f"fleet-import batches approve {batch_id}"
+
+
 def content_of(ctx: ImportContext, manifest: Manifest) -> dict[str, Any]:
     """The delivery's identity (`DeliveryIdentity`: what the import, the takeover and the
     sweep call the same content), as an approval records the content it approves."""
@@ -226,7 +231,7 @@ def hold_batch(batch: LeasedBatch, held: SliceHeld) -> Failed:
     """End the batch held for review (not a data error, so no `fleet.batch.failed`: a
     `fleet.batch.held`, emitted as every batch event is, after the store says so): its
     normalised files stay staged for an approval to load; the scope is free again."""
-    approve = f"fleet-import batches approve {batch.batch_id}"
+    approve = approve_command(batch.batch_id)
     error = f"held for review: {held}; to load it anyway: {approve}"
     log.warning("batch %s %s", batch.batch_id, error)
     facts = {"held": {"breaches": [b.to_json() for b in held.breaches], "content": held.content}}

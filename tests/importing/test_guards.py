@@ -17,6 +17,7 @@ from fleet_import.scope import Tenant, split_folder
 from fleet_import.store.models import BatchStatus, FailureKind
 from tests.helpers import slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot
+from tests.warehouse_helpers import WAREHOUSE_BACKENDS
 
 ACME = Tenant.named("acme")
 TRIPS_HEADER = b'"trip_id","vehicle_id","driver_id","started_at","ended_at","distance_km",'
@@ -32,6 +33,7 @@ def header_only_trips() -> dict[str, bytes]:
     return {"trips-1.csv": header}
 
 
+@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 @pytest.mark.parametrize(
     ("trips_files", "new_rows", "rule"),
     [(truncated_trips, 10, "min_rows_ratio 0.5"), (header_only_trips, 0, "allow_empty false")],
@@ -80,6 +82,7 @@ def test_a_shrinking_redelivery_is_held_and_the_old_slice_stays(
     assert event["batch_id"] == str(held.batch_id) and event["breaches"] == [breach]
 
 
+@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_the_first_load_of_a_scope_is_not_guarded(
     import_ctx: ImportContext, s3, landing_bucket: str
 ) -> None:
@@ -91,6 +94,7 @@ def test_the_first_load_of_a_scope_is_not_guarded(
     assert first.row_counts["trips"] == 0
 
 
+@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_a_run_may_override_the_guards(
     import_ctx: ImportContext, s3, landing_bucket: str, database_url: str
 ) -> None:

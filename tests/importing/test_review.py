@@ -14,6 +14,7 @@ from fleet_import.store.models import BatchStatus, FailureKind
 from fleet_import.store.review_repository import ReviewRepository
 from tests.helpers import slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot
+from tests.warehouse_helpers import WAREHOUSE_BACKENDS
 
 ACME = Tenant.named("acme")
 
@@ -32,6 +33,7 @@ def held_redelivery(import_ctx: ImportContext, s3, folder: str) -> Failed:
     return held
 
 
+@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_approval_loads_the_held_content_from_its_staged_files(
     import_ctx: ImportContext, s3, landing_bucket: str, database_url: str, reviews
 ) -> None:
@@ -61,6 +63,7 @@ def test_approval_loads_the_held_content_from_its_staged_files(
     assert isinstance(again, NotApproved) and "already approved" in again.reason
 
 
+@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_approval_of_content_that_changed_is_refused(
     import_ctx: ImportContext, s3, landing_bucket: str, database_url: str, reviews
 ) -> None:
@@ -78,6 +81,7 @@ def test_approval_of_content_that_changed_is_refused(
     assert [b.id for b in reviews.held_batches()] == [held.batch_id]  # still waits
 
 
+@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_rejection_closes_a_held_batch(
     import_ctx: ImportContext, s3, landing_bucket: str, database_url: str, reviews
 ) -> None:

@@ -18,6 +18,7 @@ from fleet_import.store.models import BatchStatus
 from fleet_import.store.review_repository import ReviewRepository
 from tests.helpers import slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot
+from tests.warehouse_helpers import WAREHOUSE_BACKENDS
 
 ACME = Tenant.named("acme")
 NO_GUARD = GuardOverride(waived=True, reason="test")
@@ -46,6 +47,7 @@ def unstamped(snapshot: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
     return {table: [row[:-1] for row in rows] for table, rows in snapshot.items()}
 
 
+@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_rollback_restores_the_previous_slice_row_exact_as_a_new_batch(
     import_ctx: ImportContext, outbox, reviews, s3, landing_bucket: str, database_url: str
 ) -> None:
@@ -87,6 +89,7 @@ def test_rollback_restores_the_previous_slice_row_exact_as_a_new_batch(
     assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(again.batch_id, 20)]
 
 
+@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_rollback_is_refused_when_the_files_are_gone(
     import_ctx: ImportContext, outbox, reviews, s3, landing_bucket: str, database_url: str
 ) -> None:

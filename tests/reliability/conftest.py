@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 import pyarrow as pa
+import pytest
 from psycopg import sql
 
 from fleet_import.config import libpq_url
@@ -284,6 +285,51 @@ def published_counts(path: Path) -> Counter[str]:
 
 
 # -- child workers ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def child_config(database_url, moto_endpoint, staging_bucket, tmp_path) -> dict[str, Any]:
+    """What a test's child workers share (soak_worker.build): its database, S3, staging
+    area, work directory and event file. Tests add their lease TTL, tenant, path..."""
+    return {
+        "database_url": database_url,
+        "endpoint": moto_endpoint,
+        "staging_uri": f"s3://{staging_bucket}/stage/",
+        "workdir": str(tmp_path / "work"),
+        "events": str(tmp_path / "events.jsonl"),
+    }
+
+
+def on_path(path: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The child config for `path`: "core" runs the core's calls, "flow" the flows (the
+    same driver) against the session's Prefect API."""
+    if path != "flow":
+        return {"path": path}
+    from prefect.settings import PREFECT_API_URL
+
+    request.getfixturevalue("prefect_api")
+    return {"path": path, "prefect_api_url": PREFECT_API_URL.value()}
+
+
+def loaded_then_replaced(
+    ctx: Any, s3: Any, landing_bucket: str, *, trips: int, fuel: int, vehicles: int
+) -> tuple[Source, Source, Any]:
+    """What each crash case starts from: acme's folder loaded and published by delivery
+    d0 (40 trips, 10 fuel, 6 vehicles), then its files replaced by a second source of
+    these sizes (same names, other rows). The old source, the new one, d0's outcome."""
+    from fleet_import.importing.context import Committed
+    from fleet_import.importing.driver import import_folder
+    from fleet_import.scope import Tenant
+
+    old = make_source(landing_bucket, "acme", "2026-07-22", seed=1, trips=40, fuel=10, vehicles=6)
+    new = make_source(
+        landing_bucket, "acme", "2026-07-22", seed=2, trips=trips, fuel=fuel, vehicles=vehicles
+    )
+    upload_sources(s3, [old])
+    first = import_folder(ctx, Tenant.named("acme"), old.folder, "d0")
+    assert isinstance(first, Committed) and first.published, first
+    upload_sources(s3, [new])
+    return old, new, first
 
 
 def worker_command(config: Mapping[str, Any]) -> list[str]:

@@ -98,19 +98,28 @@ def importer(config: Mapping[str, Any], publisher: Publisher) -> Importer:
     """The core's import_folder, or (config "path": "flow") the import-s3-folder flow."""
     if config.get("path") != "flow":
         return import_folder
+    use_prefect_api(config)
+    return lambda ctx, tenant, folder, key: through_flow(
+        "import_s3_folder",
+        config,
+        ctx,
+        publisher,
+        tenant_id=tenant.tenant_id,
+        folder=folder,
+        delivery_key=key,
+    )
+
+
+def use_prefect_api(config: Mapping[str, Any]) -> None:
     if config.get("prefect_api_url"):  # before Prefect is imported: it reads settings then
         os.environ["PREFECT_API_URL"] = config["prefect_api_url"]
-    outbox = OutboxRepository(config["database_url"])
-    return lambda ctx, tenant, folder, key: import_through_flow(
-        ctx, outbox, publisher, tenant, folder, key
-    )
 
 
 def run_once(config: Mapping[str, Any]) -> int:
     ctx, publisher = build(config)
     tenant, folder, key = Tenant.named(config["tenant"]), config["folder"], config["key"]
     if config.get("action") in ("approve", "rollback"):  # issue #24's crash cases
-        outcome = review_action(ctx, config, tenant, folder)
+        outcome = review_action(ctx, publisher, config, tenant, folder)
     else:
         outcome = importer(config, publisher)(ctx, tenant, folder, key)
     print(json.dumps(describe(outcome)), flush=True)
@@ -118,36 +127,60 @@ def run_once(config: Mapping[str, Any]) -> int:
 
 
 def review_action(
-    ctx: ImportContext, config: Mapping[str, Any], tenant: Tenant, folder: str
+    ctx: ImportContext,
+    publisher: Publisher,
+    config: Mapping[str, Any],
+    tenant: Tenant,
+    folder: str,
 ) -> object:
-    """Approve the held batch `config["batch"]`, or roll the folder back to it."""
+    """Approve the held batch `config["batch"]`, or roll the folder back to it: the core's
+    calls, or (config "path": "flow") the approve-held-batch / rollback-slice flow."""
     import uuid
 
     from fleet_import.importing.review import approve_held
     from fleet_import.importing.rollback import rollback_slice
+
+    approve = config["action"] == "approve"
+    if config.get("path") == "flow":
+        use_prefect_api(config)
+        if approve:
+            return through_flow(
+                "approve_held_batch", config, ctx, publisher, batch_id=config["batch"]
+            )
+        return through_flow(
+            "rollback_slice",
+            config,
+            ctx,
+            publisher,
+            tenant_id=tenant.tenant_id,
+            folder=folder,
+            to_batch_id=config["batch"],
+        )
     reviews = ReviewRepository(config["database_url"])
     batch_id = uuid.UUID(config["batch"])
-    if config["action"] == "approve":
+    if approve:
         return approve_held(ctx, reviews, batch_id)
     return rollback_slice(ctx, reviews, tenant, folder, batch_id)
 
 
-def import_through_flow(
+def through_flow(
+    name: str,
+    config: Mapping[str, Any],
     ctx: ImportContext,
-    outbox: OutboxRepository,
     publisher: Publisher,
-    tenant: Tenant,
-    folder: str,
-    key: str,
+    **parameters: Any,
 ) -> object:
-    """The delivery through the import-s3-folder flow (PREFECT_API_URL must name a server),
-    on this worker's ImportContext so its events reach the same file; the outcome the flow
-    turned into its final state."""
+    """The flow `flows.{name}.{name}` (PREFECT_API_URL must name a server) run on this
+    worker's ImportContext, so its events reach the same file; the outcome the flow turned
+    into its final state."""
+    import importlib
+
     from fleet_import.config import Settings
     from fleet_import.importing.runtime import Runtime
-    from flows import import_s3_folder as module
 
-    runtime = Runtime(Settings(), ctx, outbox, publisher)
+    module = importlib.import_module(f"flows.{name}")
+    settings = Settings(database_url=config["database_url"])  # the flows' own repositories
+    runtime = Runtime(settings, ctx, OutboxRepository(config["database_url"]), publisher)
     outcomes: list[object] = []
     state_for = module.state_for
 
@@ -157,9 +190,7 @@ def import_through_flow(
 
     module.runtime_for_flow = lambda **_: runtime
     module.state_for = recording_state_for
-    state = module.import_s3_folder(
-        tenant_id=tenant.tenant_id, folder=folder, delivery_key=key, return_state=True
-    )
+    state = getattr(module, name)(**parameters, return_state=True)
     if outcomes:
         return outcomes[-1]
     # No outcome: the flow lost its lease (an expected end after a stall), or it crashed.

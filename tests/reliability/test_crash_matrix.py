@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_import.importing.context import Committed, NotClaimed, NothingToDo, Skipped
+from fleet_import.importing.context import NotClaimed, NothingToDo, Skipped
 from fleet_import.importing.driver import import_folder
 from fleet_import.publication.publisher import BATCH_PUBLISHED_EVENT, DEFAULT_PUBLICATION_STEPS
 from fleet_import.scope import Tenant
@@ -33,7 +33,8 @@ from tests.reliability.conftest import (
     connect,
     create_refresh_table,
     invariant_violations,
-    make_source,
+    loaded_then_replaced,
+    on_path,
     outcome_of,
     published_counts,
     read_events,
@@ -41,7 +42,6 @@ from tests.reliability.conftest import (
     run_once,
     running_batches,
     slice_differences,
-    upload_sources,
 )
 
 ACME = Tenant.named("acme")
@@ -109,44 +109,28 @@ def test_death_at_failpoint_then_rerun_loses_and_repeats_nothing(
     case: Case,
     path: str,
     request: pytest.FixtureRequest,
+    child_config: dict,
     database_url: str,
     warehouse,
     s3,
-    moto_endpoint: str,
     landing_bucket: str,
-    staging_bucket: str,
-    tmp_path: Path,
 ) -> None:
     create_refresh_table(database_url)
-    events = tmp_path / "events.jsonl"
     config = {
-        "database_url": database_url,
-        "endpoint": moto_endpoint,
-        "staging_uri": f"s3://{staging_bucket}/stage/",
+        **child_config,
         "ttl": _TTL,
-        "workdir": str(tmp_path / "work"),
-        "events": str(events),
         "refresh_sql": REFRESH_SQL,
         "tenant": "acme",
         # The worker processes run the import-s3-folder flow, or the core's import_folder:
         # one driver, so every failpoint is on both paths.
-        "path": path,
+        **on_path(path, request),
     }
-    if path == "flow":
-        from prefect.settings import PREFECT_API_URL
-
-        request.getfixturevalue("prefect_api")
-        config["prefect_api_url"] = PREFECT_API_URL.value()
+    events = Path(config["events"])
     repo = BatchRepository(database_url)
     outbox = OutboxRepository(database_url)
     ctx, _ = soak_worker.build({**config, "worker": "parent"})
-
-    old = make_source(landing_bucket, "acme", "2026-07-22", seed=1, trips=40, fuel=10, vehicles=6)
-    new = make_source(landing_bucket, "acme", "2026-07-22", seed=2, trips=60, fuel=15, vehicles=8)
-    upload_sources(s3, [old])
-    first = import_folder(ctx, ACME, old.folder, "d0")
-    assert isinstance(first, Committed) and first.published, first
-    upload_sources(s3, [new])  # same names, new contents: a corrected re-delivery
+    # Same names, new contents: a corrected re-delivery.
+    old, new, first = loaded_then_replaced(ctx, s3, landing_bucket, trips=60, fuel=15, vehicles=8)
 
     # 1. The worker dies at the failpoint.
     dead = run_once({**config, "folder": new.folder, "key": "d1", "worker": "a"}, case.failpoint)

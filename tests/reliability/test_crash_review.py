@@ -1,12 +1,13 @@
 """Approve and rollback (issue #24) under real process deaths: a child worker approving a
-held batch, or rolling a slice back, dies at a failpoint; the slice stays whole (the old
+held batch, or rolling a slice back (the core's calls, or the approve-held-batch /
+rollback-slice flow), is killed with SIGKILL at a failpoint; the slice stays whole (the old
 one or the new one, never a mix), and once its lease expired the same command from a
 second worker finishes the job: one slice, published, nothing running."""
 
 from __future__ import annotations
 
+import signal
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,15 +19,14 @@ from fleet_import.store.models import BatchStatus, FailureKind
 from fleet_import.store.repository import BatchRepository
 from tests.reliability import soak_worker
 from tests.reliability.conftest import (
-    KILLED,
     connect,
     invariant_violations,
-    make_source,
+    loaded_then_replaced,
+    on_path,
     outcome_of,
     run_once,
     running_batches,
     slice_differences,
-    upload_sources,
 )
 
 ACME = Tenant.named("acme")
@@ -43,37 +43,28 @@ FAILPOINTS = [
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("path", ["core", "flow"])
 @pytest.mark.parametrize("action", ["approve", "rollback"])
 @pytest.mark.parametrize("failpoint", FAILPOINTS)
 def test_death_while_approving_or_rolling_back_then_the_rerun_finishes(
     action: str,
     failpoint: str,
+    path: str,
+    request: pytest.FixtureRequest,
+    child_config: dict,
     database_url: str,
     warehouse,
     s3,
-    moto_endpoint: str,
     landing_bucket: str,
-    staging_bucket: str,
-    tmp_path: Path,
 ) -> None:
-    config = {
-        "database_url": database_url,
-        "endpoint": moto_endpoint,
-        "staging_uri": f"s3://{staging_bucket}/stage/",
-        "ttl": _TTL,
-        "workdir": str(tmp_path / "work"),
-        "events": str(tmp_path / "events.jsonl"),
-        "tenant": "acme",
-        "retain": True,
-    }
+    # The child runs the core's approve_held / rollback_slice, or the approve-held-batch /
+    # rollback-slice flow (the same calls, each step a task) on the session's Prefect API.
+    config = {**child_config, "ttl": _TTL, "tenant": "acme", "retain": True}
+    config.update(on_path(path, request))
     repo = BatchRepository(database_url)
     ctx, _ = soak_worker.build({**config, "worker": "parent"})
-    old = make_source(landing_bucket, "acme", "2026-07-22", seed=1, trips=40, fuel=10, vehicles=6)
-    short = make_source(landing_bucket, "acme", "2026-07-22", seed=2, trips=6, fuel=10, vehicles=6)
-    upload_sources(s3, [old])
-    first = import_folder(ctx, ACME, old.folder, "d0")
-    assert isinstance(first, Committed) and first.published, first
-    upload_sources(s3, [short])  # same names: a truncated redelivery
+    # Same names, far fewer rows: a truncated redelivery.
+    old, short, first = loaded_then_replaced(ctx, s3, landing_bucket, trips=6, fuel=10, vehicles=6)
     if action == "approve":
         second = import_folder(ctx, ACME, short.folder, "d1")
         assert isinstance(second, Failed) and second.kind == FailureKind.HELD, second
@@ -85,8 +76,8 @@ def test_death_while_approving_or_rolling_back_then_the_rerun_finishes(
         before, expected, target = short, old, first.batch_id
     command = {**config, "folder": old.folder, "key": "-", "action": action, "batch": str(target)}
 
-    dead = run_once({**command, "worker": "a"}, failpoint)
-    assert dead.returncode == KILLED, (dead.returncode, dead.stdout, dead.stderr)
+    dead = run_once({**command, "worker": "a"}, f"{failpoint}=kill")
+    assert dead.returncode == -signal.SIGKILL, (dead.returncode, dead.stdout, dead.stderr)
     with connect(database_url) as conn:  # whole: the old slice or the new, never a mix
         whole = [slice_differences(conn, source) for source in (before, expected)]
     assert [] in whole, whole

@@ -90,9 +90,8 @@ def test_soak_workers_killed_and_stalled_never_break_the_invariants(
     database_url: str,
     warehouse,
     s3,
-    moto_endpoint: str,
+    child_config: dict,
     landing_bucket: str,
-    staging_bucket: str,
     tmp_path: Path,
 ) -> None:
     rng = random.Random(_SEED)
@@ -108,13 +107,9 @@ def test_soak_workers_killed_and_stalled_never_break_the_invariants(
     plan += plan[: _HOT_FOLDERS * _KEYS_PER_FOLDER] * (len(sources) // _HOT_FOLDERS)
     log = tmp_path / "outcomes.jsonl"
     config = {
+        **child_config,
         "mode": "loop",
-        "database_url": database_url,
-        "endpoint": moto_endpoint,
-        "staging_uri": f"s3://{staging_bucket}/stage/",
         "ttl": _TTL,
-        "workdir": str(tmp_path / "work"),
-        "events": str(tmp_path / "events.jsonl"),
         "refresh_sql": REFRESH_SQL,
         "plan": plan,
         "log": str(log),

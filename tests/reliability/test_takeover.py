@@ -60,18 +60,9 @@ _LAST_COPY = 'COPY "curated"."fleet_vehicles"'
 
 
 @pytest.fixture
-def config(database_url, moto_endpoint, staging_bucket, tmp_path) -> dict[str, Any]:
+def config(child_config: dict[str, Any], database_url: str) -> dict[str, Any]:
     create_refresh_table(database_url)
-    return {
-        "database_url": database_url,
-        "endpoint": moto_endpoint,
-        "staging_uri": f"s3://{staging_bucket}/stage/",
-        "ttl": _TTL,
-        "workdir": str(tmp_path / "work"),
-        "events": str(tmp_path / "events.jsonl"),
-        "refresh_sql": REFRESH_SQL,
-        "tenant": "acme",
-    }
+    return {**child_config, "ttl": _TTL, "refresh_sql": REFRESH_SQL, "tenant": "acme"}
 
 
 def _sources(landing_bucket: str):
