@@ -2,7 +2,9 @@
 layout (FLEET_LANDING_PREFIX, FLEET_LANDING_PATTERN) and the tenant registry
 (FLEET_TENANTS) given to `fleet_import.tenants.binding.bind`, the rule itself. Every entry
 point (the import flow, so `fleet-import run`, UI runs, S3 events and the sweep's runs;
-resume; the relay and the sweep before they start anything) asks here."""
+resume; the relay and the sweep before they start anything) asks here; the core paths that
+load or publish for a batch already made (approve, rollback, the drain) are handed
+`admission(settings)` and ask it before they write anything."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Protocol, TypeVar
 from fleet_import.config import Settings
 from fleet_import.intake.landing import LandingLayout
 from fleet_import.scope import Tenant, folder_of_scope
-from fleet_import.tenants.binding import Refused, bind
+from fleet_import.tenants.binding import Admission, Refused, bind
 from fleet_import.tenants.databases import recorded_tenant
 from fleet_import.tenants.registry import TenantRegistry, registry_in_force
 
@@ -48,6 +50,16 @@ def admit(
     if isinstance(bound, Refused):
         return bound
     return recorded_tenant(settings, bound, registry)
+
+
+def admission(settings: Settings) -> Admission:
+    """`admit` with these settings, the registry read again on every call: an operator who
+    disables a tenant stops a long-running drain's publications at its next batch."""
+
+    def admitted(tenant_id: str, folder: str) -> Tenant | Refused:
+        return admit(settings, tenant_id, folder)
+
+    return admitted
 
 
 def admit_scope(settings: Settings, tenant_id: str, source_scope: str) -> Tenant | Refused:
