@@ -54,6 +54,12 @@ def refuse_publication(
         error,
         refused=refusal.kind,
     )
-    emit_quietly(events, DELIVERY_REFUSED_EVENT, refusal.payload(source, batch_id=str(batch_id)))
+    tell_refusal(events, refusal, source, batch_id=str(batch_id))
     log.warning("batch %s publishes nothing: %s", batch_id, refusal.reason)
     return PublicationRefused(batch_id, refusal.kind, refusal.reason)
+
+
+def tell_refusal(events: EventSink, refusal: Refused, source: str, **more: str) -> Refused:
+    """Announce `refusal` as DELIVERY_REFUSED_EVENT from entry point `source`; return it."""
+    emit_quietly(events, DELIVERY_REFUSED_EVENT, refusal.payload(source, **more))
+    return refusal

@@ -125,11 +125,15 @@ def review_action(
 
     from fleet_import.importing.review import approve_held
     from fleet_import.importing.rollback import rollback_slice
+    from tests.helpers import layout_admission
+
     reviews = ReviewRepository(config["database_url"])
     batch_id = uuid.UUID(config["batch"])
     if config["action"] == "approve":
-        return approve_held(ctx, reviews, batch_id)
-    return rollback_slice(ctx, reviews, tenant, folder, batch_id)
+        return approve_held(ctx, reviews, batch_id, admission=layout_admission())
+    return rollback_slice(
+        ctx, reviews, tenant.tenant_id, folder, batch_id, admission=layout_admission()
+    )
 
 
 def import_through_flow(

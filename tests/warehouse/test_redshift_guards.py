@@ -23,7 +23,7 @@ from fleet_import.store.models import FailureKind
 from fleet_import.store.outbox import OutboxRepository
 from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
-from tests.helpers import upload
+from tests.helpers import layout_admission, upload
 from tests.importing.guard_helpers import redeliver
 from tests.redshift_emulator import RedshiftEmulator
 
@@ -81,12 +81,12 @@ def test_held_approved_then_rolled_back_on_redshift(
     assert ctx.warehouse.slice_owner("acme", scope) == good.batch_id
     assert ctx.warehouse.slice_counts("acme", scope)["trips"] == 400
 
-    approved = approve_held(ctx, reviews, held.batch_id)
+    approved = approve_held(ctx, reviews, held.batch_id, admission=layout_admission())
     assert isinstance(approved, Committed) and approved.published, approved
     assert approved.summary["cache_hits"] == len(approved.summary["files"])
     assert ctx.warehouse.slice_counts("acme", scope)["trips"] == 10
 
-    restored = rollback_slice(ctx, reviews, ACME, folder)
+    restored = rollback_slice(ctx, reviews, "acme", folder, admission=layout_admission())
     assert isinstance(restored, Committed) and restored.published, restored
     assert ctx.warehouse.slice_owner("acme", scope) == restored.batch_id
     assert ctx.warehouse.slice_counts("acme", scope) == good.row_counts
