@@ -26,9 +26,10 @@ def drain_publications(limit: int = 50) -> dict[str, int]:
     """
     rt = runtime_for_flow()
     owner = lease_owner()
-    outcomes: list = settle_abandoned_batches(rt.ctx, owner, limit)
+    admitted = admission(rt.settings)
+    outcomes: list = settle_abandoned_batches(rt.ctx, owner, limit, admission=admitted)
     outcomes += rt.publisher.drain(
-        owner, lease_ttl=rt.ctx.lease_ttl, limit=limit, admission=admission(rt.settings)
+        owner, lease_ttl=rt.ctx.lease_ttl, limit=limit, admission=admitted
     )
     counts: dict[str, int] = {}
     for outcome in outcomes:

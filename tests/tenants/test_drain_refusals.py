@@ -83,8 +83,15 @@ def _events_of(batch_id: Any, name: str) -> list[Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "failpoint",
+    [
+        "after_operational_commit",  # committed and recorded: the drain's outbox part
+        "after_warehouse_commit",  # committed, not recorded: the drain's takeover part
+    ],
+)
 def test_the_drain_refuses_a_disabled_tenant_s_committed_batch(
-    flow_env: str, s3, landing_bucket: str, tmp_path: Path, monkeypatch
+    flow_env: str, s3, landing_bucket: str, tmp_path: Path, monkeypatch, failpoint: str
 ) -> None:
     from prefect.settings import PREFECT_API_URL
 
@@ -101,7 +108,7 @@ def test_the_drain_refuses_a_disabled_tenant_s_committed_batch(
         env={
             **os.environ,
             "PREFECT_API_URL": PREFECT_API_URL.value(),
-            "FLEET_FAILPOINTS": "after_operational_commit",
+            "FLEET_FAILPOINTS": failpoint,
             "FLEET_LEASE_TTL_SECONDS": "1",
         },
         capture_output=True,
@@ -111,7 +118,8 @@ def test_the_drain_refuses_a_disabled_tenant_s_committed_batch(
     assert died.returncode == 86, died.stdout + died.stderr[-2000:]
     repo = BatchRepository(flow_env)
     (batch,) = repo.list()
-    assert batch.status == BatchStatus.RUNNING and batch.details["warehouse_committed"]
+    assert batch.status == BatchStatus.RUNNING
+    assert batch.details["warehouse_committed"] is (failpoint == "after_operational_commit")
     committed = slice_rows(flow_env, "fleet_trips", "globex", folder)
     assert committed == [(batch.id, 20)]
     registry.write_text("tenants:\n  acme: {}\n  globex:\n    enabled: false\n")
@@ -123,6 +131,7 @@ def test_the_drain_refuses_a_disabled_tenant_s_committed_batch(
     assert refused.status == BatchStatus.FAILED
     failure = refused.details["failure"]
     assert failure["kind"] == FailureKind.FAILED_PUBLICATION
+    assert refused.details["warehouse_committed"] is True  # recorded, as it is true
     assert failure["refused"] == "disabled_tenant" and "disabled" in failure["error"]
     assert f"resume batch {batch.id}" in failure["error"]
     assert slice_rows(flow_env, "fleet_trips", "globex", folder) == committed  # as committed
