@@ -4,7 +4,9 @@ line naming the tenant and why), with nothing written; enabled again, both work.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -12,6 +14,7 @@ from typer.testing import CliRunner
 from fleet_cli.cli import app
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.store.repository import BatchRepository
+from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT
 from flows.approve_held_batch import approve_held_batch
 from flows.import_s3_folder import import_s3_folder
 from flows.reporting import ExitCode, exit_code_for
@@ -27,6 +30,23 @@ DISABLED = "tenants:\n  acme: {}\n  globex:\n    enabled: false\n"
 
 def _batches(database_url: str) -> list[tuple]:
     return [(b.id, b.status, b.details) for b in BatchRepository(database_url).list()]
+
+
+def _refused_events(resource_id: str) -> list[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+
+    event_filter = EventFilter(
+        event=EventNameFilter(name=[DELIVERY_REFUSED_EVENT]),
+        resource=EventResourceFilter(id=[resource_id]),
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        with get_client(sync_client=True) as client:
+            events = client.read_events(filter=event_filter, limit=10).events
+        if events or time.monotonic() > deadline:
+            return events
+        time.sleep(0.5)
 
 
 def test_a_disabled_tenant_s_held_batch_and_slice_are_left_alone(
@@ -62,6 +82,11 @@ def test_a_disabled_tenant_s_held_batch_and_slice_are_left_alone(
         assert done.exit_code == 9, done.output
         (line,) = [line for line in done.output.splitlines() if line.startswith("Refused")]
         assert "tenant 'globex' is disabled" in line, done.output
+    approvals = _refused_events(f"fleet.batch.{held_batch.id}")
+    assert {e.payload["source"] for e in approvals} == {"approve-held-batch"}, approvals
+    assert all(e.payload["kind"] == "disabled_tenant" for e in approvals)
+    rollbacks = _refused_events(f"fleet.delivery.{folder}")
+    assert {e.payload["source"] for e in rollbacks} == {"rollback-slice"}, rollbacks
     assert slice_snapshot(flow_env, folder) == slice_before  # not a row written
     assert _batches(flow_env) == batches_before  # no batch made, the held one undecided
 
