@@ -89,10 +89,10 @@ def services_ready(settings: Settings) -> None:
                 reason = f"operational database: {reason}"
             error_line(f"{reason}: {check.fix}")
             raise typer.Exit(FAILED)
-    reachable = next(check_warehouse(settings))
-    if reachable.ok is False:
-        error_line(f"{reachable.reason}: {reachable.fix}")
-        raise typer.Exit(FAILED)
+    for reachable in check_warehouse(settings, reachable_only=True):
+        if reachable.ok is False:
+            error_line(f"{reachable.reason}: {reachable.fix}")
+            raise typer.Exit(FAILED)
 
 
 def _prefect_advice(exc: BaseException) -> str | None:

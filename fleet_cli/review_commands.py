@@ -63,7 +63,9 @@ def batches_approve(
     changed since it was held.
 
     Exit codes: 0 loaded; 1 failed or refused (NotApproved); 2 usage error;
-    3 skipped (another batch holds the scope); 4 committed, publication pending.
+    3 skipped (another batch holds the scope); 4 committed, publication pending;
+    9 refused: the tenant registry no longer admits the batch's tenant (disabled, unknown)
+    or folder, nothing written.
 
     Example: fleet-import batches approve 1f0c3a9e
     """
@@ -114,7 +116,9 @@ def slices_rollback(
     rollback-slice flow). Refused, with the reason, when its normalised files are gone.
 
     Exit codes: 0 rolled back; 1 failed or refused (NotRolledBack); 2 usage error;
-    3 skipped (another batch holds the scope); 4 committed, publication pending.
+    3 skipped (another batch holds the scope); 4 committed, publication pending;
+    9 refused: the folder is not the tenant's, or the tenant is unknown or disabled in the
+    tenant registry, nothing written.
 
     Example: fleet-import slices rollback --tenant acme s3://fleet-landing/acme/fleet/2026-07-22/
     """

@@ -19,18 +19,21 @@ from fleet_import.importing.review import (
     claim_approval,
     settle_approval,
 )
+from fleet_import.intake.admission import admission
 from fleet_import.store.review_repository import ReviewRepository
+from fleet_import.tenants.binding import Refused
 from flows.common import lease_owner, runtime_for_flow, tag_flow_run
 from flows.import_s3_folder import PrefectSteps
-from flows.reporting import failed, publish_artifacts, state_for
+from flows.reporting import failed, publish_artifacts, refused, state_for
 from flows.story import tell
 
 
 @flow(name="approve-held-batch", flow_run_name="approve/{batch_id}", retries=0)
 def approve_held_batch(batch_id: str) -> State:
     """Approve a batch a slice guard held for review: load exactly its content (same files,
-    same contract versions) as a new batch, from its staged normalised files. Refused when
-    the folder's content changed since it was held.
+    same contract versions) as a new batch, from its staged normalised files. NotApproved
+    when the folder's content changed since it was held; Refused (nothing written) when the
+    tenant registry no longer admits its tenant or folder.
 
     Args:
         batch_id: The held batch (see `fleet-import batches list --status held`).
@@ -41,7 +44,9 @@ def approve_held_batch(batch_id: str) -> State:
         return failed(f"{batch_id!r} is not a batch id")
     rt = runtime_for_flow()
     reviews = ReviewRepository(rt.settings.database_url)
-    approval = check_approval(rt.ctx, held_id)
+    approval = check_approval(rt.ctx, held_id, admission=admission(rt.settings))
+    if isinstance(approval, Refused):
+        return refused(approval)
     if isinstance(approval, NotApproved):
         return failed(approval.reason, name="NotApproved")
     tag_flow_run(f"tenant:{approval.tenant.tenant_id}", f"scope:{approval.scope}")

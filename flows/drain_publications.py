@@ -6,6 +6,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 
 from fleet_import.importing.claim import settle_abandoned_batches
+from fleet_import.intake.admission import admission
 from flows.common import lease_owner, runtime_for_flow
 from flows.story import tell
 
@@ -15,15 +16,21 @@ def drain_publications(limit: int = 50) -> dict[str, int]:
     """Settle abandoned batches (their executor died or froze before commit: failed as
     abandoned, or recorded and published when their slice is stamped), then run the pending
     outbox steps of committed batches nobody is executing, in order, each step claimed by
-    exactly one drain. Failed publications wait for an explicit resume.
+    exactly one drain. Failed publications wait for an explicit resume. A batch whose
+    tenant the registry no longer enables (or whose folder no longer binds) publishes
+    nothing: it ends failed_publication, counted as PublicationRefused, with a
+    `fleet.delivery.refused` event (fleet_import.publication.refusal).
 
     Args:
         limit: At most this many batches per run.
     """
     rt = runtime_for_flow()
     owner = lease_owner()
-    outcomes: list = settle_abandoned_batches(rt.ctx, owner, limit)
-    outcomes += rt.publisher.drain(owner, lease_ttl=rt.ctx.lease_ttl, limit=limit)
+    admitted = admission(rt.settings)
+    outcomes: list = settle_abandoned_batches(rt.ctx, owner, limit, admission=admitted)
+    outcomes += rt.publisher.drain(
+        owner, lease_ttl=rt.ctx.lease_ttl, limit=limit, admission=admitted
+    )
     counts: dict[str, int] = {}
     for outcome in outcomes:
         counts[type(outcome).__name__] = counts.get(type(outcome).__name__, 0) + 1

@@ -10,10 +10,10 @@ from prefect.states import State
 from fleet_import.errors import FleetImportError
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.resume import resume_batch
-from fleet_import.intake.admission import admit_scope
+from fleet_import.intake.admission import admission
 from fleet_import.store.models import NotResumable
-from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT, Refused
-from flows.common import lease_owner, load_settings, prefect_event_sink, runtime_for_flow
+from fleet_import.tenants.binding import Refused
+from flows.common import lease_owner, load_settings, runtime_for_flow
 from flows.reporting import failed, foreseen_failure, publish_artifacts, refused, state_for
 from flows.story import tell
 
@@ -21,7 +21,8 @@ from flows.story import tell
 @flow(name="resume-publication", flow_run_name="resume/{batch_id}", retries=0)
 def resume_publication(batch_id: str) -> State:
     """Resume a failed publication (or a batch that died after its warehouse commit)
-    without copying a row. Refused when a newer batch owns the slice.
+    without copying a row. NotResumable when a newer batch owns the slice; Refused when
+    the tenant registry no longer admits its tenant (or its folder no longer binds).
 
     Args:
         batch_id: The batch to resume (see `fleet-import batches list --status failed`).
@@ -31,18 +32,14 @@ def resume_publication(batch_id: str) -> State:
     except ValueError:
         return failed(f"{batch_id!r} is not a batch id")
     try:
-        settings = load_settings()
-        rt = runtime_for_flow(settings=settings)
-        batch = rt.ctx.repo.get(parsed)
-        if batch is not None and batch.source_scope is not None:
-            admitted = admit_scope(settings, batch.tenant_id, batch.source_scope)
-            if isinstance(admitted, Refused):  # an offboarded tenant's batch publishes nothing
-                payload = admitted.payload("resume-publication", batch_id=batch_id)
-                prefect_event_sink(DELIVERY_REFUSED_EVENT, payload)
-                return refused(admitted)
-        outcome = resume_batch(rt.ctx, rt.outbox, parsed, owner=lease_owner())
+        rt = runtime_for_flow(settings=load_settings())
+        outcome = resume_batch(
+            rt.ctx, rt.outbox, parsed, owner=lease_owner(), admission=admission(rt.settings)
+        )
     except FleetImportError as exc:  # settings, a database that does not answer, ...
         return foreseen_failure(exc)
+    if isinstance(outcome, Refused):  # the tenant is offboarded: nothing published
+        return refused(outcome)
     get_run_logger().info("resume of %s: %s", batch_id, type(outcome).__name__)
     if isinstance(outcome, NotResumable):
         return failed(outcome.reason, name="NotResumable")

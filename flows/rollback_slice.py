@@ -20,18 +20,20 @@ from fleet_import.importing.rollback import (
     plan_rollback,
     rolled_back,
 )
-from fleet_import.scope import Tenant
+from fleet_import.intake.admission import admission
 from fleet_import.store.review_repository import ReviewRepository
+from fleet_import.tenants.binding import Refused
 from flows.common import lease_owner, runtime_for_flow, tag_flow_run
 from flows.import_s3_folder import PrefectSteps
-from flows.reporting import failed, publish_artifacts, state_for
+from flows.reporting import failed, publish_artifacts, refused, state_for
 from flows.story import tell
 
 
 @flow(name="rollback-slice", flow_run_name="rollback/{tenant_id}", retries=0)
 def rollback_slice(tenant_id: str, folder: str, to_batch_id: str | None = None) -> State:
     """Roll a slice back: load an earlier succeeded batch's content again as a new batch,
-    from its retained normalised files. Refused, with the reason, when they are gone.
+    from its retained normalised files. NotRolledBack, with the reason, when they are gone;
+    Refused (nothing written) when the tenant registry does not admit the tenant or folder.
 
     Args:
         tenant_id: The tenant's slug, e.g. acme.
@@ -40,18 +42,22 @@ def rollback_slice(tenant_id: str, folder: str, to_batch_id: str | None = None) 
             of the scope (the one the current slice replaced).
     """
     try:
-        tenant = Tenant.named(tenant_id)
         target = uuid.UUID(to_batch_id) if to_batch_id else None
-    except (InvalidInput, ValueError) as exc:
+    except ValueError as exc:
         return failed(f"invalid input: {exc}")
     rt = runtime_for_flow()
     reviews = ReviewRepository(rt.settings.database_url)
     try:
-        plan = plan_rollback(rt.ctx, reviews, tenant, folder, target)
+        plan = plan_rollback(
+            rt.ctx, reviews, tenant_id, folder, target, admission=admission(rt.settings)
+        )
     except InvalidInput as exc:
         return failed(f"invalid input: {exc}")
+    if isinstance(plan, Refused):
+        return refused(plan)
     if isinstance(plan, NotRolledBack):
         return failed(plan.reason, name="NotRolledBack")
+    tenant = plan.tenant
     tag_flow_run(f"tenant:{tenant.tenant_id}", f"scope:{plan.scope}")
     claimed = claim_rollback(rt.ctx, plan, lease_owner())
     if not isinstance(claimed, pipeline.Claimed):

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import psycopg
 
+from fleet_import.config import Settings
+from fleet_import.intake.admission import admission
 from fleet_import.scope import source_scope, split_folder
+from fleet_import.tenants.binding import Admission
 from tests.s3fixtures import put_objects
 
 # The lease of an import child a test kills: short, so that the test waits little for it to
@@ -36,3 +39,9 @@ def slice_rows(database_url: str, table: str, tenant: str, folder: str) -> list[
         tenant,
         source_scope(folder),
     )
+
+
+def layout_admission() -> Admission:
+    """The tenant rule as a one-tenant setup has it (no registry, the default landing
+    layout): what the core tests hand approve and rollback."""
+    return admission(Settings(tenants=None, landing_prefix=""))

@@ -22,7 +22,9 @@ What it changes on the way (everything else is forwarded byte for byte):
   Failures become ErrorResponses raised upstream, so the transaction is aborted as Redshift
   would abort it;
 - `TRUNCATE` commits the open transaction first, and itself (AWS "Serializable isolation":
-  TRUNCATE and VACUUM commit all outstanding changes).
+  TRUNCATE and VACUUM commit all outstanding changes);
+- the `database` a client names is the upstream database of that name, with serializability
+  judged per database (tests/redshift_databases.py: one database per tenant).
 
 Concurrency, in a transaction block (the driver's default, autocommit off):
 - the snapshot is taken at the first statement other than LOCK, SET and transaction control
@@ -66,6 +68,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tests import redshift_catalog as catalog
+from tests import redshift_databases as databases
 from tests import redshift_isolation as isolation
 from tests.redshift_catalog import Failure
 from tests.redshift_copy import COPY_S3, CopyFailed, check_columns, copy_input, read_copy
@@ -160,8 +163,11 @@ class _Result:
 class _Session:
     """One client connection and its upstream PostgreSQL connection."""
 
-    def __init__(self, emulator: RedshiftEmulator, client: Any, upstream: Any) -> None:
+    def __init__(
+        self, emulator: RedshiftEmulator, client: Any, upstream: Any, database: str = ""
+    ) -> None:
         self.emulator = emulator
+        self.isolation = databases.isolation_of(emulator, database)  # one per database
         self.client_reader, self.client_writer = client
         self.up_reader, self.up_writer = upstream
         self.statements: dict[bytes, str] = {}  # prepared statement name -> SQL text
@@ -231,7 +237,7 @@ class _Session:
 
     def _end_transaction(self, *, committed: bool) -> None:
         if self._tx is not None:
-            self.emulator.isolation.end(self._tx, committed=committed)
+            self.isolation.end(self._tx, committed=committed)
         if self._lock_since is not None:
             self.emulator.lock_holds.append(time.monotonic() - self._lock_since)
         self._tx, self._locked, self._lock_since = None, set(), None
@@ -380,7 +386,7 @@ class _Session:
         kind = isolation.kind(sql)
         if self.status != b"T" or kind in ("begin", "rollback", "session", "lock", "truncate"):
             return None
-        tx = self._tx = self._tx or self.emulator.isolation.begin()
+        tx = self._tx = self._tx or self.isolation.begin()
         self.divert = asyncio.Queue()
         try:
             if kind == "commit":
@@ -397,7 +403,7 @@ class _Session:
             if error is not None:
                 return error
             try:
-                self.emulator.isolation.access(tx, reads, writes)
+                self.isolation.access(tx, reads, writes)
             except isolation.Violation as exc:
                 return await self.violation(exc.table, exc.other)
             return None
@@ -694,7 +700,8 @@ class RedshiftEmulator:
                 upstream = await asyncio.open_connection(self.upstream_host, self.upstream_port)
             upstream[1].write(startup)
             await upstream[1].drain()
-            await _Session(self, (reader, writer), upstream).serve()
+            database = databases.startup_database(startup)
+            await _Session(self, (reader, writer), upstream, database).serve()
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         finally:

@@ -89,16 +89,51 @@ def check_operational_database(url: str) -> Iterator[Check]:
         yield failed("operational database migrated", f"{at}, head is {head}", DB_UPGRADE_HINT)
 
 
-def check_warehouse(settings: Settings) -> Iterator[Check]:
-    """Reachable; each curated table present and shaped as its contract says, or creatable;
-    the privileges a load uses (delete the old slice, insert the new, read the stamp)."""
-    if settings.warehouse == "redshift":
-        yield from _check_redshift(settings)
-        return
-    from fleet_import.contracts.files import contracts_in_force
+def warehouse_databases(settings: Settings) -> list[str | None]:
+    """The warehouse databases loads write (None: the shared one): the shared database unless
+    the warehouse is a `{database}` template, and each registered tenant's own. With a
+    template and no registry, no tenant is known yet: none."""
+    from fleet_import.tenants.databases import own_database, templated
+    from fleet_import.tenants.registry import registry_in_force
 
-    url = settings.effective_warehouse_url
+    databases: list[str | None] = [] if templated(settings) else [None]
+    registry = registry_in_force(settings.tenants)
+    for tenant_id in sorted(registry.tenants) if registry is not None else ():
+        database = own_database(settings, tenant_id, registry)
+        if database is not None and database not in databases:
+            databases.append(database)
+    return databases
+
+
+def check_warehouse(settings: Settings, *, reachable_only: bool = False) -> Iterator[Check]:
+    """For each warehouse database loads write (`warehouse_databases`): reachable; each
+    curated table present and shaped as its contract says, or creatable; the privileges a
+    load uses (delete the old slice, insert the new, read the stamp). `reachable_only`: the
+    first check of each only."""
+    databases = warehouse_databases(settings)
+    if not databases:
+        yield Check(
+            "warehouse reachable",
+            None,
+            "one database per tenant ({database}) and no tenant registry: each tenant's "
+            "database is reached when the tenant first loads",
+        )
+    for database in databases:
+        if settings.warehouse == "redshift":
+            yield from _check_redshift(settings, database)
+        else:
+            yield from _check_postgres(settings, database, reachable_only=reachable_only)
+
+
+def _check_postgres(
+    settings: Settings, database: str | None, *, reachable_only: bool
+) -> Iterator[Check]:
+    from fleet_import.contracts.files import contracts_in_force
+    from fleet_import.tenants.databases import postgres_url_for
+
+    url = postgres_url_for(settings, database)
     variable = "FLEET_WAREHOUSE_URL" if settings.warehouse_url else "FLEET_DATABASE_URL"
+    suffix = f" ({database})" if database else ""
     try:
         contracts = list(contracts_in_force(settings.contracts).values())
     except FleetImportError as exc:
@@ -106,10 +141,11 @@ def check_warehouse(settings: Settings) -> Iterator[Check]:
         return
     try:
         with _connect(url) as conn:
-            yield passed("warehouse reachable", _version(conn))
-            yield from _curated_tables(conn, contracts)
+            yield passed("warehouse reachable" + suffix, _version(conn))
+            if not reachable_only:
+                yield from _curated_tables(conn, contracts)
     except psycopg.Error as exc:
-        yield _connection_failure("warehouse reachable", exc, variable)
+        yield _connection_failure("warehouse reachable" + suffix, exc, variable)
 
 
 def _curated_tables(conn: psycopg.Connection[Any], contracts: Iterable[Any]) -> Iterator[Check]:
@@ -176,27 +212,30 @@ def _privileges(conn: psycopg.Connection[Any], tables: list[str], to_create: lis
     return passed("warehouse privileges", "delete, insert, select and create as loads need")
 
 
-def _check_redshift(settings: Settings) -> Iterator[Check]:
+def _check_redshift(settings: Settings, database: str | None) -> Iterator[Check]:
+    from fleet_import.tenants.databases import redshift_kwargs_for
+
+    name = "warehouse reachable" + (f" ({database})" if database else "")
     try:
         import redshift_connector
     except ImportError:
         yield failed(
-            "warehouse reachable",
+            name,
             "redshift_connector is not installed",
             "pip install '.[redshift]'",
         )
         return
     try:
-        with redshift_connector.connect(**settings.redshift_connect_kwargs()) as conn:
+        with redshift_connector.connect(**redshift_kwargs_for(settings, database)) as conn:
             conn.cursor().execute("SELECT 1")
     except Exception as exc:  # noqa: BLE001 - any failure is the answer; never its text
         yield failed(
-            "warehouse reachable",
+            name,
             f"Redshift did not answer ({type(exc).__name__})",
             "check FLEET_WAREHOUSE_URL (host:port) or FLEET_REDSHIFT_*",
         )
         return
-    yield passed("warehouse reachable", "Redshift answered")
+    yield passed(name, "Redshift answered")
 
 
 def _s3_failure(name: str, exc: Exception, bucket_variable: str) -> Check:

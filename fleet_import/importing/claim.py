@@ -31,6 +31,9 @@ from fleet_import.importing.context import (
 from fleet_import.importing.leased_batch import LeasedBatch, Stamp, read_stamp
 from fleet_import.importing.settle import recover_committed
 from fleet_import.publication.events import event_payload
+from fleet_import.publication.outcomes import PublicationRefused
+from fleet_import.publication.publisher import DRAIN
+from fleet_import.publication.refusal import refusal_of, refuse_publication
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import discover
 from fleet_import.scope import Tenant, folder_of_scope
@@ -45,6 +48,7 @@ from fleet_import.store.models import (
     Reserved,
     ScopeBusy,
 )
+from fleet_import.tenants.binding import Admission
 from fleet_import.warehouse.base import WarehouseSession
 
 log = logging.getLogger(__name__)
@@ -112,17 +116,26 @@ def _take_over_holder(ctx: ImportContext, holder_id: uuid.UUID, owner: str) -> C
         assert batch.source_scope is not None
         return Claimed(holder_id, batch.source_scope, owner)
     with leased(ctx.repo, holder_id, owner, ctx.lease_ttl) as heartbeat:
-        _settle_abandoned(
-            LeasedBatch.of(ctx, batch, owner).holding(heartbeat), lease.previous_owner
-        )
+        # The delivery taking it over was admitted for this very tenant and scope.
+        held = LeasedBatch.of(ctx, batch, owner).holding(heartbeat)
+        _settle_abandoned(held, lease.previous_owner, None)
     return None
 
 
-def _settle_abandoned(batch: LeasedBatch, previous_owner: str | None) -> ImportOutcome:
-    """A taken-over batch that is not continued: its publication finished if it committed,
-    else failed as abandoned, with the old owner on record."""
+def _settle_abandoned(
+    batch: LeasedBatch, previous_owner: str | None, admission: Admission | None
+) -> ImportOutcome | PublicationRefused:
+    """A taken-over batch that is not continued: its publication finished if it committed
+    (or refused, as the drain refuses it, when its tenant is refused now), else failed as
+    abandoned, with the old owner on record."""
     committed = recover_committed(batch)
     if committed is not None:
+        refusal = refusal_of(batch.read(), admission)
+        if refusal is not None:
+            ctx = batch.ctx
+            return refuse_publication(
+                ctx.repo, ctx.events, batch.batch_id, batch.owner, refusal, DRAIN
+            )
         return batch.publish(committed)
     error = (
         f"abandoned before commit: its executor {previous_owner or '(none)'} stopped "
@@ -131,10 +144,13 @@ def _settle_abandoned(batch: LeasedBatch, previous_owner: str | None) -> ImportO
     return batch.fail(FailureKind.ABANDONED, error, {"previous_owner": previous_owner})
 
 
-def settle_abandoned_batches(ctx: ImportContext, owner: str, limit: int) -> list[ImportOutcome]:
+def settle_abandoned_batches(
+    ctx: ImportContext, owner: str, limit: int, *, admission: Admission | None = None
+) -> list[ImportOutcome | PublicationRefused]:
     """The drain's part: take over and settle running batches that never recorded a commit
-    and whose executor is gone, so no scope waits for a delivery that may never come."""
-    outcomes: list[ImportOutcome] = []
+    and whose executor is gone, so no scope waits for a delivery that may never come.
+    `admission`: the tenant rule a recovered commit's publication must pass first."""
+    outcomes: list[ImportOutcome | PublicationRefused] = []
     for batch_id in ctx.repo.abandoned_uncommitted(ctx.lease_ttl, limit):
         lease = ctx.repo.take_over(batch_id, owner, ctx.lease_ttl)
         if not isinstance(lease, LeaseAcquired):
@@ -143,7 +159,7 @@ def settle_abandoned_batches(ctx: ImportContext, owner: str, limit: int) -> list
             batch = _taken_over(ctx, batch_id, owner, lease.previous_owner)
             with leased(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
                 leased_batch = LeasedBatch.of(ctx, batch, owner).holding(heartbeat)
-                outcomes.append(_settle_abandoned(leased_batch, lease.previous_owner))
+                outcomes.append(_settle_abandoned(leased_batch, lease.previous_owner, admission))
         except FleetImportError as exc:  # the next drain tries again
             log.warning("could not settle abandoned batch %s: %s", batch_id, exc)
     return outcomes

@@ -1,5 +1,7 @@
 """Finish a batch whose slice committed but whose publication did not: a failed publication
-(explicit resume) or a worker that died after the warehouse commit. Never reloads a row."""
+(explicit resume) or a worker that died after the warehouse commit. Never reloads a row.
+A batch whose tenant the tenant rule in force refuses (the `Admission` handed in) is
+`Refused` before anything changes, as the drain refuses it (publication.refusal)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from fleet_import.importing.context import (
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.settle import recover_committed
 from fleet_import.publication.events import expired_publication, fail_and_tell
+from fleet_import.publication.refusal import refusal_of, tell_refusal
 from fleet_import.store.heartbeat import leased
 from fleet_import.store.models import (
     Batch,
@@ -30,14 +33,27 @@ from fleet_import.store.models import (
 )
 from fleet_import.store.outbox import OutboxRepository
 from fleet_import.store.repository import resume_refusal
+from fleet_import.tenants.binding import Admission, Refused
+
+RESUME = "resume-publication"  # a refusal's `source`, as the flow is named
 
 
 def resume_batch(
-    ctx: ImportContext, outbox: OutboxRepository, batch_id: uuid.UUID, *, owner: str | None = None
-) -> ImportOutcome | NotResumable:
+    ctx: ImportContext,
+    outbox: OutboxRepository,
+    batch_id: uuid.UUID,
+    *,
+    owner: str | None = None,
+    admission: Admission | None = None,
+) -> ImportOutcome | NotResumable | Refused:
+    """`admission` None: no tenant rule (core tests); every entry point hands in
+    `intake.admission.admission(settings)`."""
     batch = ctx.repo.get(batch_id)
     if batch is None or batch.source_scope is None:
         return NotResumable(f"batch {batch_id} does not exist or is not a fleet batch")
+    refused = refusal_of(batch, admission)
+    if refused is not None:  # an offboarded tenant's batch publishes nothing
+        return tell_refusal(ctx.events, refused, RESUME, batch_id=str(batch_id))
     scope = batch.source_scope
     if batch.status != BatchStatus.RUNNING:
         refused = _refusal(ctx, batch, scope)

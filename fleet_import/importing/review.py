@@ -8,6 +8,8 @@ guard check itself (guards.ApprovedContentChanged). The files are not parsed aga
 held batch's normalised files are still staged and cached by (key, etag, contract version).
 An approval is a delivery of its own (`approve:{held batch}`): run again after a death it
 continues its batch, and once it succeeded it records the decision and loads nothing.
+Before anything, the held batch's tenant and folder are judged by the tenant rule in force
+(the `Admission` the caller hands in): a disabled tenant's held batch is `Refused`.
 """
 
 from __future__ import annotations
@@ -27,14 +29,17 @@ from fleet_import.importing.context import (
 from fleet_import.importing.driver import CoreSteps, StepRunner, import_batch
 from fleet_import.importing.guards import GuardOverride, content_of, record_override
 from fleet_import.publication.events import event_payload
+from fleet_import.publication.refusal import tell_refusal
 from fleet_import.s3.sources import discover
 from fleet_import.scope import Tenant, folder_of_scope
 from fleet_import.store.models import Batch, BatchStatus, FailureKind
 from fleet_import.store.review_repository import ReviewRepository
+from fleet_import.tenants.binding import Admission, Refused
 
 APPROVED_EVENT = "fleet.batch.approved"
 REJECTED_EVENT = "fleet.batch.rejected"
 APPROVAL_KEY_PREFIX = "approve:"
+APPROVE = "approve-held-batch"  # a refusal's `source`, as the flow is named
 
 
 @dataclass(frozen=True)
@@ -59,13 +64,19 @@ def approval_key(held_id: uuid.UUID) -> str:
     return f"{APPROVAL_KEY_PREFIX}{held_id}"
 
 
-def check_approval(ctx: ImportContext, held_id: uuid.UUID) -> Approval | NotApproved:
-    """The held batch and its content, or why it cannot be approved now."""
+def check_approval(
+    ctx: ImportContext, held_id: uuid.UUID, *, admission: Admission
+) -> Approval | NotApproved | Refused:
+    """The held batch and its content, or why it cannot be approved now (Refused, and told:
+    its tenant or folder is not admitted now)."""
     held = ctx.repo.get(held_id)
     refusal = _review_refusal(held, held_id)
     if refusal is not None:
         return NotApproved(held_id, refusal)
     assert held is not None and held.source_scope is not None
+    admitted = admission(held.tenant_id, folder_of_scope(held.source_scope))
+    if isinstance(admitted, Refused):
+        return tell_refusal(ctx.events, admitted, APPROVE, batch_id=str(held_id))
     content = (held.details.get("failure") or {}).get("held", {}).get("content")
     if not content:
         return NotApproved(held_id, f"batch {held_id} records no held content")
@@ -81,8 +92,7 @@ def check_approval(ctx: ImportContext, held_id: uuid.UUID) -> Approval | NotAppr
             f"the content changed since batch {held_id} was held (its {what} differ): "
             "an approval loads only what was reviewed; import the folder anew instead",
         )
-    tenant = Tenant(held.tenant_id, held.company_id, held.tenant_database)
-    return Approval(held, tenant, held.source_scope, dict(content))
+    return Approval(held, admitted, held.source_scope, dict(content))
 
 
 def approve_held(
@@ -90,12 +100,13 @@ def approve_held(
     reviews: ReviewRepository,
     held_id: uuid.UUID,
     *,
+    admission: Admission,
     owner: str | None = None,
     steps: StepRunner | None = None,
-) -> ImportOutcome | NotApproved:
+) -> ImportOutcome | NotApproved | Refused:
     """Load the held batch's content as a new batch, its guards waived for that content."""
-    approval = check_approval(ctx, held_id)
-    if isinstance(approval, NotApproved):
+    approval = check_approval(ctx, held_id, admission=admission)
+    if isinstance(approval, NotApproved | Refused):
         return approval
     claimed = claim_approval(ctx, approval, owner or new_owner())
     if not isinstance(claimed, Claimed):

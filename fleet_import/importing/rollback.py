@@ -7,6 +7,8 @@ which the retention kept (publication.retention). Refused, with the reason, when
 is not an earlier success of the scope, its contracts changed since, or its files are gone.
 The guards are waived: an operator asked for exactly this slice. A rollback is a delivery
 of its own (`rollback:{target}:{replaced}`): run again after a death it continues its batch.
+First of all the tenant and folder are judged by the tenant rule in force (the `Admission`
+the caller hands in): a rollback for a disabled tenant is `Refused`, nothing written.
 """
 
 from __future__ import annotations
@@ -21,14 +23,17 @@ from fleet_import.importing.driver import CoreSteps, StepRunner, import_batch
 from fleet_import.importing.guards import GuardOverride, record_override
 from fleet_import.importing.pinned import pin_manifest
 from fleet_import.publication.events import event_payload
+from fleet_import.publication.refusal import tell_refusal
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import Manifest
 from fleet_import.scope import Tenant, source_scope, split_folder
 from fleet_import.store.models import Batch, BatchStatus
 from fleet_import.store.review_repository import ReviewRepository
+from fleet_import.tenants.binding import Admission, Refused
 
 ROLLED_BACK_EVENT = "fleet.slice.rolled_back"
 ROLLED_BACK_KEY = "rolled_back_to"
+ROLLBACK = "rollback-slice"  # a refusal's `source`, as the flow is named
 
 
 @dataclass(frozen=True)
@@ -55,13 +60,19 @@ class RollbackPlan:
 def plan_rollback(
     ctx: ImportContext,
     reviews: ReviewRepository,
-    tenant: Tenant,
+    tenant_id: str,
     folder: str,
     to: uuid.UUID | None = None,
-) -> RollbackPlan | NotRolledBack:
+    *,
+    admission: Admission,
+) -> RollbackPlan | NotRolledBack | Refused:
     """Which batch to roll back to (`to`, else the newest success the slice's owner
-    replaced) and its manifest, or why not."""
+    replaced) and its manifest, or why not (Refused, and told: the tenant or folder is not
+    admitted now). Invalid ids and folders raise InvalidInput."""
     scope = source_scope(folder)
+    tenant = admission(tenant_id, folder)
+    if isinstance(tenant, Refused):
+        return tell_refusal(ctx.events, tenant, ROLLBACK)
     try:
         owner = ctx.warehouse.slice_owner(tenant.tenant_id, scope)
     except FleetImportError as exc:
@@ -178,21 +189,22 @@ def rolled_back(ctx: ImportContext, plan: RollbackPlan, outcome: object) -> None
 def rollback_slice(
     ctx: ImportContext,
     reviews: ReviewRepository,
-    tenant: Tenant,
+    tenant_id: str,
     folder: str,
     to: uuid.UUID | None = None,
     *,
+    admission: Admission,
     owner: str | None = None,
     steps: StepRunner | None = None,
-) -> ImportOutcome | NotRolledBack:
+) -> ImportOutcome | NotRolledBack | Refused:
     """Plan, claim and load a rollback in this process (the core's way; the flow maps the
     same calls to tasks)."""
-    plan = plan_rollback(ctx, reviews, tenant, folder, to)
-    if isinstance(plan, NotRolledBack):
+    plan = plan_rollback(ctx, reviews, tenant_id, folder, to, admission=admission)
+    if isinstance(plan, NotRolledBack | Refused):
         return plan
     claimed = claim_rollback(ctx, plan, owner or new_owner())
     if not isinstance(claimed, Claimed):
         return claimed
-    outcome = import_batch(ctx, tenant, claimed, steps or CoreSteps(ctx.normalize_workers))
+    outcome = import_batch(ctx, plan.tenant, claimed, steps or CoreSteps(ctx.normalize_workers))
     rolled_back(ctx, plan, outcome)
     return outcome

@@ -1,8 +1,10 @@
 """Whether a delivery may be imported for a tenant, by the settings in force: the landing
 layout (FLEET_LANDING_PREFIX, FLEET_LANDING_PATTERN) and the tenant registry
 (FLEET_TENANTS) given to `fleet_import.tenants.binding.bind`, the rule itself. Every entry
-point (the import flow, so `fleet-import run`, UI runs, S3 events and the sweep's runs;
-resume; the relay and the sweep before they start anything) asks here."""
+point (the import flow, so `fleet-import run`, UI runs, S3 events and the sweep's runs; the
+relay and the sweep before they start anything) asks here; the core paths that load or
+publish for a batch already made (resume, approve, rollback, the drain) are handed
+`admission(settings)` and ask it before they write anything."""
 
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ from typing import Protocol, TypeVar
 
 from fleet_import.config import Settings
 from fleet_import.intake.landing import LandingLayout
-from fleet_import.scope import Tenant, folder_of_scope
-from fleet_import.tenants.binding import Refused, bind
+from fleet_import.scope import Tenant
+from fleet_import.tenants.binding import Admission, Refused, bind
 from fleet_import.tenants.databases import recorded_tenant
 from fleet_import.tenants.registry import TenantRegistry, registry_in_force
 
@@ -50,9 +52,14 @@ def admit(
     return recorded_tenant(settings, bound, registry)
 
 
-def admit_scope(settings: Settings, tenant_id: str, source_scope: str) -> Tenant | Refused:
-    """`admit` for a batch already made (resume, drain): its tenant and scope."""
-    return admit(settings, tenant_id, folder_of_scope(source_scope))
+def admission(settings: Settings) -> Admission:
+    """`admit` with these settings, the registry read again on every call: an operator who
+    disables a tenant stops a long-running drain's publications at its next batch."""
+
+    def admitted(tenant_id: str, folder: str) -> Tenant | Refused:
+        return admit(settings, tenant_id, folder)
+
+    return admitted
 
 
 def admitted_only(

@@ -54,6 +54,23 @@ class PublicationDeferred:
     available_at: dt.datetime
 
 
+@dataclass(frozen=True)
+class PublicationRefused:
+    """The batch's tenant may not publish now (`fleet_import.tenants.binding.Refused`: unknown
+    or disabled in the registry, or its folder no longer binds): nothing of its publication
+    ran; the batch is failed_publication, its committed slice as it was. Recovered by
+    re-admitting the tenant and resuming the batch, or by purging the tenant."""
+
+    batch_id: uuid.UUID
+    kind: str
+    reason: str
+
+
 PublishOutcome = (
-    Published | PublicationFailed | PublicationExpired | PublicationBusy | PublicationDeferred
+    Published
+    | PublicationFailed
+    | PublicationExpired
+    | PublicationBusy
+    | PublicationDeferred
+    | PublicationRefused
 )

@@ -36,6 +36,7 @@ from fleet_import.publication.outcomes import (
     Published,
     PublishOutcome,
 )
+from fleet_import.publication.refusal import refusal_of, refuse_publication
 from fleet_import.publication.retention import Retention, files_in_use
 from fleet_import.store.heartbeat import Heartbeat, leased
 from fleet_import.store.models import (
@@ -47,6 +48,7 @@ from fleet_import.store.models import (
 )
 from fleet_import.store.outbox import OutboxRepository, OutboxStep, StepStatus
 from fleet_import.store.repository import BatchRepository
+from fleet_import.tenants.binding import Admission
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,7 @@ _BACKOFF_CAP_SECONDS = 600.0
 
 SLICE_PUBLISHED_EVENT = "fleet.slice.published"
 BATCH_PUBLISHED_EVENT = "fleet.batch.published"
+DRAIN = "drain-publications"  # a refusal's `source`, as the flow is named
 _EVENT_ID_NAMESPACE = uuid.UUID("5b0f6c1e-2f43-4c8e-9a57-3f0d1c9e7a21")
 
 
@@ -272,17 +275,32 @@ class Publisher:
     # -- many batches ---------------------------------------------------------------------
 
     def drain(
-        self, worker: str, *, lease_ttl: float, limit: int = DEFAULT_DRAIN_LIMIT
+        self,
+        worker: str,
+        *,
+        lease_ttl: float,
+        limit: int = DEFAULT_DRAIN_LIMIT,
+        admission: Admission | None = None,
     ) -> list[PublishOutcome]:
         """Publish running, committed batches nobody is executing. A batch whose lease is
-        live is skipped; failed_publication batches wait for an explicit resume."""
+        live is skipped; failed_publication batches wait for an explicit resume.
+
+        With `admission` (the tenant rule in force, `intake.admission.admission`), a batch
+        whose tenant it refuses publishes nothing: it is failed_publication with the
+        refusal, told as DELIVERY_REFUSED_EVENT, and counted (PublicationRefused)."""
         outcomes: list[PublishOutcome] = []
         for batch_id in self._outbox.batches_with_open_steps(limit):
             if not isinstance(self._repo.acquire_lease(batch_id, worker, lease_ttl), LeaseAcquired):
                 continue  # another executor holds it, or it finished meanwhile
             try:
                 with leased(self._repo, batch_id, worker, lease_ttl) as heartbeat:
-                    outcome = self.publish_batch(batch_id, worker, heartbeat=heartbeat)
+                    refusal = refusal_of(self._repo.get(batch_id), admission)
+                    if refusal is not None:
+                        outcome: PublishOutcome = refuse_publication(
+                            self._repo, self._events, batch_id, worker, refusal, DRAIN
+                        )
+                    else:
+                        outcome = self.publish_batch(batch_id, worker, heartbeat=heartbeat)
                     if isinstance(outcome, PublicationFailed) and outcome.dead:
                         self.mark_failed_publication(batch_id, worker, outcome)
                 outcomes.append(outcome)

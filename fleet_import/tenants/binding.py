@@ -10,6 +10,7 @@ naming both tenants and the layout, announced as DELIVERY_REFUSED_EVENT.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -51,6 +52,12 @@ class Refused:
             "owner_tenant_id": self.owner_tenant_id,
             **more,
         }
+
+
+Admission = Callable[[str, str], Tenant | Refused]
+"""(tenant_id, folder) -> the tenant to import it as, or why not: the rule with the settings
+in force (`fleet_import.intake.admission.admission`). The core paths that load or publish
+for a batch already made (approve, rollback, the drain) take one and ask it first."""
 
 
 def folder_owner(folder: str, layout: Layout, registry: TenantRegistry | None) -> str | None:

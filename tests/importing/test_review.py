@@ -12,7 +12,7 @@ from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, tr
 from fleet_import.scope import Tenant
 from fleet_import.store.models import BatchStatus, FailureKind
 from fleet_import.store.review_repository import ReviewRepository
-from tests.helpers import slice_rows, upload
+from tests.helpers import layout_admission, slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot
 from tests.warehouse_helpers import WAREHOUSE_BACKENDS
 
@@ -41,7 +41,7 @@ def test_approval_loads_the_held_content_from_its_staged_files(
     held = held_redelivery(import_ctx, s3, folder)
     assert [b.id for b in reviews.held_batches("acme")] == [held.batch_id]
 
-    approved = approve_held(import_ctx, reviews, held.batch_id)
+    approved = approve_held(import_ctx, reviews, held.batch_id, admission=layout_admission())
     assert isinstance(approved, Committed) and approved.published, approved
     assert approved.batch_id != held.batch_id
     assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(approved.batch_id, 10)]
@@ -59,7 +59,7 @@ def test_approval_loads_the_held_content_from_its_staged_files(
     names = [name for name, _ in import_ctx.recorded_events]
     assert "fleet.batch.held" in names and "fleet.batch.approved" in names
 
-    again = approve_held(import_ctx, reviews, held.batch_id)
+    again = approve_held(import_ctx, reviews, held.batch_id, admission=layout_admission())
     assert isinstance(again, NotApproved) and "already approved" in again.reason
 
 
@@ -73,7 +73,7 @@ def test_approval_of_content_that_changed_is_refused(
     upload(s3, folder, {"trips-1.csv": csv_bytes(trips_table(12))})  # changed meanwhile
     batches = len(import_ctx.repo.list())
 
-    refused = approve_held(import_ctx, reviews, held.batch_id)
+    refused = approve_held(import_ctx, reviews, held.batch_id, admission=layout_admission())
     assert isinstance(refused, NotApproved), refused
     assert "content changed" in refused.reason and "files" in refused.reason
     assert len(import_ctx.repo.list()) == batches  # no batch made
@@ -94,7 +94,7 @@ def test_rejection_closes_a_held_batch(
     assert closed.details["review"]["decision"] == "rejected"
     assert closed.details["review"]["note"] == "tenant resends tomorrow"
     assert reviews.held_batches() == []
-    refused = approve_held(import_ctx, reviews, held.batch_id)
+    refused = approve_held(import_ctx, reviews, held.batch_id, admission=layout_admission())
     assert isinstance(refused, NotApproved) and "already rejected" in refused.reason
     assert slice_snapshot(database_url, folder) == before
     # Only a held batch is reviewed.

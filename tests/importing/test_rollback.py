@@ -16,11 +16,12 @@ from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, tr
 from fleet_import.scope import Tenant
 from fleet_import.store.models import BatchStatus
 from fleet_import.store.review_repository import ReviewRepository
-from tests.helpers import slice_rows, upload
+from tests.helpers import layout_admission, slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot
 from tests.warehouse_helpers import WAREHOUSE_BACKENDS
 
 ACME = Tenant.named("acme")
+ADMIT = layout_admission()
 NO_GUARD = GuardOverride(waived=True, reason="test")
 
 
@@ -63,7 +64,7 @@ def test_rollback_restores_the_previous_slice_row_exact_as_a_new_batch(
     assert isinstance(bad, Committed) and bad.published, bad
     assert ctx.repo.get(good.batch_id).details["superseded_by"] == str(bad.batch_id)
 
-    restored = rollback_slice(ctx, reviews, ACME, folder)
+    restored = rollback_slice(ctx, reviews, "acme", folder, admission=ADMIT)
     assert isinstance(restored, Committed) and restored.published, restored
     assert restored.batch_id not in (good.batch_id, bad.batch_id)
     assert restored.row_counts == good.row_counts
@@ -84,7 +85,7 @@ def test_rollback_restores_the_previous_slice_row_exact_as_a_new_batch(
     assert event["replaced"] == str(bad.batch_id)
 
     # Back to the bad one by id: its files were retained too.
-    again = rollback_slice(ctx, reviews, ACME, folder, to=bad.batch_id)
+    again = rollback_slice(ctx, reviews, "acme", folder, to=bad.batch_id, admission=ADMIT)
     assert isinstance(again, Committed), again
     assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(again.batch_id, 20)]
 
@@ -104,14 +105,16 @@ def test_rollback_is_refused_when_the_files_are_gone(
     assert all(isinstance(o, Committed) for o in (first, second, third))
 
     # The previous success is always kept; the one before it was past its retention.
-    assert isinstance(rollback_slice(ctx, reviews, ACME, folder, to=second.batch_id), Committed)
+    assert isinstance(
+        rollback_slice(ctx, reviews, "acme", folder, to=second.batch_id, admission=ADMIT), Committed
+    )
     before = slice_snapshot(database_url, folder)
-    refused = rollback_slice(ctx, reviews, ACME, folder, to=first.batch_id)
+    refused = rollback_slice(ctx, reviews, "acme", folder, to=first.batch_id, admission=ADMIT)
     assert isinstance(refused, NotRolledBack), refused
     assert "are gone" in refused.reason and "trips-1.csv" in refused.reason
     assert slice_snapshot(database_url, folder) == before
     assert ctx.repo.list(status="running") == []
 
     owner = ctx.warehouse.slice_owner("acme", f"fleet_s3:{folder}")
-    same = rollback_slice(ctx, reviews, ACME, folder, to=owner)
+    same = rollback_slice(ctx, reviews, "acme", folder, to=owner, admission=ADMIT)
     assert isinstance(same, NotRolledBack) and "owns the slice already" in same.reason

@@ -156,11 +156,15 @@ def review_action(
             folder=folder,
             to_batch_id=config["batch"],
         )
+    from tests.helpers import layout_admission
+
     reviews = ReviewRepository(config["database_url"])
     batch_id = uuid.UUID(config["batch"])
     if approve:
-        return approve_held(ctx, reviews, batch_id)
-    return rollback_slice(ctx, reviews, tenant, folder, batch_id)
+        return approve_held(ctx, reviews, batch_id, admission=layout_admission())
+    return rollback_slice(
+        ctx, reviews, tenant.tenant_id, folder, batch_id, admission=layout_admission()
+    )
 
 
 def through_flow(

@@ -1,12 +1,17 @@
 """Each tenant's slices in its own warehouse database: two real PostgreSQL databases, two
-tenants importing at once, a replace and a resume, and neither ever touches the other's."""
+tenants importing at once (in one process, and as two `fleet-import run` processes), a
+replace and a resume, and neither ever touches the other's."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from fleet_import.config import Settings
 from fleet_import.importing.driver import Committed, import_folder
@@ -116,3 +121,67 @@ def test_a_registry_database_beside_the_shared_one(
     assert router.database_for("globex") == tenant_databases["globex"]
     assert router.for_tenant("globex") is router.for_tenant("globex")  # one per database
     assert router.for_tenant("acme") is not router.for_tenant("globex")
+
+
+@pytest.mark.slow
+def test_two_cli_runs_at_once_each_land_in_their_tenant_s_database(
+    routed_settings: Settings, tenant_databases, database_url, prefect_api, s3, landing_bucket
+) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    settings = routed_settings
+    folders = {t: today_folder(landing_bucket, t) for t in tenant_databases}
+    for folder in folders.values():
+        upload(s3, folder, fleet_delivery(trips=150, bad_rows=False))
+    env = {
+        **os.environ,
+        **{
+            f"FLEET_{name.upper()}": str(value)
+            for name, value in settings.model_dump().items()
+            if name
+            in {"database_url", "warehouse_url", "s3_endpoint_url", "staging_uri", "tenants"}
+        },
+        "PREFECT_API_URL": PREFECT_API_URL.value(),
+        "COLUMNS": "300",
+    }
+    runs = {
+        tenant_id: subprocess.Popen(
+            [sys.executable, "-m", "fleet_cli", "run", "--tenant", tenant_id, folder],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for tenant_id, folder in folders.items()
+    }
+    for tenant_id, run in runs.items():
+        out, _ = run.communicate(timeout=600)
+        assert run.returncode == 0, f"{tenant_id}: {out[-3000:]}"
+        assert "Completed" in out and "150 trips" in out, out[-3000:]
+    for tenant_id, name in tenant_databases.items():
+        held = _tenant_rows(postgres_url_for(settings, name))
+        assert held == {table: {tenant_id} for table in (*TABLES, "ingestion_slices")}, held
+    assert _tenant_rows(database_url) == {}
+    for batch in BatchRepository(database_url).list():
+        assert batch.tenant_database == tenant_databases[batch.tenant_id]
+
+
+def test_the_warehouse_checks_reach_each_tenant_database(
+    routed_settings: Settings, tenant_databases, tmp_path: Path
+) -> None:
+    """What `run` checks before it starts and `doctor` prints: every tenant database, not
+    the `{database}` template's literal name."""
+    from fleet_import.checks.services import check_warehouse, warehouse_databases
+
+    names = [tenant_databases[t] for t in sorted(tenant_databases)]
+    assert warehouse_databases(routed_settings) == names
+    checks = list(check_warehouse(routed_settings, reachable_only=True))
+    assert [(c.name, c.ok) for c in checks] == [(f"warehouse reachable ({n})", True) for n in names]
+    registry = tmp_path / "missing.yaml"
+    registry.write_text("tenants:\n  acme:\n    database: no_such_tenant_database\n")
+    missing = routed_settings.model_copy(update={"tenants": str(registry)})
+    (check,) = check_warehouse(missing, reachable_only=True)
+    assert check.name == "warehouse reachable (no_such_tenant_database)" and check.ok is False
+    unknown = routed_settings.model_copy(update={"tenants": None})
+    (check,) = check_warehouse(unknown)
+    assert check.ok is None and "{database}" in check.reason  # skipped, and says why

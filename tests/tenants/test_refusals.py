@@ -1,5 +1,6 @@
 """Another tenant's folder, an unknown or a disabled tenant: refused before anything is
-written, through the flow (as UI, event and sweep runs start it), the CLI and the relay."""
+written, through the flow (called, and a manual deployment run executed as a process worker
+executes it), the CLI, the relay and the sweep."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from fleet_cli.cli import app
 from fleet_import.intake.dead_letters import FileDeadLetter
 from fleet_import.intake.relay import Relay, RelayStats
 from fleet_import.sample_data import fleet_delivery, today_folder
@@ -109,6 +112,112 @@ def test_the_cli_exits_9_and_writes_nothing(flow_env: str, s3, landing_bucket: s
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("Refused")]
     assert f"{globex} belongs to tenant 'globex', not 'acme'" in line
     _nothing_written(flow_env)
+
+
+def _manual_deployment_run(deployment: str, parameters: dict[str, str]) -> Any:
+    """A run of `deployment` as the UI's Run button makes it, executed as a process worker
+    executes it (`python -m prefect.engine FLOW_RUN_ID` in a process of its own); its final
+    flow run."""
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL
+
+    scheduled = run_deployment(deployment, parameters=parameters, timeout=0)
+    done = subprocess.run(
+        [sys.executable, "-m", "prefect.engine", str(scheduled.id)],
+        env={**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()},
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    with get_client(sync_client=True) as client:
+        flow_run = client.read_flow_run(scheduled.id)
+    assert flow_run.state is not None and flow_run.state.is_final(), done.stderr[-3000:]
+    return flow_run
+
+
+@pytest.mark.slow
+def test_a_manual_deployment_run_refuses_another_tenant_s_folder_and_a_disabled_tenant(
+    flow_env: str, s3, landing_bucket: str, tmp_path: Path, monkeypatch
+) -> None:
+    from flows.import_s3_folder import import_s3_folder
+
+    name = f"import-{uuid.uuid4().hex[:8]}"
+    import_s3_folder.to_deployment(name=name).apply()
+    globex = today_folder(landing_bucket, "globex")
+    upload(s3, globex, fleet_delivery(trips=20))
+    run = _manual_deployment_run(
+        f"import-s3-folder/{name}", {"tenant_id": "acme", "folder": globex}
+    )
+    assert run.state.name == "Refused", run.state.message
+    assert f"{globex} belongs to tenant 'globex', not 'acme'" in run.state.message
+    _nothing_written(flow_env)
+    (event,) = _refused_events(globex)
+    assert event.payload["source"] == "import-s3-folder"
+
+    registry = tmp_path / "tenants.yaml"
+    registry.write_text(REGISTRY)
+    monkeypatch.setenv("FLEET_TENANTS", str(registry))  # the worker's environment
+    run = _manual_deployment_run(
+        f"import-s3-folder/{name}", {"tenant_id": "globex", "folder": globex}
+    )
+    assert run.state.name == "Refused", run.state.message
+    assert "tenant 'globex' is disabled in the tenant registry" in run.state.message
+    _nothing_written(flow_env)
+
+
+@pytest.mark.slow
+def test_the_cli_refuses_a_disabled_tenant(
+    flow_env: str, s3, landing_bucket: str, tmp_path: Path, monkeypatch
+) -> None:
+    registry = tmp_path / "tenants.yaml"
+    registry.write_text(REGISTRY)
+    monkeypatch.setenv("FLEET_TENANTS", str(registry))
+    globex = today_folder(landing_bucket, "globex")
+    upload(s3, globex, fleet_delivery(trips=20))
+    done = CliRunner().invoke(app, ["run", "--tenant", "globex", globex], env={"COLUMNS": "300"})
+    assert done.exit_code == 9, done.output
+    (line,) = [line for line in done.output.splitlines() if line.startswith("Refused")]
+    assert "tenant 'globex' is disabled in the tenant registry" in line
+    _nothing_written(flow_env)
+
+
+def test_the_relay_refuses_a_key_in_another_tenant_s_registered_area(
+    s3, sqs, landing_bucket: str, tmp_path: Path
+) -> None:
+    """The key's place in the layout names globex, the registry gives that area to acme:
+    the relay believes neither label nor layout alone, and emits nothing for it."""
+    url = sqs.create_queue(
+        QueueName=f"fleet-relay-{uuid.uuid4().hex[:12]}", Attributes={"VisibilityTimeout": "1"}
+    )["QueueUrl"]
+    notify_queue_of(s3, sqs, landing_bucket, url)
+    registry_file = tmp_path / "tenants.yaml"
+    registry_file.write_text(
+        f"tenants:\n  acme:\n    landing_prefixes: s3://{landing_bucket}/globex/\n  globex: {{}}\n"
+    )
+    emitted: list[Any] = []
+    announced: list[tuple[str, dict[str, Any]]] = []
+    relay = Relay(
+        sqs,
+        url,
+        emitted.append,
+        dead_letter=FileDeadLetter(str(tmp_path / "dead.jsonl")),
+        wait_seconds=1,
+        events=lambda name, payload: announced.append((name, dict(payload))),
+        registry=load_registry(registry_file),
+    )
+    globex = today_folder(landing_bucket, "globex").removeprefix(f"s3://{landing_bucket}/")
+    put_objects(s3, landing_bucket, {globex + "_SUCCESS": b""})
+    totals = RelayStats()
+    deadline = time.monotonic() + 15
+    while totals.emitted + totals.skipped < 1:
+        assert time.monotonic() < deadline, totals
+        totals.add(relay.poll_once())
+    assert emitted == []
+    (refusal,) = [payload for name, payload in announced if name == DELIVERY_REFUSED_EVENT]
+    assert refusal["kind"] == "other_tenant" and refusal["owner_tenant_id"] == "acme"
+    assert refusal["tenant_id"] == "globex" and "'acme'" in refusal["reason"]
 
 
 def test_the_relay_refuses_a_disabled_tenant_s_objects(
