@@ -53,7 +53,10 @@ recorded in `queries`, so tests can assert what reached the "cluster".
 
 Where it lives: this module holds the emulator and its knobs; `redshift_session` one client
 session (relay, local answers, the transaction followed), `redshift_wire` the protocol,
-`redshift_dialect` Redshift's SQL in PostgreSQL's words and what Redshift refuses,
+`redshift_dialect` Redshift's SQL in PostgreSQL's words, `redshift_strict` what Redshift
+refuses that PostgreSQL accepts (PostgreSQL-only SQL, leader-only functions, ALTER COLUMN
+TYPE's limits, VARCHAR bytes of INSERT parameters, the connection cap; COPY's Parquet
+options and types are checked in `redshift_copy`), recorded in `refusals`,
 `redshift_isolation`, `redshift_copy` and `redshift_catalog` the rest.
 """
 
@@ -68,6 +71,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from tests import redshift_catalog as catalog
 from tests import redshift_isolation as isolation
+from tests import redshift_strict as strict
 from tests import redshift_wire as wire
 from tests.redshift_catalog import Failure
 from tests.redshift_copy import CopyFailed
@@ -126,6 +130,17 @@ class RedshiftEmulator:
         self.failures: list[Failure] = []
         """Injected errors still to raise, in order (`fail_next`)."""
         self.isolation = isolation.Isolation()
+        self.encodings: dict[tuple[str, str], str] = {}
+        """{("schema.table", column): encoding}: what ENCODE clauses set, and what a test says
+        ENCODE AUTO chose (BYTEDICT for a low-cardinality column, say)."""
+        self.max_connections = strict.CONNECTION_LIMITS[
+            "serverless" if serverless else "provisioned"
+        ]
+        """Sessions open at once; one more is refused (FATAL 53300), as Redshift caps them."""
+        self.sessions_open = 0
+        self.refusals: list[tuple[str, str, str]] = []
+        """(SQL, SQLSTATE, message) of every statement refused as Redshift would refuse it
+        (tests/redshift_strict.py): the backend's own suite must leave this empty."""
         self.lock_holds: list[float] = []
         """Seconds from each transaction's first table lock to its end."""
         self._loop = asyncio.new_event_loop()
@@ -198,11 +213,19 @@ class RedshiftEmulator:
         self._loop.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        upstream = None
+        upstream, counted = None, False
         try:
             startup = await self._startup(reader, writer)
             if startup is None:
                 return
+            if self.sessions_open >= self.max_connections:
+                refused = strict.connection_limit(self.max_connections)
+                fatal = wire.error_body(refused.sqlstate, refused.message)
+                writer.write(wire.message(b"E", fatal.replace(b"SERROR", b"SFATAL")))
+                await writer.drain()
+                return
+            counted = True
+            self.sessions_open += 1
             if self.upstream_socket:
                 upstream = await asyncio.open_unix_connection(self.upstream_socket)
             else:
@@ -213,6 +236,7 @@ class RedshiftEmulator:
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         finally:
+            self.sessions_open -= counted
             for w in (writer, upstream[1] if upstream else None):
                 if w is not None:
                     w.close()

@@ -15,9 +15,17 @@ from typing import TYPE_CHECKING, Any
 from tests import redshift_catalog as catalog
 from tests import redshift_dialect as dialect
 from tests import redshift_isolation as isolation
+from tests import redshift_strict as strict
 from tests import redshift_wire as wire
 from tests.redshift_catalog import Failure
-from tests.redshift_copy import COPY_S3, CopyFailed, check_columns, copy_input, read_copy
+from tests.redshift_copy import (
+    COPY_S3,
+    CopyFailed,
+    check_columns,
+    check_types,
+    copy_input,
+    read_copy,
+)
 
 if TYPE_CHECKING:
     from tests.redshift_emulator import RedshiftEmulator
@@ -188,6 +196,8 @@ class Session:
                 error = await self._refuse(sql) if sql is not None else None
                 if error is None and sql is not None:
                     error = await self._before(sql, runs=runs)
+                if error is None and sql is not None and runs:
+                    error = await self._check_parameters(sql, batch)
                 if error is not None or self._is_local(batch, sql if runs else None):
                     await self._answer_locally(batch, error)
                 else:
@@ -206,14 +216,58 @@ class Session:
                 await relay
 
     async def _refuse(self, sql: str) -> bytes | None:
-        """Serverless's refusal of a provisioned-only relation, raised upstream so that the
-        transaction is aborted as Redshift aborts it."""
-        message = catalog.refusal(sql) if self.emulator.serverless else None
-        if message is None:
+        """What Redshift refuses before running it (tests/redshift_strict.py; Serverless's
+        provisioned-only relations), raised upstream so that the transaction is aborted as
+        Redshift aborts it."""
+        refused = self._refusal(sql)
+        if refused is None:
             return None
+        self.emulator.refusals.append((sql, refused.sqlstate, refused.message))
         self.divert = asyncio.Queue()
         try:
-            return await self.raise_upstream(message, "42501")
+            return await self.raise_upstream(refused.message, refused.sqlstate)
+        finally:
+            self.divert = None
+
+    def _refusal(self, sql: str) -> strict.Refusal | None:
+        message = catalog.refusal(sql) if self.emulator.serverless else None
+        if message is not None:
+            return strict.Refusal("42501", message)
+        refused = strict.refusal(sql, in_block=self.status == b"T")
+        if refused is not None:
+            return refused
+        altered = strict.alter_column_type(sql)
+        if altered is not None:
+            table, column, _ = altered
+            encoding = self.emulator.encodings.get((table, column), "")
+            if encoding.lower() in strict.NOT_WIDENED:
+                return strict.widening_refusal(table, column, encoding)
+        self.emulator.encodings.update(strict.encodings_set(sql))
+        return None
+
+    async def _check_parameters(self, sql: str, batch: list[tuple[bytes, bytes]]) -> bytes | None:
+        """VARCHAR(n) holds n bytes: an INSERT's bound string longer than that fails (22001),
+        where PostgreSQL would count characters. Runs once the statement holds its snapshot."""
+        mapped = strict.parameter_columns(sql)
+        bind = next((body for kind, body in batch if kind == b"B"), None)
+        if mapped is None or not mapped[1] or bind is None:
+            return None
+        table, columns = mapped
+        _, values = strict.bind_parameters(bind)
+        self.divert = asyncio.Queue()
+        try:
+            try:
+                widths = {name: width for name, width, _ in await self._columns(table)}
+            except CopyFailed:
+                return None  # no such table: PostgreSQL's own error follows
+            for number, column in sorted(columns.items()):
+                value = values[number - 1] if number <= len(values) else None
+                width = widths.get(column)
+                if value is not None and width is not None and len(value.encode()) > width:
+                    refused = strict.too_long(width)
+                    self.emulator.refusals.append((sql, refused.sqlstate, refused.message))
+                    return await self.raise_upstream(refused.message, refused.sqlstate)
+            return None
         finally:
             self.divert = None
 
@@ -408,12 +462,14 @@ class Session:
         if injected is not None:
             return await self.raise_injected(injected), b""
         try:
-            table, columns, rows = await asyncio.to_thread(read_copy, sql, self.emulator.get_object)
+            copied = await asyncio.to_thread(read_copy, sql, self.emulator.get_object)
+            table, columns, rows, schemas = copied
             target = await self._columns(table)
             if columns:
                 by_name = {name: (width, oid) for name, width, oid in target}
                 target = [(c, *by_name.get(c.strip('"'), (None, None))) for c in columns]
             check_columns(table, rows, [(name, width) for name, width, _ in target])
+            check_types(schemas, target)
             copy_format, data = await asyncio.to_thread(
                 copy_input, rows, [oid for _, _, oid in target]
             )

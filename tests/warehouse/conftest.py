@@ -17,3 +17,5 @@ def emulator(
 ) -> Iterator[RedshiftEmulator]:
     with RedshiftEmulator(database_url, s3, serverless=request.param == "serverless") as emu:
         yield emu
+    # The backend never sends what Redshift would refuse (tests/redshift_strict.py).
+    assert not emu.refusals, emu.refusals

@@ -320,3 +320,4 @@ def test_serverless_refuses_stv_tables_and_both_offer_sys_views(
         run(conn, "SELECT 1")  # the transaction is aborted, as Redshift aborts it
     conn.rollback()
     assert run(conn, "SELECT 1") == [[1]]
+    emulator.refusals.clear()  # refused on purpose
