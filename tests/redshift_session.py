@@ -30,6 +30,11 @@ from tests.redshift_copy import (
 if TYPE_CHECKING:
     from tests.redshift_emulator import RedshiftEmulator
 
+
+class ConnectionDropped(ConnectionError):
+    """The emulator dropped a client's connection on purpose (`drop_next_commit`)."""
+
+
 _EXECUTES = (b"E", b"Q")
 _VIOLATION = "1023"
 _VIOLATION_DETAIL = (
@@ -78,6 +83,8 @@ class Session:
     async def _relay_messages(self) -> None:
         while True:
             kind, body = await wire.read_message(self.up_reader)
+            if kind == b"E":
+                body = _as_redshift(body)
             self._observe(kind, body)
             if self.divert is not None:
                 await self.divert.put((kind, body))
@@ -311,6 +318,9 @@ class Session:
         self.divert = asyncio.Queue()
         try:
             if kind == "commit":
+                drops = self.emulator.commit_drops
+                if runs and tx.writes and drops:
+                    await self._drop_at_commit(drops.pop(0))
                 if runs and self.emulator.fail_commits and tx.writes:
                     self.emulator.fail_commits -= 1
                     return await self.violation(sorted(tx.writes)[0], None)
@@ -323,6 +333,12 @@ class Session:
             error = await self._lock_and_snapshot(tx, writes - self._locked)
             if error is not None:
                 return error
+            if self.emulator.isolation_level == "snapshot":
+                # SNAPSHOT: no cycle check (write skew is allowed); a concurrent change of
+                # the same rows is PostgreSQL's own conflict, told as Redshift's 1023.
+                tx.reads |= reads
+                tx.writes |= writes
+                return None
             try:
                 self.emulator.isolation.access(tx, reads, writes)
             except isolation.Violation as exc:
@@ -330,6 +346,18 @@ class Session:
             return None
         finally:
             self.divert = None
+
+    async def _drop_at_commit(self, when: str) -> None:
+        """The connection drops at this COMMIT: `before` it reaches the server (which rolls
+        the transaction back when its session ends), or `after` the server committed, the
+        answer never sent. The client sees the socket close either way."""
+        if when == "after":
+            result = await self.query("COMMIT")
+            assert result.error is None, wire.error_fields(result.error)
+            self._end_transaction(committed=True)
+        self.client_writer.close()
+        self.up_writer.close()
+        raise ConnectionDropped(when)
 
     async def _lock_and_snapshot(self, tx: isolation.Transaction, tables: set[str]) -> bytes | None:
         """Take the write locks of `tables`, then the snapshot if there is none yet: a
@@ -497,3 +525,23 @@ class Session:
             (name.decode(), None if width is None else int(width), int(oid))
             for name, width, oid in result.rows
         ]
+
+
+_WRITE_CONFLICT = "40001"  # PostgreSQL: could not serialize access due to concurrent update
+
+
+def _as_redshift(body: bytes) -> bytes:
+    """PostgreSQL's serialization failure (REPEATABLE READ: a row another transaction changed
+    since this one's snapshot) as Redshift reports every such conflict: 1023 (XX000)."""
+    fields = wire.error_fields(body)
+    if fields.get("C") != _WRITE_CONFLICT:
+        return body
+    fields.update(
+        C="XX000",
+        M=_VIOLATION,
+        D="Serializable isolation violation on table - 0, transactions forming the cycle are: "
+        "a concurrent update of the same rows",
+    )
+    for internal in ("W", "F", "L", "R", "H"):
+        fields.pop(internal, None)
+    return wire.error_from(fields)
