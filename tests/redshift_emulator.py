@@ -52,7 +52,8 @@ mixing such a statement with others in one batch is not supported. Every SQL tex
 recorded in `queries`, so tests can assert what reached the "cluster".
 
 Where it lives: this module holds the emulator and its knobs; `redshift_session` one client
-session (relay, local answers, the transaction followed), `redshift_wire` the protocol,
+session (relay, the transaction followed), `redshift_local` what a session answers itself
+(COPY from S3, TRUNCATE, refusals), `redshift_wire` the protocol,
 `redshift_dialect` Redshift's SQL in PostgreSQL's words, `redshift_strict` what Redshift
 refuses that PostgreSQL accepts (PostgreSQL-only SQL, leader-only functions, ALTER COLUMN
 TYPE's limits, VARCHAR bytes of INSERT parameters, the connection cap; COPY's Parquet
