@@ -15,6 +15,7 @@ The last line is exactly
 `redshift concurrency: n=16 makespan=X.XX max_lock_hold_s=Y.Y retries=Z failed=F`.
 
     .venv/bin/python benchmarks/redshift_concurrency.py [--rows 100000] [--repeat 3]
+        [--isolation serializable|snapshot]
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from fleet_import.config import DEFAULT_WAREHOUSE_LOAD_SLOTS  # noqa: E402
 from fleet_import.contracts.fleet import FLEET_DATASETS  # noqa: E402
 from fleet_import.warehouse.base import DatasetLoad, WarehouseError  # noqa: E402
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse  # noqa: E402
-from tests.redshift_emulator import RedshiftEmulator  # noqa: E402
+from tests.redshift_emulator import ISOLATION_LEVELS, RedshiftEmulator  # noqa: E402
 from tests.warehouse_helpers import fleet_loads  # noqa: E402
 
 BUCKET = "bench-redshift-staging"
@@ -156,6 +157,12 @@ def main() -> None:
         help="also run the 16 at once as deployed: at most this many in the warehouse at a"
         " time, as fleet-warehouse-loads allows (0: skip)",
     )
+    parser.add_argument(
+        "--isolation",
+        choices=ISOLATION_LEVELS,
+        default="serializable",
+        help="the emulated database's isolation level (new clusters and workgroups: snapshot)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     counts = {"vehicles": 1_000, "trips": args.rows, "fuel_transactions": args.rows // 5}
@@ -174,11 +181,11 @@ def main() -> None:
         s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
         s3.create_bucket(Bucket=BUCKET)
         loads = fleet_loads(Path(tmp), counts)
-        with RedshiftEmulator(url, s3) as emulator:
+        with RedshiftEmulator(url, s3, isolation_level=args.isolation) as emulator:
             RedshiftWarehouse(
                 emulator.connect_kwargs(), s3=s3, staging_uri=f"s3://{BUCKET}/stage/", iam_role=ROLE
             ).ensure_tables(FLEET_DATASETS.values())
-            progress(f"loading {max(TENANTS)} slices once ({counts})")
+            progress(f"isolation {args.isolation}: loading {max(TENANTS)} slices once ({counts})")
             _run_round(pool, emulator, endpoint, loads, max(TENANTS), together=False)
             if args.load_slots:
                 tenants = max(TENANTS)

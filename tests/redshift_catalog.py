@@ -10,6 +10,9 @@ from dataclasses import dataclass
 PROVISIONED_ONLY = re.compile(r"\b(?:pg_catalog\.)?(?P<relation>(?:stl|stv|svl|svcs)_\w+)", re.I)
 """System relations a Serverless workgroup refuses (AWS "System view mapping for migrating
 to SYS views": STL, STV, SVL and SVCS are provisioned-only)."""
+PUBLIC = "PUBLIC"
+"""Who sees the system views: every user, each its own sessions (AWS "STV_SESSIONS": "visible
+to all users"; PostgreSQL's pg_stat_activity likewise shows a user its own sessions)."""
 _SESSIONS = "FROM pg_stat_activity WHERE backend_type = 'client backend'"
 
 
@@ -42,6 +45,7 @@ def create_system_views(upstream_url: str, *, serverless: bool) -> None:
             "0 AS session_timeout, (backend_start AT TIME ZONE 'UTC') AS start_time, "
             f"NULL::timestamp AS end_time {_SESSIONS}"
         )
+        conn.execute(f"GRANT SELECT ON public.sys_session_history TO {PUBLIC}")
         if serverless:
             conn.execute("DROP VIEW IF EXISTS public.stv_sessions")
             return
@@ -50,6 +54,7 @@ def create_system_views(upstream_url: str, *, serverless: bool) -> None:
             "SELECT pid AS process, (backend_start AT TIME ZONE 'UTC') AS starttime, "
             f"usename::text AS user_name, datname::text AS db_name {_SESSIONS}"
         )
+        conn.execute(f"GRANT SELECT ON public.stv_sessions TO {PUBLIC}")
 
 
 def refusal(sql: str) -> str | None:

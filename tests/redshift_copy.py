@@ -37,14 +37,67 @@ COPY_S3 = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _CSV_CHUNK = 1 << 20
+_LITERAL = re.compile(r"'(?:[^']|'')*'")
+PARQUET_OPTIONS = frozenset(
+    {"IAM_ROLE", "CREDENTIALS", "FORMAT", "AS", "PARQUET", "MANIFEST", "ACCEPTINVCHARS"}
+    | {"FILLRECORD", "STATUPDATE", "ON", "OFF", "TRUE", "FALSE", "EXPLICIT_IDS"}
+    | {"SERIALIZETOJSON"}
+)
+"""COPY's parameters for Parquet (AWS "COPY from columnar data formats": ACCEPTINVCHARS,
+FILLRECORD, FROM, IAM_ROLE/CREDENTIALS, STATUPDATE, MANIFEST, EXPLICIT_IDS; SERIALIZETOJSON
+for nested columns), their keyword arguments and FORMAT AS PARQUET itself."""
+TargetColumn = tuple[str, "int | None", "int | None"]
+"""(name, VARCHAR width in bytes or None, PostgreSQL type oid) of a column COPY fills."""
+
+_TYPE_NAMES = {
+    16: "BOOLEAN",
+    20: "BIGINT",
+    21: "SMALLINT",
+    23: "INTEGER",
+    25: "TEXT",
+    700: "REAL",
+    701: "DOUBLE PRECISION",
+    1042: "CHAR",
+    1043: "VARCHAR",
+    1082: "DATE",
+    1114: "TIMESTAMP",
+    1184: "TIMESTAMPTZ",
+    1700: "NUMERIC",
+}
+_INTEGERS = {
+    21: (pa.int8(), pa.int16(), pa.uint8()),
+    23: (pa.int8(), pa.int16(), pa.int32(), pa.uint8(), pa.uint16()),
+    20: (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32()),
+}
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+_ACCEPTS = {
+    **{oid: _is_text for oid in (25, 1042, 1043)},
+    **{oid: (lambda t, ok=ok: t in ok) for oid, ok in _INTEGERS.items()},
+    700: pa.types.is_float32,
+    701: pa.types.is_floating,
+    16: pa.types.is_boolean,
+    1082: pa.types.is_date32,
+    1114: pa.types.is_timestamp,
+    1184: pa.types.is_timestamp,
+    1700: pa.types.is_decimal,
+}
+"""Which Arrow (Parquet) types each column type reads, by type oid."""
 
 
 class CopyFailed(Exception):
     """A COPY the emulator could not run; becomes an ErrorResponse (SQLSTATE XX000)."""
 
 
-def read_copy(sql: str, get_object: Callable[[str], bytes]) -> tuple[str, list[str], pa.Table]:
-    """(target table, its column list if given, the rows by position) of a COPY."""
+def read_copy(
+    sql: str, get_object: Callable[[str], bytes]
+) -> tuple[str, list[str], pa.Table, list[tuple[str, pa.Schema]]]:
+    """(target table, its column list if given, the rows by position, each file's URI and
+    schema) of a COPY."""
     match = COPY_S3.match(sql)
     assert match is not None
     options = match["options"].upper()
@@ -54,6 +107,7 @@ def read_copy(sql: str, get_object: Callable[[str], bytes]) -> tuple[str, list[s
         r"\b(CREDENTIALS|ACCESS_KEY_ID|SECRET_ACCESS_KEY|SESSION_TOKEN)\b", options
     ):
         raise CopyFailed("COPY must authorise with IAM_ROLE only")
+    check_options(match["options"])
     uri = match["uri"].replace("''", "'")
     objects = [uri]
     manifest = None
@@ -77,7 +131,42 @@ def read_copy(sql: str, get_object: Callable[[str], bytes]) -> tuple[str, list[s
     if len(widths) > 1:
         raise CopyFailed(f"Parquet files of one COPY differ in column count: {widths}")
     columns = [c.strip() for c in (match["columns"] or "").split(",") if c.strip()]
-    return match["table"], columns, _concat_positionally(tables)
+    schemas = [(uri, t.schema) for uri, t in zip(objects, tables, strict=True)]
+    return match["table"], columns, _concat_positionally(tables), schemas
+
+
+def check_options(options: str) -> None:
+    """Only the parameters AWS lists for COPY from columnar formats; the first other one
+    fails the COPY ("REGION argument is not supported for PARQUET based COPY")."""
+    words = re.findall(r"[A-Za-z_]+", _LITERAL.sub(" ", options))
+    for word in words:
+        if word.upper() not in PARQUET_OPTIONS:
+            raise CopyFailed(f"{word.upper()} argument is not supported for PARQUET based COPY")
+
+
+def check_types(schemas: Sequence[tuple[str, pa.Schema]], target: Sequence[TargetColumn]) -> None:
+    """Each file's Parquet type against its column's (Spectrum reads the file with the
+    table's types and refuses what does not match, where PostgreSQL would coerce), and no
+    nanosecond timestamps (Spectrum misreads them, apache/arrow#38000)."""
+    for uri, schema in schemas:
+        for field, (name, _, oid) in zip(schema, target, strict=False):
+            arrow_type = field.type
+            if pa.types.is_timestamp(arrow_type) and arrow_type.unit == "ns":
+                raise CopyFailed(
+                    _incompatible(uri, name, oid, arrow_type)
+                    + " (nanosecond timestamps are misread by Spectrum: write microseconds)"
+                )
+            accepts = _ACCEPTS.get(oid)
+            if accepts is not None and not pa.types.is_null(arrow_type) and not accepts(arrow_type):
+                raise CopyFailed(_incompatible(uri, name, oid, arrow_type))
+
+
+def _incompatible(uri: str, name: str, oid: int | None, arrow_type: pa.DataType) -> str:
+    column_type = _TYPE_NAMES.get(oid or 0, str(oid))
+    return (
+        f"Spectrum Scan Error: File '{uri}' has an incompatible Parquet schema for column "
+        f"'{name}'. Column type: {column_type}, Parquet schema: {arrow_type}"
+    )
 
 
 def check_columns(table: str, rows: pa.Table, target: Sequence[tuple[str, int | None]]) -> None:

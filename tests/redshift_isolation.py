@@ -24,22 +24,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_NAME = r'(?:"(?:[^"]|"")+"|[A-Za-z_][\w$]*)'
-_QUALIFIED = rf"{_NAME}(?:\s*\.\s*{_NAME})?"
+NAME = r'(?:"(?:[^"]|"")+"|[A-Za-z_][\w$]*)'
+QUALIFIED = rf"{NAME}(?:\s*\.\s*{NAME})?"
 _WRITE = re.compile(
-    rf"^\s*(?:INSERT\s+INTO|DELETE\s+FROM|UPDATE|COPY)\s+(?P<name>{_QUALIFIED})",
+    rf"^\s*(?:INSERT\s+INTO|DELETE\s+FROM|UPDATE|COPY)\s+(?P<name>{QUALIFIED})",
     re.IGNORECASE,
 )
 _READS = re.compile(
-    rf"\b(?:FROM|JOIN|USING)\s+(?P<names>{_QUALIFIED}(?:\s*,\s*{_QUALIFIED})*)(?![\w$\"]|\s*[.(])",
+    rf"\b(?:FROM|JOIN|USING)\s+(?P<names>{QUALIFIED}(?:\s*,\s*{QUALIFIED})*)(?![\w$\"]|\s*[.(])",
     re.IGNORECASE,
 )
 _LOCK = re.compile(
-    rf"^\s*LOCK\s+(?:TABLE\s+)?(?P<names>{_QUALIFIED}(?:\s*,\s*{_QUALIFIED})*)",
+    rf"^\s*LOCK\s+(?:TABLE\s+)?(?P<names>{QUALIFIED}(?:\s*,\s*{QUALIFIED})*)",
     re.IGNORECASE,
 )
 _TEMP_CREATE = re.compile(
-    rf"^\s*CREATE\s+(?:LOCAL\s+)?TEMP(?:ORARY)?\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(?P<name>{_NAME})",
+    rf"^\s*CREATE\s+(?:LOCAL\s+)?TEMP(?:ORARY)?\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(?P<name>{NAME})",
     re.IGNORECASE,
 )
 _KINDS = {
@@ -63,18 +63,18 @@ def kind(sql: str) -> str:
     return "statement"
 
 
-def _unquote(part: str) -> str:
+def unquote(part: str) -> str:
     part = part.strip()
     return part[1:-1].replace('""', '"') if part.startswith('"') else part.lower()
 
 
 def _split_names(names: str) -> list[str]:
-    return re.findall(_QUALIFIED, names)
+    return re.findall(QUALIFIED, names)
 
 
 def table_key(name: str, temp: set[str]) -> str | None:
     """`schema.table` of a user table, or None for a session temp table or a system one."""
-    parts = [_unquote(p) for p in re.findall(_NAME, name)]
+    parts = [unquote(p) for p in re.findall(NAME, name)]
     schema, table = parts if len(parts) == 2 else (None, parts[0])
     if schema is None:
         if table in temp or table.startswith(_SYSTEM_PREFIXES):
@@ -87,7 +87,7 @@ def table_key(name: str, temp: set[str]) -> str | None:
 
 def temp_table_created(sql: str) -> str | None:
     match = _TEMP_CREATE.match(sql)
-    return _unquote(match["name"]) if match else None
+    return unquote(match["name"]) if match else None
 
 
 def locked_tables(sql: str, temp: set[str]) -> list[str]:

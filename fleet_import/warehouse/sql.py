@@ -72,10 +72,24 @@ def create_schema_sql(schema: str) -> str:
     return f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(schema)}"
 
 
+def schemas_of(contracts: Iterable[DatasetContract]) -> set[str]:
+    """The registry's schema and every curated table's."""
+    return {split_table(REGISTRY_TABLE)[0], *(split_table(c.target_table)[0] for c in contracts)}
+
+
 def create_schemas_sql(contracts: Iterable[DatasetContract]) -> list[str]:
     """The registry's schema and every curated table's, each once, in a fixed order."""
-    schemas = {split_table(REGISTRY_TABLE)[0], *(split_table(c.target_table)[0] for c in contracts)}
-    return [create_schema_sql(schema) for schema in sorted(schemas)]
+    return [create_schema_sql(schema) for schema in sorted(schemas_of(contracts))]
+
+
+def existing_schemas_sql(schemas: Iterable[str]) -> Statement:
+    """Which of `schemas` exist (pg_namespace: PostgreSQL's catalog and Redshift's), whatever
+    the user may do in them: a user without CREATE on the database asks before creating."""
+    names = sorted(schemas)
+    return (
+        f"SELECT nspname FROM pg_namespace WHERE nspname IN ({', '.join(['%s'] * len(names))})",
+        names,
+    )
 
 
 def create_registry_sql(dialect: Dialect) -> str:

@@ -22,7 +22,7 @@ from fleet_import.scope import Tenant
 from fleet_import.store.models import BatchStatus
 from fleet_import.store.repository import BatchRepository
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
-from tests.redshift_emulator import RedshiftEmulator
+from tests.redshift_emulator import ISOLATION_LEVELS, RedshiftEmulator
 from tests.reliability.conftest import connect, make_source, slice_differences, upload_sources
 
 pytestmark = pytest.mark.slow
@@ -60,7 +60,9 @@ def _import(
         results.put((tenant_id, repr(outcome)))
 
 
+@pytest.mark.parametrize("isolation_level", ISOLATION_LEVELS)
 def test_sixteen_tenants_import_at_once(
+    isolation_level: str,
     database_url: str,
     moto_endpoint: str,
     s3: Any,
@@ -77,7 +79,7 @@ def test_sixteen_tenants_import_at_once(
     upload_sources(s3, sources)
     spawn = multiprocessing.get_context("spawn")
     start, results = spawn.Barrier(TENANTS), spawn.Queue()
-    with RedshiftEmulator(database_url, s3) as emulator:
+    with RedshiftEmulator(database_url, s3, isolation_level=isolation_level) as emulator:
         RedshiftWarehouse(
             emulator.connect_kwargs(),
             s3=s3,
@@ -107,6 +109,7 @@ def test_sixteen_tenants_import_at_once(
                 if process.is_alive():
                     process.kill()
         lock_holds = list(emulator.lock_holds)
+        refusals = list(emulator.refusals)
     batch_ids: dict[str, uuid.UUID] = {}
     failed = {}
     for tenant_id, outcome in outcomes.items():
@@ -138,3 +141,4 @@ def test_sixteen_tenants_import_at_once(
     assert problems == []
     # Every slice's short transaction, at least, took table locks (its LOCK).
     assert len(lock_holds) >= TENANTS
+    assert refusals == []  # nothing Redshift would refuse (tests/redshift_strict.py)

@@ -24,6 +24,7 @@ from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 from fleet_import.warehouse.redshift import ddl as redshift_ddl
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 from tests.redshift_emulator import RedshiftEmulator
+from tests.redshift_grants import create_loader
 from tests.warehouse_helpers import commit
 
 LARGEST = Decimal("9" * 29 + "." + "9" * 9)
@@ -136,8 +137,10 @@ def test_postgres_loads_decimals_exactly_through_copy_binary(
 
 @pytest.fixture
 def emulator(database_url: str, s3: Any) -> Iterator[RedshiftEmulator]:
-    with RedshiftEmulator(database_url, s3) as emu:
+    """One setup (decimals do not depend on it), as the least-privilege user."""
+    with RedshiftEmulator(database_url, s3, user=create_loader(database_url)) as emu:
         yield emu
+    assert not emu.refusals, emu.refusals
 
 
 def test_redshift_stages_decimals_in_parquet_and_copies_them_exactly(

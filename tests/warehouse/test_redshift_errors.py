@@ -5,7 +5,9 @@ hierarchy is caught at the driver boundary."""
 
 from __future__ import annotations
 
+import contextlib
 import ssl
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from fleet_import.errors import ErrorKind
 from fleet_import.warehouse.redshift import driver
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 from tests.redshift_emulator import RedshiftEmulator
+from tests.redshift_grants import give
 from tests.warehouse_helpers import ACME, COUNTS, SCOPE, commit, fleet_loads, stamps
 
 ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
@@ -197,3 +200,39 @@ def test_tls_errors_are_configuration_at_connect_and_transient_mid_session() -> 
     wrapped = redshift_connector.InterfaceError("communication error", corrupted)
     assert driver.translate(wrapped).kind is ErrorKind.TRANSIENT
     assert driver.translate(wrapped, connecting=True).kind is ErrorKind.CONFIGURATION
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_commit_whose_connection_drops_arrives_as_a_lost_connection(
+    emulator: RedshiftEmulator, db: psycopg.Connection[Any], when: str
+) -> None:
+    """The injection point for issue 26 (the unknown commit outcome): the connection of a
+    writing COMMIT drops before or after the server committed. Either way the driver raises
+    a client-side InterfaceError without SQLSTATE, which `translate` makes a transient lost
+    connection; only the server knows which happened (the stamp decides, DESIGN)."""
+    db.execute("CREATE TABLE dropped (v bigint)")
+    give(db, emulator.user, "dropped")
+    conn = redshift_connector.connect(**emulator.connect_kwargs())
+    try:
+        conn.cursor().execute("INSERT INTO dropped VALUES (1)")
+        emulator.drop_next_commit(when)
+        with pytest.raises(redshift_connector.InterfaceError) as caught:
+            conn.commit()
+    finally:
+        with contextlib.suppress(redshift_connector.Error):
+            conn.close()
+    error = driver.translate(caught.value)
+    assert error.kind is ErrorKind.TRANSIENT and error.code is None, error
+    assert "connection" in str(error)
+    expected = (1,) if when == "after" else (0,)
+    assert db.execute("SELECT count(*) FROM dropped").fetchone() == expected
+    open_transactions = (
+        "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND state LIKE 'idle in%%'"
+    )
+    for _ in range(100):  # the server ends the dropped session (rolling back) on its own time
+        if db.execute(open_transactions, [emulator.user]).fetchone() == (0,):
+            break
+        time.sleep(0.05)
+    assert db.execute(open_transactions, [emulator.user]).fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM dropped").fetchone() == expected
+    assert emulator.commit_drops == []

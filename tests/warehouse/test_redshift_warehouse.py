@@ -768,6 +768,8 @@ def test_a_session_the_catalog_does_not_show_leaves_only_the_lease_fence(
             "CREATE VIEW public.stv_sessions AS SELECT 0 AS process, "
             "LOCALTIMESTAMP AS starttime WHERE false"
         )
+        db.execute(f"GRANT SELECT ON public.stv_sessions TO {emulator.user}")
+    db.execute(f"GRANT SELECT ON public.sys_session_history TO {emulator.user}")
     db.commit()
     sessions: list[Any] = []
     loads = fleet_loads(tmp_path, COUNTS)

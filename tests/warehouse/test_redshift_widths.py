@@ -100,6 +100,42 @@ def test_ensure_tables_widens_the_varchars_of_a_grown_contract(
     assert _widths(db, "fleet_vehicles")["vin"] == 160
 
 
+def _grown(contract: DatasetContract, column: str, max_length: int) -> DatasetContract:
+    columns = tuple(
+        c.model_copy(update={"max_length": max_length}) if c.name == column else c
+        for c in contract.columns
+    )
+    return contract.model_copy(update={"columns": columns})
+
+
+@pytest.mark.parametrize("encoding", ["bytedict", "text32k"])  # of the four refused
+def test_widening_a_column_whose_encoding_refuses_it_re_encodes_it_first(
+    emulator: RedshiftEmulator,
+    s3: Any,
+    staging_bucket: str,
+    db: psycopg.Connection[Any],
+    encoding: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 27, gap 4: our tables are created without encodings (ENCODE AUTO), which may
+    give a low-cardinality VARCHAR one of the encodings ALTER COLUMN ... TYPE refuses. The
+    loader does not stick: refused (0A000), it re-encodes the column ZSTD and widens it."""
+    _warehouse(emulator, s3, staging_bucket).ensure_tables([VEHICLES])
+    emulator.encodings[("curated.fleet_vehicles", "vin")] = encoding  # what AUTO chose
+    emulator.queries.clear()
+    _warehouse(emulator, s3, staging_bucket).ensure_tables([_grown(VEHICLES, "vin", 40)])
+    assert _widths(db, "fleet_vehicles")["vin"] == 160
+    widen = 'ALTER TABLE "curated"."fleet_vehicles" ALTER COLUMN "vin" TYPE VARCHAR(160)'
+    assert [q for q in emulator.queries if q.startswith("ALTER")] == [
+        widen,
+        'ALTER TABLE "curated"."fleet_vehicles" ALTER COLUMN "vin" ENCODE ZSTD',
+        widen,
+    ]
+    assert emulator.encodings[("curated.fleet_vehicles", "vin")] == "zstd"
+    assert f"{encoding.upper()} encoding" in caplog.text
+    emulator.refusals.clear()  # the first widening was refused on purpose
+
+
 def test_ensure_tables_refuses_a_type_no_alter_can_mend(
     emulator: RedshiftEmulator, s3: Any, staging_bucket: str, db: psycopg.Connection[Any]
 ) -> None:

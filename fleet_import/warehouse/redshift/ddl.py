@@ -79,14 +79,36 @@ def expected_columns(contract: DatasetContract) -> list[TableColumn]:
     ]
 
 
+REENCODING = "ZSTD"
+"""The encoding a column is given when its own refuses widening (BYTEDICT, RUNLENGTH, TEXT255,
+TEXT32K, which ENCODE AUTO, the default of tables created without encodings, may choose for a
+low-cardinality VARCHAR such as `status`): ZSTD takes every type and widens in place."""
+
+
+def reencode_sql(table: str, column: str) -> str:
+    """Change a column's compression encoding (AWS ALTER TABLE: "ALTER COLUMN column_name
+    ENCODE new_encode_type"; the table stays readable, and its ENCODE AUTO is switched off)."""
+    return (
+        f"ALTER TABLE {table_name(table)} ALTER COLUMN {quote_identifier(column)} "
+        f"ENCODE {REENCODING}"
+    )
+
+
 def widen_sql(contract: DatasetContract, found: Sequence[TableColumn]) -> list[str]:
-    """The ALTERs that widen the VARCHARs of an existing curated table to what the contract
-    now allows (a contract that grew). Wider columns are kept: every value fits them. Any
-    other difference (names, order, types) no ALTER mends: WarehouseError, naming it.
+    """The ALTERs of `widenings`."""
+    return [statement for _, statement in widenings(contract, found)]
+
+
+def widenings(contract: DatasetContract, found: Sequence[TableColumn]) -> list[tuple[str, str]]:
+    """(column, ALTER) for each VARCHAR of an existing curated table narrower than the
+    contract now allows (a contract that grew). Wider columns are kept: every value fits
+    them. Any other difference (names, order, types) no ALTER mends: WarehouseError, naming
+    it.
 
     Redshift widens a VARCHAR in place (ALTER TABLE ... ALTER COLUMN ... TYPE) but not
     inside a transaction block, and not for some encodings (BYTEDICT, RUNLENGTH, TEXT255,
-    TEXT32K): the caller runs these alone and reports a refusal."""
+    TEXT32K): the caller runs these alone and, refused, re-encodes the column first
+    (`reencode_sql`)."""
     expected = expected_columns(contract)
     shape = [(name, data_type) for name, data_type, _ in expected]
     if [(name, data_type) for name, data_type, _ in found] != shape:
@@ -95,8 +117,11 @@ def widen_sql(contract: DatasetContract, found: Sequence[TableColumn]) -> list[s
             f"{_spelled(found)}, expected {_spelled(expected)}"
         )
     return [
-        f"ALTER TABLE {table_name(contract.target_table)} ALTER COLUMN {quote_identifier(name)} "
-        f"TYPE VARCHAR({width})"
+        (
+            name,
+            f"ALTER TABLE {table_name(contract.target_table)} ALTER COLUMN "
+            f"{quote_identifier(name)} TYPE VARCHAR({width})",
+        )
         for (name, _, width), (_, _, has) in zip(expected, found, strict=True)
         if width is not None and has is not None and has < width
     ]

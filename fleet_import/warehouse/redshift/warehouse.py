@@ -38,7 +38,9 @@ from fleet_import.warehouse.redshift.writer import RedshiftSliceWriter
 from fleet_import.warehouse.sql import (
     Statement,
     create_registry_sql,
-    create_schemas_sql,
+    create_schema_sql,
+    existing_schemas_sql,
+    schemas_of,
     split_table,
 )
 
@@ -51,6 +53,7 @@ LOCK_WAIT_SECONDS = 30.0
 """How long a statement of this module's own transactions (registry reads, DDL) may run,
 waiting for locks included: a slice commit holds its LOCKs for seconds, but a frozen holder
 holds them until its session is ended, and the reader may be the successor that ends it."""
+_NOT_SUPPORTED = "0A000"  # feature_not_supported: how Redshift refuses what it cannot do
 _DDL_BACKOFF = Backoff((0.5, 2.0))
 """Concurrent CREATE ... IF NOT EXISTS can conflict: a retry sees the table."""
 
@@ -150,38 +153,69 @@ class RedshiftWarehouse(SliceCommitter):
             check_contract(contract)
 
         def work(cursor: Cursor) -> list[str]:
-            for statement in create_schemas_sql(contracts):
-                run(cursor, statement)
-            run(cursor, create_registry_sql(ddl.DIALECT))
-            widen: list[str] = []
+            # No DDL that is not needed: a least-privilege user (a pre-created schema, no
+            # CREATE on the database) never meets a 42501 for what already exists.
+            schemas = schemas_of(contracts)
+            present = {row[0] for row in run(cursor, existing_schemas_sql(schemas)).fetchall()}
+            for schema in sorted(schemas - present):
+                run(cursor, create_schema_sql(schema))
+            (registered,) = run(cursor, ddl.registry_exists_sql()).fetchone()
+            if not registered:
+                run(cursor, create_registry_sql(ddl.DIALECT))
+            widen: list[tuple[str, str, str]] = []
             for contract in contracts:
                 found = run(cursor, ddl.table_columns_sql(*split_table(contract.target_table)))
                 found = [tuple(row) for row in found.fetchall()]
                 if not found:
                     run(cursor, ddl.create_table_sql(contract))
                 else:
-                    widen += ddl.widen_sql(contract, found)
+                    widen += [
+                        (contract.target_table, column, statement)
+                        for column, statement in ddl.widenings(contract, found)
+                    ]
             return widen
 
-        for statement in self._in_transaction(work, _DDL_BACKOFF):
-            self._widen(statement)
+        for table, column, statement in self._in_transaction(work, _DDL_BACKOFF):
+            self._widen(table, column, statement)
         self._ensured.update((c.target_table, c.contract_version) for c in contracts)
 
-    def _widen(self, statement: str) -> None:
-        """Run one ALTER COLUMN ... TYPE, which Redshift refuses in a transaction block."""
+    def _widen(self, table: str, column: str, statement: str) -> None:
+        """Run one ALTER COLUMN ... TYPE, alone (Redshift refuses it in a transaction block).
+        Refused as not supported (0A000: the column's encoding, BYTEDICT, RUNLENGTH, TEXT255
+        or TEXT32K, which ENCODE AUTO may have chosen), the column is re-encoded
+        (`ddl.reencode_sql`) and widened again, so a grown contract never sticks."""
         log.info("widening a column of a grown contract: %s", statement)
-        conn = self.connect()
         try:
-            conn.autocommit = True
-            conn.cursor().execute(statement)
-        except driver.DRIVER_ERRORS as exc:
-            error = driver.translate(exc)
+            try:
+                self._alone(statement)
+            except WarehouseError as refused:
+                if refused.code != _NOT_SUPPORTED:
+                    raise
+                log.warning(
+                    "widening %s.%s was refused (%s): re-encoding it %s first",
+                    table,
+                    column,
+                    refused,
+                    ddl.REENCODING,
+                )
+                self._alone(ddl.reencode_sql(table, column))
+                self._alone(statement)
+        except WarehouseError as error:
             raise WarehouseError(
                 f"cannot widen a column to its grown contract ({statement}): {error}; "
                 "widen it by hand, or recreate the table",
                 kind=error.kind,
                 code=error.code,
             ) from None
+
+    def _alone(self, statement: str) -> None:
+        """One statement outside any transaction block (autocommit), on its own connection."""
+        conn = self.connect()
+        try:
+            conn.autocommit = True
+            conn.cursor().execute(statement)
+        except driver.DRIVER_ERRORS as exc:
+            raise driver.translate(exc) from None
         finally:
             with suppress(*driver.DRIVER_ERRORS):
                 conn.close()
