@@ -25,6 +25,7 @@ from fleet_cli.guard import (
     require_settings,
     services_ready,
 )
+from fleet_cli.tables import tables_app
 from fleet_cli.tenants import tenants_app
 from fleet_import.checks.settings import IMPORTS, OPERATIONAL, RELAY
 from fleet_import.config import Settings
@@ -60,6 +61,7 @@ batches_app = typer.Typer(
 app.add_typer(db_app, name="db")
 app.add_typer(batches_app, name="batches")
 app.add_typer(tenants_app, name="tenants")
+app.add_typer(tables_app, name="tables")
 
 # Whatever comes from data (keys, header names, rejected values, state and error messages)
 # reaches these consoles as `Text`, which rich never parses for markup or emoji: a file

@@ -68,7 +68,10 @@ def claim(
 ) -> Claimed | Skipped | NotClaimed | NothingToDo | AlreadyLoaded:
     """Reserve the scope (or continue this delivery's batch), then its lease. A scope held
     by an abandoned batch is taken over first. Content the slice already holds is not
-    loaded again unless `force`."""
+    loaded again unless `force`. First of all, the tenant's curated tables must hold the
+    contracts' shapes (else TableMigrationNeeded, naming `fleet-import tables migrate`):
+    a batch is never reserved for a load that cannot commit."""
+    ctx.warehouse.check_tables(tenant.tenant_id, ctx.contracts.values())
     if not force:
         loaded = already_loaded(ctx, tenant, scope, delivery_key)
         if loaded is not None:

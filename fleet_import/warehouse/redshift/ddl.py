@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from fleet_import.contracts.model import Column, DatasetContract
-from fleet_import.warehouse.base import STAMP_COLUMNS, WarehouseError
+from fleet_import.warehouse.base import STAMP_COLUMNS
+from fleet_import.warehouse.shape import TableMigrationNeeded
 from fleet_import.warehouse.sql import (
     REGISTRY_TABLE,
     SQL_TYPES,
@@ -82,7 +83,7 @@ def expected_columns(contract: DatasetContract) -> list[TableColumn]:
 def widen_sql(contract: DatasetContract, found: Sequence[TableColumn]) -> list[str]:
     """The ALTERs that widen the VARCHARs of an existing curated table to what the contract
     now allows (a contract that grew). Wider columns are kept: every value fits them. Any
-    other difference (names, order, types) no ALTER mends: WarehouseError, naming it.
+    other difference (names, order, types) no ALTER mends: TableMigrationNeeded, naming it.
 
     Redshift widens a VARCHAR in place (ALTER TABLE ... ALTER COLUMN ... TYPE) but not
     inside a transaction block, and not for some encodings (BYTEDICT, RUNLENGTH, TEXT255,
@@ -90,7 +91,7 @@ def widen_sql(contract: DatasetContract, found: Sequence[TableColumn]) -> list[s
     expected = expected_columns(contract)
     shape = [(name, data_type) for name, data_type, _ in expected]
     if [(name, data_type) for name, data_type, _ in found] != shape:
-        raise WarehouseError(
+        raise TableMigrationNeeded(
             f"table {contract.target_table} does not match dataset {contract.name!r}: has "
             f"{_spelled(found)}, expected {_spelled(expected)}"
         )
