@@ -38,22 +38,19 @@ from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 from fleet_import.warehouse.shape import MigrationRefused, TableMigrationNeeded
 from tests.redshift_emulator import RedshiftEmulator
-from tests.warehouse_helpers import ACME, SCOPE, commit, registry, stamps, write_normalised
+from tests.warehouse_helpers import (
+    ACME,
+    FLOAT_FUEL,
+    SCOPE,
+    commit,
+    registry,
+    stamps,
+    write_normalised,
+)
 
 ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
 TABLE = FUEL_TRANSACTIONS.target_table
-MONEY = ("total_amount", "price_per_litre")
 ROWS = 120
-FLOAT_FUEL = FUEL_TRANSACTIONS.model_copy(
-    update={
-        "version": "1",
-        "columns": tuple(
-            column.model_copy(update={"type": "float64"}) if column.name in MONEY else column
-            for column in FUEL_TRANSACTIONS.columns
-        ),
-    }
-)
-"""fuel_transactions as contract version 1 had it: money as float64."""
 REPO = Path(__file__).resolve().parents[2]
 
 
