@@ -58,3 +58,23 @@ def refusal(sql: str) -> str | None:
     (open-metadata/OpenMetadata#14820, datahub-project/datahub#11922)."""
     match = PROVISIONED_ONLY.search(sql)
     return f"permission denied for relation {match['relation'].lower()}" if match else None
+
+
+_ALTER_TYPE = re.compile(
+    r"^\s*ALTER\s+TABLE\s+.+?\s+ALTER\s+COLUMN\s+.+?\s+TYPE\s+(?P<type>\w+)", re.I | re.S
+)
+
+
+def alter_type_refusal(sql: str, *, in_transaction: bool) -> tuple[str, str] | None:
+    """(SQLSTATE, message) Redshift refuses an `ALTER TABLE ... ALTER COLUMN ... TYPE` with:
+    any type but VARCHAR (the only in-place type change: AWS "ALTER TABLE"), and any such
+    statement inside a transaction block (AWS: "ALTER COLUMN ... TYPE can't run inside a
+    transaction block"; see docs/NOTES: a deep copy does the rest)."""
+    match = _ALTER_TYPE.match(sql)
+    if match is None:
+        return None
+    if match["type"].upper() not in ("VARCHAR", "CHARACTER"):
+        return "0A000", f"ALTER TABLE ALTER COLUMN TYPE does not support type {match['type']}"
+    if in_transaction:
+        return "25001", "ALTER TABLE ALTER COLUMN cannot run inside a transaction block"
+    return None

@@ -23,6 +23,8 @@ What it changes on the way (everything else is forwarded byte for byte):
   would abort it;
 - `TRUNCATE` commits the open transaction first, and itself (AWS "Serializable isolation":
   TRUNCATE and VACUUM commit all outstanding changes).
+- `ALTER TABLE ... ALTER COLUMN ... TYPE` is refused for any type but VARCHAR, and inside a
+  transaction block (AWS "ALTER TABLE"; tests/redshift_catalog.py `alter_type_refusal`).
 
 Concurrency, in a transaction block (the driver's default, autocommit off):
 - the snapshot is taken at the first statement other than LOCK, SET and transaction control
@@ -333,14 +335,19 @@ class _Session:
                 await relay
 
     async def _refuse(self, sql: str) -> bytes | None:
-        """Serverless's refusal of a provisioned-only relation, raised upstream so that the
-        transaction is aborted as Redshift aborts it."""
+        """Serverless's refusal of a provisioned-only relation, and Redshift's of an ALTER
+        COLUMN ... TYPE it cannot make (catalog.alter_type_refusal), raised upstream so that
+        the transaction is aborted as Redshift aborts it."""
         message = catalog.refusal(sql) if self.emulator.serverless else None
+        sqlstate = "42501"
+        altered = catalog.alter_type_refusal(sql, in_transaction=self.status == b"T")
+        if message is None and altered is not None:
+            sqlstate, message = altered
         if message is None:
             return None
         self.divert = asyncio.Queue()
         try:
-            return await self.raise_upstream(message, "42501")
+            return await self.raise_upstream(message, sqlstate)
         finally:
             self.divert = None
 

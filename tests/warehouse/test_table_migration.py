@@ -12,6 +12,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -269,3 +271,42 @@ def test_a_contract_that_drops_a_column_is_refused_in_the_plan(
     assert [(c.column, c.how) for c in plan.changes] == [("odometer_km", "refused")]
     with pytest.raises(MigrationRefused, match="its values would be lost"):
         apply_plan(migration_for(wh), fewer)
+
+
+def test_migrate_waits_for_a_slice_transaction_writing_the_table_and_keeps_its_rows(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """The lock: a slice transaction still open on the table (PostgreSQL holds ROW EXCLUSIVE
+    from its first write to its COMMIT) makes migrate wait; its rows are migrated too."""
+    wh = PostgresWarehouse(database_url)
+    first = _float_slice(wh, tmp_path)
+    other_scope = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-23/"
+    writer = wh.open_slice(
+        tenant_id=ACME, source_scope=other_scope, batch_id=uuid.uuid4(), contracts=[FLOAT_FUEL]
+    )
+    writer.load_files(
+        FLOAT_FUEL, [write_normalised(tmp_path / "other.parquet", FLOAT_FUEL, ROWS, tag="o")]
+    )
+    outcome: list[Any] = []
+    migrating = threading.Thread(
+        target=lambda: outcome.append(apply_plan(migration_for(wh), FUEL_TRANSACTIONS))
+    )
+    migrating.start()
+    deadline = time.monotonic() + 10
+    waiting = False
+    while time.monotonic() < deadline and not waiting:
+        waiting = db.execute(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND mode = 'AccessExclusiveLock'"
+            f" AND relation = '{TABLE}'::regclass"
+        ).fetchone() == (1,)
+        time.sleep(0.05)
+    assert waiting and migrating.is_alive()
+    second = writer.commit().batch_id
+    migrating.join(timeout=30)
+    (done,) = outcome
+    assert isinstance(done, Migrated) and done.rows == 2 * ROWS
+    assert _types(db)["total_amount"] == "numeric(12,2)"
+    assert _stamps(db) == {
+        (ACME, SCOPE, str(first)): ROWS,
+        (ACME, other_scope, str(second)): ROWS,
+    }
