@@ -70,8 +70,8 @@ def contracts_show(
     tenant's, or the one named), whether it matches its contract or differs (which
     columns, and the `tables migrate` command that changes it).
 
-    Exit codes: 0 shown; 1 the contracts or the warehouse could not be read (the contracts
-    are still shown when only the warehouse failed); 2 usage error; 78 configuration error.
+    Exit codes: 0 shown; 1 the warehouse could not be read (the contracts are still shown);
+    2 usage error; 78 configuration error, or a contract file that does not load.
 
     Example: fleet-import contracts show --tenant acme --json
     """

@@ -87,7 +87,8 @@ def tables_migrate(
     Values that do not cast are refused before anything changes, with a few of them and
     their rows' stamps. Exit codes: 0 every table matches (or --apply brought it there);
     1 a table was refused or the migration failed (that table is as it was); 2 usage error;
-    3 changes planned, not made (run again with --apply); 78 configuration error.
+    3 changes planned, not made (run again with --apply); 78 configuration error, or a
+    contract file that does not load.
 
     Example: fleet-import tables migrate --tenant acme --apply
     """
