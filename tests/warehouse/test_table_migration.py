@@ -310,3 +310,72 @@ def test_migrate_waits_for_a_slice_transaction_writing_the_table_and_keeps_its_r
         (ACME, SCOPE, str(first)): ROWS,
         (ACME, other_scope, str(second)): ROWS,
     }
+
+
+NARROW_VEHICLE = FUEL_TRANSACTIONS.model_copy(
+    update={
+        "version": "0",
+        "columns": tuple(
+            column.model_copy(update={"max_length": 2}) if column.name == "vehicle_id" else column
+            for column in FUEL_TRANSACTIONS.columns
+        ),
+    }
+)
+"""vehicle_id as VARCHAR(8) on Redshift (2 characters, 4 bytes each)."""
+
+
+def _redshift(emulator: RedshiftEmulator, s3: Any, staging_bucket: str) -> RedshiftWarehouse:
+    return RedshiftWarehouse(
+        emulator.connect_kwargs(password="pw"),
+        s3=s3,
+        staging_uri=f"s3://{staging_bucket}/redshift/",
+        iam_role=ROLE,
+        retry_delays=(0.0, 0.0, 0.0),
+    )
+
+
+def _width(db: psycopg.Connection[Any]) -> int:
+    return db.execute(
+        "SELECT character_maximum_length FROM information_schema.columns"
+        " WHERE table_name = 'fleet_fuel_transactions' AND column_name = 'vehicle_id'"
+    ).fetchone()[0]
+
+
+def test_redshift_widens_a_varchar_in_place_and_refuses_values_a_narrower_one_cannot_hold(
+    emulator: RedshiftEmulator,
+    s3: Any,
+    staging_bucket: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+) -> None:
+    wh = _redshift(emulator, s3, staging_bucket)
+    wh.ensure_tables([NARROW_VEHICLE])
+    load = DatasetLoad(
+        NARROW_VEHICLE, (write_normalised(tmp_path / "n.parquet", NARROW_VEHICLE, ROWS),)
+    )
+    commit(wh, [load])
+    migration = migration_for(wh)
+    (plan,) = plan_tables(migration, [FUEL_TRANSACTIONS])
+    assert plan.method == "in place"
+    assert [(c.column, c.has, c.wants) for c in plan.changes] == [
+        ("vehicle_id", "character varying(8)", "character varying(256)")
+    ]
+    done = apply_plan(migration, FUEL_TRANSACTIONS)
+    assert isinstance(done, Migrated) and done.rows == ROWS and _width(db) == 256
+
+    # Back to 8 bytes: the values written since (`vehicle_id-N`) no longer fit.
+    load = DatasetLoad(
+        FUEL_TRANSACTIONS, (write_normalised(tmp_path / "w.parquet", FUEL_TRANSACTIONS, ROWS),)
+    )
+    commit(_redshift(emulator, s3, staging_bucket), [load])
+    (narrowing,) = plan_tables(migration, [NARROW_VEHICLE])
+    assert narrowing.method == "deep copy"
+    with pytest.raises(MigrationRefused) as refused:
+        apply_plan(migration, NARROW_VEHICLE)
+    (problem,) = refused.value.uncastable
+    assert (problem.column, problem.count, problem.wants) == (
+        "vehicle_id",
+        ROWS,
+        "character varying(8)",
+    )
+    assert _width(db) == 256
