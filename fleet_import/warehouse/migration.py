@@ -160,20 +160,14 @@ def _refuse_uncastable(
     problems: list[Uncastable] = []
     for column in contract.columns:
         got, wants = has.get(column.name), expected[column.name]
-        if got == wants or got is None and column.nullable:
+        if got is None or got == wants:  # added columns are NULL (NOT NULL ones: refused)
             continue
         quoted = quote_identifier(column.name)
         predicate = invalid_predicate(
-            quoted,
-            got.type if got else None,
-            column,
-            wants.type,
-            migration.max_bytes(column),
+            quoted, got.type, column, wants.type, migration.max_bytes(column)
         )
         if predicate is None or predicate == "FALSE":
             continue  # None was refused by the plan already
-        if got is None:  # a NOT NULL column the table lacks: refused by the plan too
-            continue
         count_sql, examples_sql = uncastable_sql(quoted, predicate, table)
         count = int(run(cursor, count_sql).fetchone()[0])
         if count:
