@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from fleet_cli.batch_views import batch_detail_record, batch_record, batch_views, batches_table
+from fleet_cli.contracts_show import contracts_app
 from fleet_cli.doctor import doctor
 from fleet_cli.first_help import TOOL_HELP, InOrderOfUse
 from fleet_cli.freshness import freshness
@@ -26,6 +27,7 @@ from fleet_cli.guard import (
     require_settings,
     services_ready,
 )
+from fleet_cli.tables import tables_app
 from fleet_cli.tenants import tenants_app
 from fleet_import.checks.settings import IMPORTS, OPERATIONAL, RELAY
 from fleet_import.config import Settings
@@ -62,6 +64,8 @@ batches_app = typer.Typer(
 app.add_typer(db_app, name="db")
 app.add_typer(batches_app, name="batches")
 app.add_typer(tenants_app, name="tenants")
+app.add_typer(tables_app, name="tables")
+app.add_typer(contracts_app, name="contracts")
 
 # Whatever comes from data (keys, header names, rejected values, state and error messages)
 # reaches these consoles as `Text`, which rich never parses for markup or emoji: a file

@@ -93,6 +93,19 @@ def fleet_loads(folder: Path, counts: dict[str, int], tag: str = "") -> list[Dat
     return loads
 
 
+FLOAT_FUEL = FLEET_DATASETS["fuel_transactions"].model_copy(
+    update={
+        "version": "1",
+        "columns": tuple(
+            column.model_copy(update={"type": "float64"})
+            if column.name in ("total_amount", "price_per_litre")
+            else column
+            for column in FLEET_DATASETS["fuel_transactions"].columns
+        ),
+    }
+)
+"""fuel_transactions as contract version 1 had it: money as float64 (tables migrate tests)."""
+
 COUNTS = {"vehicles": 40, "trips": 1_000, "fuel_transactions": 300}
 
 

@@ -169,7 +169,8 @@ def _curated_tables(conn: psycopg.Connection[Any], contracts: Iterable[Any]) -> 
         yield failed(
             "curated tables match the contracts",
             f"{', '.join(mismatched)} differ from their contracts",
-            "migrate the tables to the contracts' columns (or fix FLEET_CONTRACTS)",
+            "see the plan with `fleet-import tables migrate`, then run it with --apply "
+            "(or fix FLEET_CONTRACTS)",
         )
     else:
         shown = f"{len(present)} present" + (f", {len(missing)} to create" if missing else "")

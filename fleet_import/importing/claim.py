@@ -50,6 +50,7 @@ from fleet_import.store.models import (
 )
 from fleet_import.tenants.binding import Admission
 from fleet_import.warehouse.base import WarehouseSession
+from fleet_import.warehouse.shape import TableMigrationNeeded
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,10 @@ def claim(
 ) -> Claimed | Skipped | NotClaimed | NothingToDo | AlreadyLoaded:
     """Reserve the scope (or continue this delivery's batch), then its lease. A scope held
     by an abandoned batch is taken over first. Content the slice already holds is not
-    loaded again unless `force`."""
+    loaded again unless `force`. First of all, the tenant's curated tables must hold the
+    contracts' shapes (else TableMigrationNeeded, naming `fleet-import tables migrate`):
+    a batch is never reserved for a load that cannot commit."""
+    _check_tables(ctx, tenant)
     if not force:
         loaded = already_loaded(ctx, tenant, scope, delivery_key)
         if loaded is not None:
@@ -222,6 +226,17 @@ def _same_content(ctx: ImportContext, batch: Batch) -> bool:
     except FleetImportError:
         return False
     return DeliveryIdentity.of(listing, ctx.contracts) == recorded
+
+
+def _check_tables(ctx: ImportContext, tenant: Tenant) -> None:
+    """A table in another shape stops the delivery here; any other warehouse error is left
+    to the load to report, as before (the operational database is asked first)."""
+    try:
+        ctx.warehouse.check_tables(tenant.tenant_id, ctx.contracts.values())
+    except TableMigrationNeeded:
+        raise
+    except FleetImportError as exc:
+        log.debug("curated tables not checked before reserving: %s", exc)
 
 
 def already_loaded(

@@ -50,16 +50,17 @@ def build_warehouse(settings: Settings, s3: Any) -> Warehouse:
     registry = registry_in_force(settings.tenants)
     own = registry is not None and any(t.own_database for t in registry.tenants.values())
     if not (own or templated(settings)):
-        return _warehouse_of(settings, s3, None)
+        return warehouse_of(settings, s3, None)
     return TenantWarehouses(
         lambda tenant_id: own_database(settings, tenant_id, registry),
-        lambda database: _warehouse_of(settings, s3, database),
+        lambda database: warehouse_of(settings, s3, database),
         replays_slices=settings.warehouse == "redshift",
         shared=not templated(settings),
     )
 
 
-def _warehouse_of(settings: Settings, s3: Any, database: str | None) -> Warehouse:
+def warehouse_of(settings: Settings, s3: Any, database: str | None) -> Warehouse:
+    """The warehouse of one database (None: the shared one), never routed per tenant."""
     if settings.warehouse == "postgres":
         return PostgresWarehouse(postgres_url_for(settings, database))
     from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse

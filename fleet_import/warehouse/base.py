@@ -123,6 +123,12 @@ class Warehouse(Protocol):
         """Create the curated tables and the slice registry if missing (idempotent)."""
         ...
 
+    def check_tables(self, tenant_id: str, contracts: Iterable[DatasetContract]) -> None:
+        """`ensure_tables` in the tenant's database, before a batch is reserved: a table
+        that does not hold its contract's shape raises TableMigrationNeeded (warehouse.shape),
+        naming the command that migrates it."""
+        ...
+
     def commit_slice(
         self,
         *,

@@ -21,6 +21,7 @@ from fleet_import.warehouse.base import (
     WarehouseError,
     check_loads,
 )
+from fleet_import.warehouse.shape import TableMigrationNeeded
 from fleet_import.warehouse.sql import (
     Dialect,
     Statement,
@@ -171,6 +172,18 @@ class SliceCommitter(CommitsThroughOpenSlice):
 
     def ensure_tables(self, contracts: Iterable[DatasetContract]) -> None:
         raise NotImplementedError
+
+    def check_tables(self, tenant_id: str, contracts: Iterable[DatasetContract]) -> None:
+        """Once per instance and contract version, as `open_slice` ensures them."""
+        missing = [
+            c for c in contracts if (c.target_table, c.contract_version) not in self._ensured
+        ]
+        if not missing:
+            return
+        try:
+            self.ensure_tables(missing)
+        except TableMigrationNeeded as exc:
+            raise exc.for_tenant(tenant_id) from None
 
     def _in_transaction(self, work: Callable[[Cursor], T]) -> T:
         """Run `work` on a cursor of a new transaction, and commit."""

@@ -68,6 +68,9 @@ class TenantWarehouses:
         for warehouse in self._untenanted():
             warehouse.ensure_tables(contracts)
 
+    def check_tables(self, tenant_id: str, contracts: Iterable[DatasetContract]) -> None:
+        self.for_tenant(tenant_id).check_tables(tenant_id, contracts)
+
     def commit_slice(
         self,
         *,

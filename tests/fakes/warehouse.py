@@ -84,6 +84,9 @@ class MemoryWarehouse(CommitsThroughOpenSlice):
                 )
             self.tables[contract.target_table] = contract
 
+    def check_tables(self, tenant_id: str, contracts: Iterable[DatasetContract]) -> None:
+        self.ensure_tables(contracts)
+
     def open_slice(
         self,
         *,

@@ -19,7 +19,6 @@ from fleet_import.config import libpq_url
 from fleet_import.contracts.model import DatasetContract
 from fleet_import.warehouse.base import (
     SliceWriter,
-    WarehouseError,
     WarehouseSession,
     check_contract,
 )
@@ -32,6 +31,7 @@ from fleet_import.warehouse.postgres.slice_sql import (
     relation_exists_sql,
 )
 from fleet_import.warehouse.postgres.writer import PostgresSliceWriter
+from fleet_import.warehouse.shape import TableMigrationNeeded
 from fleet_import.warehouse.sql import (
     Statement,
     create_registry_sql,
@@ -94,7 +94,7 @@ class PostgresWarehouse(SliceCommitter):
         if not found:
             conn.execute(ddl.create_table_sql(contract))
         elif [tuple(row) for row in found] != ddl.expected_columns(contract):
-            raise WarehouseError(
+            raise TableMigrationNeeded(
                 f"table {contract.target_table} does not match dataset {contract.name!r}: "
                 f"has {[tuple(row) for row in found]}, expected {ddl.expected_columns(contract)}"
             )

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from fleet_import.contracts.model import Column, DatasetContract
-from fleet_import.warehouse.base import STAMP_COLUMNS, WarehouseError
+from fleet_import.warehouse.base import STAMP_COLUMNS
+from fleet_import.warehouse.shape import TableMigrationNeeded
 from fleet_import.warehouse.sql import (
     REGISTRY_TABLE,
     SQL_TYPES,
@@ -102,8 +103,8 @@ def widen_sql(contract: DatasetContract, found: Sequence[TableColumn]) -> list[s
 def widenings(contract: DatasetContract, found: Sequence[TableColumn]) -> list[tuple[str, str]]:
     """(column, ALTER) for each VARCHAR of an existing curated table narrower than the
     contract now allows (a contract that grew). Wider columns are kept: every value fits
-    them. Any other difference (names, order, types) no ALTER mends: WarehouseError, naming
-    it.
+    them. Any other difference (names, order, types) no ALTER mends: TableMigrationNeeded,
+    naming it.
 
     Redshift widens a VARCHAR in place (ALTER TABLE ... ALTER COLUMN ... TYPE) but not
     inside a transaction block, and not for some encodings (BYTEDICT, RUNLENGTH, TEXT255,
@@ -112,7 +113,7 @@ def widenings(contract: DatasetContract, found: Sequence[TableColumn]) -> list[t
     expected = expected_columns(contract)
     shape = [(name, data_type) for name, data_type, _ in expected]
     if [(name, data_type) for name, data_type, _ in found] != shape:
-        raise WarehouseError(
+        raise TableMigrationNeeded(
             f"table {contract.target_table} does not match dataset {contract.name!r}: has "
             f"{_spelled(found)}, expected {_spelled(expected)}"
         )
