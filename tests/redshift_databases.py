@@ -18,6 +18,7 @@ from weakref import WeakKeyDictionary
 
 from tests import pgtools
 from tests.redshift_catalog import create_system_views
+from tests.redshift_grants import create_loader
 from tests.redshift_isolation import Isolation
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ def tenant_databases(
         for name in names.values():
             url = pgtools.create_database(admin_url, name)
             create_system_views(url, serverless=emulator.serverless)
+            create_loader(url)  # the suite's least-privilege user, granted here too
         yield names
     finally:
         for name in names.values():
