@@ -28,6 +28,7 @@ from fleet_import.importing.context import (
     NothingToDo,
     Skipped,
 )
+from fleet_import.importing.drift import with_effective_contracts
 from fleet_import.importing.leased_batch import LeasedBatch, Stamp, read_stamp
 from fleet_import.importing.settle import recover_committed
 from fleet_import.publication.events import event_payload
@@ -69,6 +70,8 @@ def claim(
     """Reserve the scope (or continue this delivery's batch), then its lease. A scope held
     by an abandoned batch is taken over first. Content the slice already holds is not
     loaded again unless `force`."""
+    # Content is read with the tables' evolved columns, as the batch will (importing.drift).
+    ctx = with_effective_contracts(ctx, tenant.tenant_id)
     if not force:
         loaded = already_loaded(ctx, tenant, scope, delivery_key)
         if loaded is not None:

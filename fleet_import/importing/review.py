@@ -1,5 +1,6 @@
 """Review of held batches (issue #24): approve loads exactly the held content as a new
-batch with the slice guards waived; reject closes the batch.
+batch with the slice guards waived; reject closes the batch. A batch held by its new
+columns (`on_new_columns: review`, issue #25) has them added to its tables first.
 
 Exactly the held content: the folder must still hold the files the held batch listed
 (manifest fingerprint) read with the same contract versions; the approval's waiver names
@@ -12,6 +13,7 @@ continues its batch, and once it succeeded it records the decision and loads not
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 
@@ -24,6 +26,7 @@ from fleet_import.importing.context import (
     ImportOutcome,
     NothingToDo,
 )
+from fleet_import.importing.drift import apply_held_drift, held_drift, would_evolve
 from fleet_import.importing.driver import CoreSteps, StepRunner, import_batch
 from fleet_import.importing.guards import GuardOverride, content_of, record_override
 from fleet_import.publication.events import event_payload
@@ -69,11 +72,15 @@ def check_approval(ctx: ImportContext, held_id: uuid.UUID) -> Approval | NotAppr
     content = (held.details.get("failure") or {}).get("held", {}).get("content")
     if not content:
         return NotApproved(held_id, f"batch {held_id} records no held content")
+    tenant = Tenant(held.tenant_id, held.company_id, held.tenant_database)
     try:
-        listing = discover(ctx.s3, folder_of_scope(held.source_scope), ctx.contracts)
+        # Read as the approval will: the tables' evolved columns, plus those it would add
+        # for a batch held by its new columns (importing.drift).
+        contracts = would_evolve(ctx, tenant.tenant_id, held_drift(held.details))
+        listing = discover(ctx.s3, folder_of_scope(held.source_scope), contracts)
     except FleetImportError as exc:
         return NotApproved(held_id, f"the folder cannot be listed: {exc}")
-    now = content_of(ctx, listing)
+    now = content_of(dataclasses.replace(ctx, contracts=contracts), listing)
     if now != content:
         what = "files" if now["fingerprint"] != content["fingerprint"] else "contract versions"
         return NotApproved(
@@ -81,7 +88,6 @@ def check_approval(ctx: ImportContext, held_id: uuid.UUID) -> Approval | NotAppr
             f"the content changed since batch {held_id} was held (its {what} differ): "
             "an approval loads only what was reviewed; import the folder anew instead",
         )
-    tenant = Tenant(held.tenant_id, held.company_id, held.tenant_database)
     return Approval(held, tenant, held.source_scope, dict(content))
 
 
@@ -111,6 +117,9 @@ def approve_held(
 def claim_approval(ctx: ImportContext, approval: Approval, owner: str) -> ImportOutcome | Claimed:
     """Reserve the scope for the approval's own delivery and waive its guards."""
     held_id = approval.held.id
+    # A batch held by its new columns: they are added first, as `evolve` would add them;
+    # the approval then reads its content with them (cached by the held batch).
+    apply_held_drift(ctx, approval.tenant.tenant_id, held_drift(approval.held.details))
     claimed = claim(ctx, approval.tenant, approval.scope, approval_key(held_id), owner, force=True)
     if isinstance(claimed, Claimed):
         waiver = GuardOverride(

@@ -44,11 +44,18 @@ def table_identifier(target_table: str) -> sql.Identifier:
 
 
 def expected_columns(contract: DatasetContract) -> list[tuple[str, str, bool]]:
-    """(name, type, not null) of the contract's curated table, in order."""
+    """(name, type, not null) of the contract's curated table, in order: the columns drift
+    added (`evolved_columns`) come after the stamp columns, where ADD COLUMN put them."""
+    evolved = set(contract.evolved_columns)
     columns = [(c.name, pg_type(c), not c.nullable) for c in contract.columns]
-    return columns + [
-        (name, pg_type, True) for name, pg_type in zip(STAMP_COLUMNS, _STAMP_TYPES, strict=True)
-    ]
+    return (
+        [column for column in columns if column[0] not in evolved]
+        + [
+            (name, pg_type, True)
+            for name, pg_type in zip(STAMP_COLUMNS, _STAMP_TYPES, strict=True)
+        ]
+        + [column for column in columns if column[0] in evolved]
+    )
 
 
 def index_name(contract: DatasetContract) -> str:
