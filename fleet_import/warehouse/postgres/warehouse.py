@@ -122,6 +122,7 @@ class PostgresWarehouse(SliceCommitter):
     def add_columns(
         self, tenant_id: str, contract: DatasetContract, columns: Mapping[str, str]
     ) -> None:
+        self.ensure_tables([contract])  # a new dataset's first delivery may already drift
         for name, column_type in columns.items():
             with self._transaction() as conn:
                 # The DDL lock: two workers adding one column do it one after the other.

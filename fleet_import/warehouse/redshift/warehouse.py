@@ -199,6 +199,7 @@ class RedshiftWarehouse(SliceCommitter):
     ) -> None:
         """Each ADD COLUMN alone in autocommit: Redshift runs it outside a transaction block
         shared with other work on the table, and the slice's locked commit never waits on it."""
+        self.ensure_tables([contract])  # a new dataset's first delivery may already drift
         for name, column_type in columns.items():
             if name in self.added_columns(tenant_id, contract):
                 continue
