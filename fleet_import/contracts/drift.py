@@ -75,9 +75,10 @@ def evolved(contract: DatasetContract, added: Mapping[str, str]) -> DatasetContr
 def new_columns(
     contract: DatasetContract, found: Iterable[tuple[str, Mapping[str, str]]]
 ) -> dict[str, str]:
-    """The columns (name -> type) the files of one dataset hold beyond its contract, in the
-    order first seen; `found` is (source key, its extra columns) per file. Two files that
-    type one column differently raise DriftConflict, naming both."""
+    """The columns (name -> type) the files of one dataset hold beyond its contract, by
+    name (the order they are added in: one order wherever the columns are listed, batch
+    details included, whose JSON keeps no order); `found` is (source key, its extra
+    columns) per file. Two files that type one column differently raise DriftConflict."""
     columns: dict[str, str] = {}
     where: dict[str, str] = {}
     for source_key, extra in found:
@@ -91,4 +92,4 @@ def new_columns(
                 )
             columns.setdefault(name, column_type)
             where.setdefault(name, source_key)
-    return columns
+    return dict(sorted(columns.items()))

@@ -203,7 +203,11 @@ def tell_drift(batch: LeasedBatch, report: Mapping[str, Any]) -> None:
 def held_drift(details: Mapping[str, Any]) -> Drift:
     """The new columns a held batch waits on (none for a batch a slice guard held)."""
     held = (details.get("failure") or {}).get("held") or {}
-    return dict(held.get(DRIFT_DETAILS_KEY) or {})
+    # In the order they are added (contracts.drift.new_columns): jsonb keeps none.
+    return {
+        dataset: dict(sorted(columns.items()))
+        for dataset, columns in (held.get(DRIFT_DETAILS_KEY) or {}).items()
+    }
 
 
 def apply_held_drift(ctx: ImportContext, tenant_id: str, drift: Drift) -> ImportContext:
