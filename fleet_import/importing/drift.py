@@ -71,24 +71,24 @@ class ApprovedDriftChanged(PreCommitError):
     """The table no longer takes the columns a held batch's approval would add."""
 
 
-def effective_contracts(ctx: ImportContext, tenant_id: str) -> ContractSet:
-    """The contracts in force with the columns drift added to this tenant's tables."""
-    warehouse = ctx.warehouse
-    if not any(adds_columns(c) for c in ctx.contracts.values()) or not isinstance(
+def effective_contracts(contracts: ContractSet, warehouse: object, tenant_id: str) -> ContractSet:
+    """The contracts with the columns drift added to this tenant's tables (`contracts`
+    itself when none of them adds columns, or the warehouse cannot evolve tables)."""
+    if not any(adds_columns(c) for c in contracts.values()) or not isinstance(
         warehouse, EvolvingWarehouse
     ):
-        return ctx.contracts
+        return contracts
     return ContractSet(
         evolved(contract, warehouse.added_columns(tenant_id, contract))
         if adds_columns(contract)
         else contract
-        for contract in ctx.contracts.values()
+        for contract in contracts.values()
     )
 
 
 def with_effective_contracts(ctx: ImportContext, tenant_id: str) -> ImportContext:
     """The context with the tenant's effective contracts (itself when they are declared)."""
-    contracts = effective_contracts(ctx, tenant_id)
+    contracts = effective_contracts(ctx.contracts, ctx.warehouse, tenant_id)
     if contracts is ctx.contracts:
         return ctx
     return dataclasses.replace(ctx, contracts=contracts)
@@ -226,4 +226,4 @@ def apply_held_drift(ctx: ImportContext, tenant_id: str, drift: Drift) -> Import
 
 def would_evolve(ctx: ImportContext, tenant_id: str, drift: Drift) -> ContractSet:
     """The contracts an approval of this drift would load with, without touching a table."""
-    return _evolved_set(effective_contracts(ctx, tenant_id), drift)
+    return _evolved_set(effective_contracts(ctx.contracts, ctx.warehouse, tenant_id), drift)

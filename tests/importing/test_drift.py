@@ -225,3 +225,34 @@ def test_jsonl_and_parquet_new_columns(
         assert sorted(v for v in co2_values(database_url) if v is not None) == list(range(10))
     else:
         assert "co2_grams" not in trips_columns(database_url)
+
+
+def test_the_sweep_reads_an_evolved_folder_as_its_imports_do(
+    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str
+) -> None:
+    """A folder loaded under an evolved contract is loaded, not due: the sweep asks for the
+    tenant's effective contracts (asked with the declared ones, it would start it again)."""
+    from functools import partial
+
+    from fleet_import.importing.drift import effective_contracts
+    from fleet_import.intake.sweep import Marker, find_ready_folders, plan_sweep
+    from fleet_import.store.sweep_repository import SweepRepository
+
+    ctx = trips_under(import_ctx, on_new_columns="evolve")
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, {**drifted_delivery(), "_SUCCESS": b""})
+    assert isinstance(import_folder(ctx, ACME, folder, "d1"), Committed)
+    repo = SweepRepository(database_url)
+
+    def plan(**contracts_of) -> tuple[int, list[str]]:
+        scan = find_ready_folders(
+            s3, landing_bucket, completion=Marker(), contracts=ctx.contracts, **contracts_of
+        )
+        planned = plan_sweep(scan, repo)
+        return len(planned.start), [skip.kind for skip in planned.skip]
+
+    assert plan(contracts_of=partial(effective_contracts, ctx.contracts, ctx.warehouse)) == (
+        0,
+        ["loaded"],
+    )
+    assert plan() == (1, [])  # the declared contracts: another version, due again
