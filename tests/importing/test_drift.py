@@ -256,3 +256,35 @@ def test_the_sweep_reads_an_evolved_folder_as_its_imports_do(
         ["loaded"],
     )
     assert plan() == (1, [])  # the declared contracts: another version, due again
+
+
+def test_a_rollback_to_an_evolved_load_reads_with_the_evolved_contract(
+    import_ctx: ImportContext, outbox, s3, landing_bucket: str, database_url: str
+) -> None:
+    from fleet_import.importing.rollback import rollback_slice
+    from fleet_import.publication.publisher import Publisher
+    from fleet_import.publication.retention import Retention
+
+    reviews = ReviewRepository(database_url)
+    import_ctx.publisher = Publisher(
+        import_ctx.repo,
+        outbox,
+        import_ctx.warehouse,
+        events=import_ctx.events,
+        staging=import_ctx.staging,
+        backoff=lambda attempts: 0.0,
+        retention=Retention(reviews, keep_seconds=3600),
+    )
+    ctx = trips_under(import_ctx, on_new_columns="evolve", new_column_type="int64")
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, drifted_delivery())
+    first = import_folder(ctx, ACME, folder, "d1")
+    assert isinstance(first, Committed) and first.published, first
+    upload(s3, folder, {"trips-1.csv": with_co2(csv_bytes(trips_table(10, start=50)))})
+    second = import_folder(ctx, ACME, folder, "d2")
+    assert isinstance(second, Committed) and second.published, second
+
+    restored = rollback_slice(ctx, reviews, ACME, folder, first.batch_id)
+    assert isinstance(restored, Committed), restored
+    assert restored.summary["cache_hits"] == len(restored.summary["files"])
+    assert sorted(v for v in co2_values(database_url) if v is not None) == list(range(100, 110))
