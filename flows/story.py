@@ -176,7 +176,11 @@ def held_facts(batch: Batch) -> list[tuple[str, str]]:
     return facts
 
 
-_DRIFT_WORDS = {"ignore": "not loaded (ignore)", "evolve": "added to the table (evolve)"}
+_DRIFT_WORDS = {
+    "ignore": "not loaded (ignore)",
+    "evolve": "added to the table (evolve)",
+    "review": "added to the table on approval (review)",
+}
 
 
 def drift_facts(batch: Batch) -> list[tuple[str, str]]:

@@ -129,7 +129,7 @@ def settle_drift(
         raise DriftHeld(drift, content_of(grown.ctx, manifest))
     for dataset, columns in drift.items():
         log.warning("batch %s adds columns to %s: %s", batch.batch_id, dataset, columns)
-        ctx.warehouse.add_columns(batch.tenant_id, ctx.contracts[dataset], columns)  # type: ignore[attr-defined]
+        _evolving(ctx).add_columns(batch.tenant_id, ctx.contracts[dataset], columns)
     report = {
         dataset: {"policy": "evolve", "columns": columns, "files": files[dataset]}
         for dataset, columns in drift.items()
@@ -220,8 +220,17 @@ def apply_held_drift(ctx: ImportContext, tenant_id: str, drift: Drift) -> Import
             raise ApprovedDriftChanged(f"dataset {dataset!r} is no longer in the contracts")
         missing = {n: t for n, t in columns.items() if n not in contract.column_names}
         if missing:
-            ctx.warehouse.add_columns(tenant_id, contract, missing)  # type: ignore[attr-defined]
+            _evolving(ctx).add_columns(tenant_id, contract, missing)
     return with_effective_contracts(ctx, tenant_id)
+
+
+def _evolving(ctx: ImportContext) -> EvolvingWarehouse:
+    if not isinstance(ctx.warehouse, EvolvingWarehouse):
+        raise PreCommitError(
+            f"the warehouse ({type(ctx.warehouse).__name__}) cannot add columns to its "
+            "tables: on_new_columns evolve and review need one that can"
+        )
+    return ctx.warehouse
 
 
 def would_evolve(ctx: ImportContext, tenant_id: str, drift: Drift) -> ContractSet:

@@ -26,7 +26,13 @@ from fleet_import.importing.context import (
     ImportOutcome,
     NothingToDo,
 )
-from fleet_import.importing.drift import apply_held_drift, held_drift, would_evolve
+from fleet_import.importing.drift import (
+    DRIFT_DETAILS_KEY,
+    DRIFT_EVENT,
+    apply_held_drift,
+    held_drift,
+    would_evolve,
+)
 from fleet_import.importing.driver import CoreSteps, StepRunner, import_batch
 from fleet_import.importing.guards import GuardOverride, content_of, record_override
 from fleet_import.publication.events import event_payload
@@ -127,6 +133,19 @@ def claim_approval(ctx: ImportContext, approval: Approval, owner: str) -> Import
         )
         record_override(ctx, claimed, waiver)
         ctx.repo.update_details(claimed.batch_id, owner, {"approves": str(held_id)})
+        drift = held_drift(approval.held.details)
+        if drift:  # the columns this approval added (issue #25)
+            report = {
+                dataset: {"policy": "review", "columns": columns, "approved": str(held_id)}
+                for dataset, columns in drift.items()
+            }
+            ctx.repo.update_details(claimed.batch_id, owner, {DRIFT_DETAILS_KEY: report})
+            ctx.events(
+                DRIFT_EVENT,
+                event_payload(
+                    approval.tenant.tenant_id, approval.scope, claimed.batch_id, datasets=report
+                ),
+            )
     return claimed
 
 

@@ -168,6 +168,14 @@ def test_review_holds_the_batch_and_approval_adds_the_column_from_staged_files(
     # No file read again: each came from what the held batch normalised and staged.
     assert approved.summary["cache_hits"] == len(approved.summary["files"]) == 4
     assert ctx.repo.get(held.batch_id).details["review"]["decision"] == "approved"
+    approval = ctx.repo.get(approved.batch_id).details["drift"]["trips"]
+    assert approval == {
+        "policy": "review",
+        "columns": {"co2_grams": "int64"},
+        "approved": str(held.batch_id),
+    }
+    (event,) = drift_events(import_ctx)
+    assert event["batch_id"] == str(approved.batch_id)
 
 
 def test_an_optional_column_a_file_lacks_loads_null_any_other_rejects_the_file(
