@@ -106,6 +106,7 @@ def read_csv(
     positions: list[int | None] | None = None
     aliases: dict[str, str] = {}
     extra: dict[str, str] = {}
+    extra_at: list[int] = []
     while True:
         try:
             batch = reader.read_next_batch()
@@ -123,6 +124,7 @@ def read_csv(
             extra = extra_column_types(
                 contract, dict.fromkeys(header.extra, contract.new_column_type), source_key
             )
+            extra_at = list(header.extra.values())
         lines, skipped = counter.advance(batch.num_rows, batch.columns, invalid)
         columns = [
             batch.column(position)
@@ -130,12 +132,15 @@ def read_csv(
             else pa.nulls(batch.num_rows, pa.string())
             for position in positions
         ]
+        # Not loaded, but a row holding a value only there is no blank line.
+        ignored = [batch.column(position) for position in extra_at]
         if first:
             columns = [column.slice(1) for column in columns]
+            ignored = [column.slice(1) for column in ignored]
             lines = lines.slice(1)
         rejects = _rejects(source_key, skipped)
         batch_read = SourceBatch(columns, lines, rejects, aliases=aliases, extra_columns=extra)
-        yield _tidy(batch_read, guard.replaced, contract, source_key)
+        yield _tidy(batch_read, guard.replaced, contract, source_key, ignored)
     _, skipped = counter.advance(0, [], invalid, final=True)
     if skipped:
         empty = [pa.array([], pa.string()) for _ in range(width)]
@@ -173,13 +178,19 @@ def _unreadable_csv(source_key: str, exc: BaseException) -> FileRejected:
 
 
 def _tidy(
-    batch: SourceBatch, replaced_utf8: bool, contract: DatasetContract, source_key: str
+    batch: SourceBatch,
+    replaced_utf8: bool,
+    contract: DatasetContract,
+    source_key: str,
+    ignored: list[pa.Array] | None = None,
 ) -> SourceBatch:
-    """Drop blank records silently and reject rows holding bytes that were not UTF-8."""
+    """Drop blank records silently and reject rows holding bytes that were not UTF-8.
+    `ignored`: the file's columns beyond the contract's (a record is blank in those too)."""
     columns, lines, rejects = batch.columns, batch.lines, batch.rejects
-    if columns and all(column.null_count for column in columns):
+    every = [*columns, *(ignored or [])]
+    if columns and all(column.null_count for column in every):
         blank = columns[0].is_null()
-        for column in columns[1:]:
+        for column in every[1:]:
             blank = pc.and_(blank, column.is_null())
         if blank.true_count:
             keep = pc.invert(blank)
