@@ -28,6 +28,7 @@ app.add_typer(slices_app, name="slices")
 
 
 def list_held(tenant: str | None, limit: int, as_json: bool, database_url: str | None) -> None:
+    from fleet_import.importing.drift import held_drift
     from fleet_import.store.review_repository import ReviewRepository
 
     try:
@@ -46,6 +47,15 @@ def list_held(tenant: str | None, limit: int, as_json: bool, database_url: str |
                 Text(
                     f"{batch.id}: {breach['dataset']} current {breach['current_rows']:,} rows, "
                     f"held delivery {breach['new_rows']:,} ({breach['rule']}); "
+                    f"fleet-import batches approve {batch.id}"
+                ),
+                soft_wrap=True,
+            )
+        for dataset, columns in held_drift(batch.details).items():  # issue #25
+            spelled = ", ".join(f"{name} {kind}" for name, kind in columns.items())
+            console.print(
+                Text(
+                    f"{batch.id}: {dataset} new columns {spelled} (on_new_columns review); "
                     f"fleet-import batches approve {batch.id}"
                 ),
                 soft_wrap=True,

@@ -99,6 +99,8 @@ def test_each_policy_from_the_cli(
         assert run.stdout.startswith("Held: ") and "co2_grams int64" in run.stdout, output
         assert emissions(flow_env) == []
         (held,) = repo.list(status="failed")
+        listed = cli("batches", "list", "--status", "held", env=env)
+        assert f"{held.id}: emissions new columns co2_grams int64" in listed.stdout, listed
         approved = cli("batches", "approve", str(held.id), env=env)
         assert approved.returncode == 0, approved.stdout + approved.stderr
         assert approved.stdout.startswith("Completed: "), approved.stdout
