@@ -200,6 +200,7 @@ class RedshiftWarehouse(SliceCommitter):
         """Each ADD COLUMN alone in autocommit: Redshift runs it outside a transaction block
         shared with other work on the table, and the slice's locked commit never waits on it."""
         self.ensure_tables([contract])  # a new dataset's first delivery may already drift
+        refused: list[WarehouseError] = []
         for name, column_type in columns.items():
             if name in self.added_columns(tenant_id, contract):
                 continue
@@ -211,11 +212,18 @@ class RedshiftWarehouse(SliceCommitter):
                 conn.cursor().execute(statement)
             except driver.DRIVER_ERRORS as exc:
                 # Another worker may have added it meanwhile: check_added decides below.
-                log.info("ADD COLUMN %s refused: %s", name, driver.translate(exc))
+                refused.append(driver.translate(exc))
             finally:
                 with suppress(*driver.DRIVER_ERRORS):
                     conn.close()
-        check_added(contract, columns, self.added_columns(tenant_id, contract))
+        try:
+            check_added(contract, columns, self.added_columns(tenant_id, contract))
+        except WarehouseError as exc:
+            if not refused:
+                raise
+            raise WarehouseError(
+                f"{exc} ({refused[0]})", kind=refused[0].kind, code=refused[0].code
+            ) from None
 
     # -- sessions and operator SQL -------------------------------------------------------
 
