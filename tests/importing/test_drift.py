@@ -8,8 +8,10 @@ import dataclasses
 import datetime as dt
 import gzip
 
+import psycopg
 import pytest
 
+from fleet_import.checks.services import _curated_tables
 from fleet_import.contracts.fleet import FLEET_DATASETS, TRIPS
 from fleet_import.contracts.model import ContractSet
 from fleet_import.importing.context import AlreadyLoaded, Committed, Failed, ImportContext
@@ -127,6 +129,11 @@ def test_evolve_adds_the_column_and_loads_its_values(
     assert details["drift"]["trips"]["columns"] == {"co2_grams": "int64"}
     evolved = details["contract_versions"]["trips"]
     assert evolved != declared  # a new effective contract version
+    # The doctor takes the evolved table as the declared contract's: its extra column is
+    # nullable, after the stamps.
+    with psycopg.connect(database_url) as conn:
+        checks = {c.name: c for c in _curated_tables(conn, import_ctx.contracts.values())}
+    assert checks["curated tables match the contracts"].ok, checks
     (event,) = drift_events(import_ctx)
     assert event["datasets"]["trips"]["policy"] == "evolve"
 

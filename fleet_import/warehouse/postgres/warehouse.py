@@ -92,16 +92,13 @@ class PostgresWarehouse(SliceCommitter):
         found = conn.execute(
             QUERIES["table_columns"], {"schema": schema, "relation": relation}
         ).fetchall()
-        expected = ddl.expected_columns(contract)
         found = [tuple(row) for row in found]
-        # Nullable columns beyond the contract's were added by drift for another delivery
-        # (warehouse.evolution): a load that does not name them leaves them NULL.
         if not found:
             conn.execute(ddl.create_table_sql(contract))
-        elif found[: len(expected)] != expected or any(row[2] for row in found[len(expected) :]):
+        elif not ddl.table_matches(contract, found):
             raise WarehouseError(
                 f"table {contract.target_table} does not match dataset {contract.name!r}: "
-                f"has {found}, expected {expected}"
+                f"has {found}, expected {ddl.expected_columns(contract)}"
             )
         # Only when missing: CREATE INDEX takes a SHARE lock even when the index exists,
         # which would wait for every running load of the table.
