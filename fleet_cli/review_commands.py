@@ -69,7 +69,8 @@ def batches_approve(
 ) -> None:
     """Load a held batch's exact content (same files, same contract versions) as a new
     batch with its guards waived (the approve-held-batch flow). Refused when the folder
-    changed since it was held.
+    changed since it was held. A batch held for its new columns (on_new_columns review)
+    has them added to the curated table first.
 
     Exit codes: 0 loaded; 1 failed or refused (NotApproved); 2 usage error;
     3 skipped (another batch holds the scope); 4 committed, publication pending.
