@@ -76,17 +76,22 @@ def contracts_show(
     Example: fleet-import contracts show --tenant acme --json
     """
     from fleet_import.contracts.files import contracts_in_force
+    from fleet_import.importing.drift import effective_contracts
     from fleet_import.warehouse.migration import migration_for, plan_tables
 
     settings = require_settings(WAREHOUSE_USES)
     with foreseen_errors():
         name = chosen_database(settings, tenant, database)
-        contracts = list(contracts_in_force(settings.contracts).values())
+        declared = contracts_in_force(settings.contracts)
+    contracts = list(declared.values())
     option = migrate_option(tenant, database)
     error = None
     plans: list[TablePlan] = []
     try:
-        plans = plan_tables(migration_for(database_warehouse(settings, name)), contracts)
+        warehouse = database_warehouse(settings, name)
+        # With the columns drift added to the tables (on_new_columns evolve): in force too.
+        contracts = list(effective_contracts(declared, warehouse, tenant or "").values())
+        plans = plan_tables(migration_for(warehouse), contracts)
     except FleetImportError as exc:
         error = f"cannot read the curated tables: {exc}"
     if as_json:

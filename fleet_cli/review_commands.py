@@ -28,6 +28,7 @@ app.add_typer(slices_app, name="slices")
 
 
 def list_held(tenant: str | None, limit: int, as_json: bool, database_url: str | None) -> None:
+    from fleet_import.importing.drift import held_drift
     from fleet_import.importing.guards import approve_command
     from fleet_import.store.review_repository import ReviewRepository
 
@@ -51,6 +52,15 @@ def list_held(tenant: str | None, limit: int, as_json: bool, database_url: str |
                 ),
                 soft_wrap=True,
             )
+        for dataset, columns in held_drift(batch.details).items():  # issue #25
+            spelled = ", ".join(f"{name} {kind}" for name, kind in columns.items())
+            console.print(
+                Text(
+                    f"{batch.id}: {dataset} new columns {spelled} (on_new_columns review); "
+                    f"{approve_command(batch.id)}"
+                ),
+                soft_wrap=True,
+            )
 
 
 @batches_app.command("approve")
@@ -60,7 +70,8 @@ def batches_approve(
 ) -> None:
     """Load a held batch's exact content (same files, same contract versions) as a new
     batch with its guards waived (the approve-held-batch flow). Refused when the folder
-    changed since it was held.
+    changed since it was held. A batch held for its new columns (on_new_columns review)
+    has them added to the curated table first.
 
     Exit codes: 0 loaded; 1 failed or refused (NotApproved); 2 usage error;
     3 skipped (another batch holds the scope); 4 committed, publication pending;

@@ -93,6 +93,7 @@ def tables_migrate(
     Example: fleet-import tables migrate --tenant acme --apply
     """
     from fleet_import.contracts.files import contracts_in_force
+    from fleet_import.importing.drift import effective_contracts
     from fleet_import.warehouse.migration import (
         Migrated,
         apply_plan,
@@ -106,8 +107,14 @@ def tables_migrate(
     failed = planned = False
     with foreseen_errors():
         name = chosen_database(settings, tenant, database)
-        contracts = list(contracts_in_force(settings.contracts).values())
-        migration = migration_for(database_warehouse(settings, name))
+        warehouse = database_warehouse(settings, name)
+        # The columns drift added to the tables (on_new_columns evolve) are the contracts'
+        # own now: a migration keeps them.
+        contracts = list(
+            effective_contracts(contracts_in_force(settings.contracts), warehouse, tenant or "")
+            .values()
+        )
+        migration = migration_for(warehouse)
         plans = plan_tables(migration, contracts)
         for contract, plan in zip(contracts, plans, strict=True):
             record: dict[str, Any] = plan.to_json()

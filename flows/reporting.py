@@ -37,7 +37,7 @@ class ExitCode(IntEnum):
     SKIPPED = 3  # another batch holds the scope, a live worker runs it, or it had finished
     PUBLICATION_PENDING = 4  # the slice is committed; the batch runs until it is published
     ALREADY_LOADED = 5  # the slice already holds this content; nothing loaded (--force does)
-    HELD = 6  # a slice guard held the batch for review; nothing loaded (batches approve does)
+    HELD = 6  # a slice guard or new columns (review) held the batch; batches approve loads it
     # 7-8 are left to codes other outcomes may take; 9 stays the refusal.
     REFUSED = 9  # the folder is not the tenant's, or the tenant is unknown or disabled
     # sysexits.h EX_CONFIG: settings wrong, nothing started (the CLI's guard exits with it

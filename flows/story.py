@@ -140,6 +140,7 @@ def story_markdown(batch: Batch, runs: dict[uuid.UUID, str]) -> str:
         cause = f"{failure.get('kind')}: {failure.get('error')}"
         facts.append((label, escape_markdown(cause)))
     facts += held_facts(batch)
+    facts += drift_facts(batch)
     if details.get("resumes"):
         facts.append(("resumes", str(details["resumes"])))
     if details.get("superseded_by"):
@@ -173,6 +174,39 @@ def held_facts(batch: Batch) -> list[tuple[str, str]]:
         facts.append(("approves", f"held batch {escape_markdown(details['approves'])}"))
     if details.get("rolled_back_to"):
         facts.append(("rolled back to", f"batch {escape_markdown(details['rolled_back_to'])}"))
+    return facts
+
+
+_DRIFT_WORDS = {
+    "ignore": "not loaded (ignore)",
+    "evolve": "added to the table (evolve)",
+    "review": "added to the table on approval (review)",
+}
+
+
+def drift_facts(batch: Batch) -> list[tuple[str, str]]:
+    """The columns the delivery held beyond its contracts (issue #25), per dataset: not
+    loaded, added, or waiting for review. Markdown-escaped."""
+    details = batch.details
+    facts = []
+    for dataset, found in (details.get("drift") or {}).items():
+        columns = ", ".join(f"{name} {kind}" for name, kind in found.get("columns", {}).items())
+        policy = str(found.get("policy"))
+        facts.append(
+            (
+                f"new columns: {escape_markdown(dataset)}",
+                f"{escape_markdown(columns)}, {_DRIFT_WORDS.get(policy, escape_markdown(policy))}",
+            )
+        )
+    held = ((details.get("failure") or {}).get("held") or {}).get("drift") or {}
+    for dataset, columns in held.items():
+        spelled = ", ".join(f"{name} {kind}" for name, kind in columns.items())
+        facts.append(
+            (
+                f"held: {escape_markdown(dataset)}",
+                f"new columns {escape_markdown(spelled)} (review)",
+            )
+        )
     return facts
 
 
@@ -248,9 +282,7 @@ def _publish_tenant_table(rt: Runtime, tenant_id: str) -> None:
 def _held_counts(details: dict) -> str:
     """`trips 400 -> 10` for each dataset a guard held (empty for other batches)."""
     breaches = ((details.get("failure") or {}).get("held") or {}).get("breaches", [])
-    return ", ".join(
-        f"{b['dataset']} {b['current_rows']:,} -> {b['new_rows']:,}" for b in breaches
-    )
+    return ", ".join(f"{b['dataset']} {b['current_rows']:,} -> {b['new_rows']:,}" for b in breaches)
 
 
 def _approve_command(batch: Batch) -> str:

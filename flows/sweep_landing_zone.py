@@ -9,6 +9,7 @@ the skips an operator may look for are also `fleet.delivery.skipped` events.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger, task
@@ -17,7 +18,10 @@ from prefect.cache_policies import NO_CACHE
 from prefect.deployments import run_deployment
 from prefect.states import State
 
+from fleet_import.contracts.drift import adds_columns
 from fleet_import.contracts.files import contracts_in_force
+from fleet_import.importing.drift import effective_contracts
+from fleet_import.importing.runtime import build_warehouse
 from fleet_import.intake import sweep
 from fleet_import.intake.admission import admitted_only
 from fleet_import.intake.completion import (
@@ -60,14 +64,22 @@ def find_ready_folders(
 ) -> sweep.Scan:
     """List the landing zone's folders of the window and fingerprint the complete ones."""
     settings = load_settings()
+    s3 = s3_client(settings.s3_endpoint_url)
+    contracts = contracts_in_force(settings.contracts)
+    contracts_of = None
+    if any(adds_columns(contract) for contract in contracts.values()):
+        # As the imports will read them: with the columns drift added (issue #25).
+        warehouse = build_warehouse(settings, s3)
+        contracts_of = partial(effective_contracts, contracts, warehouse)
     return sweep.find_ready_folders(
-        s3_client(settings.s3_endpoint_url),
+        s3,
         bucket,
         prefix,
         layout=layout,
         completion=rule,
-        contracts=contracts_in_force(settings.contracts),
+        contracts=contracts,
         lookback_days=lookback_days,
+        contracts_of=contracts_of,
     )
 
 

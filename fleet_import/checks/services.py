@@ -161,7 +161,7 @@ def _curated_tables(conn: psycopg.Connection[Any], contracts: Iterable[Any]) -> 
         ).fetchall()
         if not found:
             missing.append(contract.target_table)
-        elif [tuple(row) for row in found] != ddl.expected_columns(contract):
+        elif not ddl.table_matches(contract, [tuple(row) for row in found]):
             mismatched.append(contract.target_table)
         else:
             present.append(contract.target_table)

@@ -17,6 +17,11 @@ from fleet_import.contracts.model import ContractError, ContractSet, DatasetCont
 
 def contract_from_dict(raw: Mapping[str, Any], where: str = "dataset") -> DatasetContract:
     """A dataset from its plain definition; `where` says where it was found, for the message."""
+    if isinstance(raw, Mapping) and raw.get("evolved_columns"):
+        raise ContractError(
+            f"{label(where, raw)}: evolved_columns: set by the `evolve` drift policy from "
+            "the curated table, not in a contract file (name the column in `columns`)"
+        )
     try:
         return DatasetContract.model_validate(raw)
     except ValidationError as exc:

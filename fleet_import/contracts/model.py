@@ -34,6 +34,10 @@ from fleet_import.errors import ConfigurationError
 ColumnType = Literal["string", "int64", "float64", "bool", "timestamptz", "date"]
 """The simple column types; `decimal(p,s)` (read by `_column_type`) is the one with arguments."""
 FileFormat = Literal["csv", "csv.gz", "parquet", "jsonl"]
+DriftPolicy = Literal["reject", "ignore", "evolve", "review"]
+"""What a file's columns that its contract does not name do (fleet_import.contracts.drift):
+refuse the file, load without them, add them to the curated table, or hold the batch for
+review and add them on approval."""
 
 ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(),
@@ -138,6 +142,7 @@ _FORMATS: tuple[FileFormat, ...] = get_args(FileFormat)
 _Number = Annotated[int | float, _rule(_as_written, (int, float), "a number")]
 _Version = Annotated[str | int | float, _rule(_as_written, (str, int, float), "text or a number")]
 _Format = Annotated[FileFormat, _rule(_one_of, "format", _FORMATS)]
+_Policy = Annotated[DriftPolicy, _rule(_one_of, "drift policy", get_args(DriftPolicy))]
 
 
 class _BuiltInPython(type(BaseModel)):  # type: ignore[misc]
@@ -173,6 +178,16 @@ class Column(_Contract):
     aliases: tuple[StrictStr, ...] = ()
     """Earlier header names of this column (matched trimmed, case-insensitively), so that
     a renamed export keeps loading."""
+    optional: StrictBool = False
+    """A file may lack this (nullable) column: its rows then hold NULL there. Any other
+    column a file lacks rejects the file."""
+
+    @field_validator("optional")
+    @classmethod
+    def _optional_nullable(cls, optional: bool, info: ValidationInfo) -> bool:
+        if optional and info.data.get("nullable") is False:
+            raise ContractError("an optional column must be nullable (a file may lack it)")
+        return optional
 
     @field_validator("aliases")
     @classmethod
@@ -258,6 +273,13 @@ class DatasetContract(_Contract):
     required: StrictBool = True
     version: _Version = "1"
     description: StrictStr = ""
+    on_new_columns: _Policy = "reject"
+    """Columns a file holds that the contract does not name (fleet_import.contracts.drift)."""
+    new_column_type: Annotated[str, _rule(_column_type)] = "string"
+    """The type an evolved column gets from a CSV or JSON-lines file (Parquet says its own)."""
+    evolved_columns: tuple[StrictStr, ...] = ()
+    """Set by drift, never written in a contract file: the columns (last of `columns`) that
+    `evolve` added to the curated table, after its stamp columns."""
 
     @field_validator("columns")
     @classmethod
@@ -304,6 +326,11 @@ class DatasetContract(_Contract):
             # Aliases decide only whether a header matches, never what a loaded file holds:
             # a contract that gains one keeps its version (and its cached outputs).
             column.pop("aliases")
+            _drop_default(column, "optional", False)
+        # Drift's keys at their defaults leave the version as it was before they existed,
+        # so that contracts which do not use them keep their cached outputs.
+        for key, default in _DRIFT_DEFAULTS.items():
+            _drop_default(shape, key, default)
         payload = json.dumps(shape, sort_keys=True, default=str)
         return f"{self.version}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
 
@@ -322,6 +349,14 @@ class DatasetContract(_Contract):
             fnmatch.fnmatchcase(file_name, self.file_glob)
             and file_format(file_name) in self.formats
         )
+
+
+_DRIFT_DEFAULTS = {"on_new_columns": "reject", "new_column_type": "string", "evolved_columns": ()}
+
+
+def _drop_default(shape: dict[str, Any], key: str, default: object) -> None:
+    if shape.get(key) in (default, list(default) if isinstance(default, tuple) else default):
+        shape.pop(key)
 
 
 def file_format(file_name: str) -> FileFormat | None:

@@ -28,6 +28,7 @@ from fleet_import.importing.context import (
     NothingToDo,
     Skipped,
 )
+from fleet_import.importing.drift import with_effective_contracts
 from fleet_import.importing.leased_batch import LeasedBatch, Stamp, read_stamp
 from fleet_import.importing.settle import recover_committed
 from fleet_import.publication.events import event_payload
@@ -76,6 +77,8 @@ def claim(
     loaded again unless `force`. First of all, the tenant's curated tables must hold the
     contracts' shapes (else TableMigrationNeeded, naming `fleet-import tables migrate`):
     a batch is never reserved for a load that cannot commit."""
+    # Content is read with the tables' evolved columns, as the batch will (importing.drift).
+    ctx = with_effective_contracts(ctx, tenant.tenant_id)
     _check_tables(ctx, tenant)
     if not force:
         loaded = already_loaded(ctx, tenant, scope, delivery_key)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 from fleet_import import failpoints
@@ -32,6 +32,7 @@ from fleet_import.importing.context import (
     Progress,
     Skipped,
 )
+from fleet_import.importing.drift import settle_drift, with_effective_contracts
 from fleet_import.importing.guards import (
     DELIVERY_MANIFEST_KEY,
     GuardOverride,
@@ -175,13 +176,19 @@ def import_batch(
         outcome: ImportOutcome | None = recover_committed(batch)
         if outcome is None:
             try:
+                # The tables' evolved columns are part of the contracts (importing.drift).
+                batch = replace(batch, ctx=with_effective_contracts(ctx, tenant.tenant_id))
                 manifest = steps.run(STEPS["discover"], discover_step, batch)
                 batch.check_lease()
                 entries = _normalised(batch, manifest, steps)
+                # New columns under `evolve` or `review` (issue #25): added, or held.
+                batch, entries = settle_drift(
+                    batch, manifest, entries, lambda grown: _normalised(grown, manifest, steps)
+                )
                 outcome = steps.run(STEPS["commit-slice"], load_step, batch, manifest, entries)
             except LeaseLost:
                 raise
-            except SliceHeld as held:  # a slice guard (issue #24): held for review
+            except SliceHeld as held:  # a slice guard (issue #24) or drift: held for review
                 outcome = hold_batch(batch, held)
             except Exception as exc:  # noqa: BLE001 - every pre-commit failure fails the batch
                 outcome = recover_or_fail(batch, exc)

@@ -123,6 +123,10 @@ class SliceHeld(FleetImportError):
         self.breaches = breaches
         self.content = dict(content)
 
+    def facts(self) -> dict[str, Any]:
+        """What the held batch records beyond its breaches and content (a subclass's)."""
+        return {}
+
 
 class ApprovedContentChanged(PreCommitError):
     """The folder no longer holds the content the approval was given for."""
@@ -234,7 +238,13 @@ def hold_batch(batch: LeasedBatch, held: SliceHeld) -> Failed:
     approve = approve_command(batch.batch_id)
     error = f"held for review: {held}; to load it anyway: {approve}"
     log.warning("batch %s %s", batch.batch_id, error)
-    facts = {"held": {"breaches": [b.to_json() for b in held.breaches], "content": held.content}}
+    facts = {
+        "held": {
+            "breaches": [b.to_json() for b in held.breaches],
+            "content": held.content,
+            **held.facts(),
+        }
+    }
     batch.ctx.repo.mark_failed(batch.batch_id, batch.owner, FailureKind.HELD, error, facts)
     payload = event_payload(
         batch.tenant_id,
@@ -243,6 +253,7 @@ def hold_batch(batch: LeasedBatch, held: SliceHeld) -> Failed:
         kind=str(FailureKind.HELD),
         error=error,
         breaches=facts["held"]["breaches"],
+        **held.facts(),
         approve=approve,
     )
     emit_quietly(batch.ctx.events, HELD_EVENT, payload)

@@ -11,6 +11,7 @@ import weakref
 from dataclasses import dataclass
 
 from fleet_import.config import Settings
+from fleet_import.contracts.model import DatasetContract
 from fleet_import.importing.context import ImportContext
 from fleet_import.importing.normalized_files import NormalizedEntry, normalize_one
 from fleet_import.importing.runtime import remote_context
@@ -31,6 +32,9 @@ class NormaliseJob:
     """The context in the process that made the job (pid and object id)."""
     settings: Settings | None
     """What the context was built from; None for a context a test built (it stays home)."""
+    contract: DatasetContract | None = None
+    """The file's contract as the batch reads it: with columns drift added to its table
+    (importing.drift), which a context rebuilt from settings would not know."""
 
     @classmethod
     def of(
@@ -38,7 +42,7 @@ class NormaliseJob:
     ) -> NormaliseJob:
         key = f"{os.getpid()}:{id(ctx)}"
         _LOCAL_CONTEXTS[key] = ctx
-        return cls(batch_id, bucket, obj, key, ctx.settings)
+        return cls(batch_id, bucket, obj, key, ctx.settings, ctx.contracts[obj.dataset])
 
 
 def job_context(job: NormaliseJob) -> ImportContext:
@@ -53,4 +57,4 @@ def job_context(job: NormaliseJob) -> ImportContext:
 
 def run_normalise_job(job: NormaliseJob) -> NormalizedEntry:
     """The normalise step, mapped over a delivery's files."""
-    return normalize_one(job_context(job), job.batch_id, job.bucket, job.obj)
+    return normalize_one(job_context(job), job.batch_id, job.bucket, job.obj, job.contract)

@@ -19,6 +19,7 @@ import pyarrow as pa
 from fleet_import import failpoints
 from fleet_import.contracts.model import ContractSet, DatasetContract
 from fleet_import.importing.context import Committed
+from fleet_import.importing.drift import DRIFT_DETAILS_KEY, ignored_columns, tell_drift
 from fleet_import.importing.guards import check_slice_guards
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.normalized_files import NormalizedEntry
@@ -76,6 +77,7 @@ def load_step(
                     return recovered
                 backoff.wait(retry, f"slice load of {scope}", exc, log)
     failpoints.hit("after_warehouse_commit")
+    _report_ignored(batch, arrivals.loaded)
     summary["seconds"] = {"load": round(time.monotonic() - started, 3)}
     return batch.record_commit(recovered=False, row_counts=commit.row_counts, summary=summary)
 
@@ -241,6 +243,8 @@ def judge_rejects(
                 "seconds": round(entry.seconds, 3),
                 # Columns found by an alias (a renamed export): column -> header found.
                 **({"aliases": entry.file.aliases} if entry.file.aliases else {}),
+                # Columns the contract does not name (issue #25): name -> type.
+                **({"extra_columns": entry.file.extra_columns} if entry.file.extra_columns else {}),
             }
             for entry in entries
         ],
@@ -275,6 +279,18 @@ def _where_rejected(rejects: Sequence[Reject]) -> str:
         + (f" (first lines {', '.join(lines)})" if lines else "")
         + f", e.g. {first.column or 'row'}: {first.reason}"
     )
+
+
+def _report_ignored(batch: LeasedBatch, entries: Sequence[NormalizedEntry]) -> None:
+    """The columns the delivery held beyond its contracts and did not load (`ignore`): in
+    the batch's details beside any drift it evolved, and one `fleet.schema.drift` event."""
+    ignored = ignored_columns(batch.ctx.contracts, entries)
+    if not ignored:
+        return
+    current = batch.ctx.repo.get(batch.batch_id)
+    known = (current.details.get(DRIFT_DETAILS_KEY) or {}) if current is not None else {}
+    batch.update_details({DRIFT_DETAILS_KEY: {**known, **ignored}})
+    tell_drift(batch, ignored)
 
 
 def _record_session(batch: LeasedBatch, session: WarehouseSession) -> None:

@@ -34,12 +34,18 @@ class NormalizedEntry:
 
 
 def normalize_one(
-    ctx: ImportContext, batch_id: uuid.UUID, bucket: str, obj: SourceObject
+    ctx: ImportContext,
+    batch_id: uuid.UUID,
+    bucket: str,
+    obj: SourceObject,
+    contract: DatasetContract | None = None,
 ) -> NormalizedEntry:
-    """One file of the delivery (the step the driver maps over the manifest)."""
+    """One file of the delivery (the step the driver maps over the manifest), read with
+    `contract` (default: the context's for its dataset)."""
     workdir = ctx.workdir / str(batch_id)
     workdir.mkdir(parents=True, exist_ok=True)
-    entry = normalize_object(ctx, batch_id, bucket, obj, ctx.contracts[obj.dataset], workdir)
+    contract = contract or ctx.contracts[obj.dataset]
+    entry = normalize_object(ctx, batch_id, bucket, obj, contract, workdir)
     if ctx.remote:  # a Dask worker: the loader reads the staged copy (`localised`)
         entry.file.parquet_path.unlink(missing_ok=True)
         entry.file.parquet_path.with_suffix(".csv").unlink(missing_ok=True)
@@ -90,6 +96,7 @@ def normalize_object(
                 source_key, contract.name, local, cached.row_count, cached.reject_count, rejects
             )
             file.aliases = dict(cached.details.get("aliases", {}))
+            file.extra_columns = dict(cached.details.get("extra_columns", {}))
             return NormalizedEntry(obj, file, True, time.monotonic() - started, name)
         except StagingError:
             ctx.repo.forget_cached_file(source_key, obj.etag, contract.contract_version)
@@ -123,6 +130,7 @@ def normalize_object(
             {
                 **({"rejects_uri": ctx.staging.uri(rejects_name)} if file.rejects else {}),
                 **({"aliases": file.aliases} if file.aliases else {}),
+                **({"extra_columns": file.extra_columns} if file.extra_columns else {}),
             },
         ),
         batch_id,

@@ -1,5 +1,6 @@
 """Review of held batches (issue #24): approve loads exactly the held content as a new
-batch with the slice guards waived; reject closes the batch.
+batch with the slice guards waived; reject closes the batch. A batch held by its new
+columns (`on_new_columns: review`, issue #25) has them added to its tables first.
 
 Exactly the held content: the folder must still hold the files the held batch listed
 (manifest fingerprint) read with the same contract versions; the approval's waiver names
@@ -14,6 +15,7 @@ Before anything, the held batch's tenant and folder are judged by the tenant rul
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 
@@ -25,6 +27,13 @@ from fleet_import.importing.context import (
     ImportContext,
     ImportOutcome,
     NothingToDo,
+)
+from fleet_import.importing.drift import (
+    DRIFT_DETAILS_KEY,
+    DRIFT_EVENT,
+    apply_held_drift,
+    held_drift,
+    would_evolve,
 )
 from fleet_import.importing.driver import CoreSteps, StepRunner, import_batch
 from fleet_import.importing.guards import GuardOverride, content_of, record_override
@@ -81,10 +90,13 @@ def check_approval(
     if not content:
         return NotApproved(held_id, f"batch {held_id} records no held content")
     try:
-        listing = discover(ctx.s3, folder_of_scope(held.source_scope), ctx.contracts)
+        # Read as the approval will: the tables' evolved columns, plus those it would add
+        # for a batch held by its new columns (importing.drift).
+        contracts = would_evolve(ctx, admitted.tenant_id, held_drift(held.details))
+        listing = discover(ctx.s3, folder_of_scope(held.source_scope), contracts)
     except FleetImportError as exc:
         return NotApproved(held_id, f"the folder cannot be listed: {exc}")
-    now = content_of(ctx, listing)
+    now = content_of(dataclasses.replace(ctx, contracts=contracts), listing)
     if now != content:
         what = "files" if now["fingerprint"] != content["fingerprint"] else "contract versions"
         return NotApproved(
@@ -122,6 +134,9 @@ def approve_held(
 def claim_approval(ctx: ImportContext, approval: Approval, owner: str) -> ImportOutcome | Claimed:
     """Reserve the scope for the approval's own delivery and waive its guards."""
     held_id = approval.held.id
+    # A batch held by its new columns: they are added first, as `evolve` would add them;
+    # the approval then reads its content with them (cached by the held batch).
+    apply_held_drift(ctx, approval.tenant.tenant_id, held_drift(approval.held.details))
     claimed = claim(ctx, approval.tenant, approval.scope, approval_key(held_id), owner, force=True)
     if isinstance(claimed, Claimed):
         waiver = GuardOverride(
@@ -129,6 +144,19 @@ def claim_approval(ctx: ImportContext, approval: Approval, owner: str) -> Import
         )
         record_override(ctx, claimed, waiver)
         ctx.repo.update_details(claimed.batch_id, owner, {"approves": str(held_id)})
+        drift = held_drift(approval.held.details)
+        if drift:  # the columns this approval added (issue #25)
+            report = {
+                dataset: {"policy": "review", "columns": columns, "approved": str(held_id)}
+                for dataset, columns in drift.items()
+            }
+            ctx.repo.update_details(claimed.batch_id, owner, {DRIFT_DETAILS_KEY: report})
+            ctx.events(
+                DRIFT_EVENT,
+                event_payload(
+                    approval.tenant.tenant_id, approval.scope, claimed.batch_id, datasets=report
+                ),
+            )
     return claimed
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from fleet_import.errors import FleetImportError
 from fleet_import.importing.claim import claim, new_owner
 from fleet_import.importing.context import Claimed, Committed, ImportContext, ImportOutcome
+from fleet_import.importing.drift import effective_contracts
 from fleet_import.importing.driver import CoreSteps, StepRunner, import_batch
 from fleet_import.importing.guards import GuardOverride, record_override
 from fleet_import.importing.pinned import pin_manifest
@@ -129,7 +130,9 @@ def _refusal(
     except FleetImportError as exc:
         return NotRolledBack(f"batch {target.id}: {exc}")
     try:
-        versions = DeliveryIdentity.of(manifest, ctx.contracts).versions
+        # As the rollback will read them: with the columns drift added (importing.drift).
+        contracts = effective_contracts(ctx.contracts, ctx.warehouse, tenant.tenant_id)
+        versions = DeliveryIdentity.of(manifest, contracts).versions
     except KeyError as exc:
         return NotRolledBack(f"batch {target.id} loaded dataset {exc} that no contract defines now")
     if versions != target.details.get("contract_versions"):

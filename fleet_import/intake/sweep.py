@@ -28,7 +28,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -183,6 +183,7 @@ def find_ready_folders(
     contracts: ContractSet = FLEET_DATASETS,
     now: dt.datetime | None = None,
     lookback_days: int = 0,
+    contracts_of: Callable[[str], ContractSet] | None = None,
 ) -> Scan:
     """List the tenant delivery folders of a landing bucket (with Delimiter, every page) and
     keep the complete ones with their current fingerprint.
@@ -194,7 +195,18 @@ def find_ready_folders(
     folder that does not canonicalise, a delivery discovery refuses) are skipped with the
     reason. Listing the landing zone itself raises (TransientError when S3 is struggling);
     a transient failure on one folder only skips that folder until the next sweep.
+    `contracts_of(tenant_id)`, when given, is a tenant's contracts as its imports read them
+    (with the columns drift added to its tables: importing.drift), asked once per tenant.
     """
+    of_tenant: dict[str, ContractSet] = {}
+
+    def tenant_contracts(tenant_id: str) -> ContractSet:
+        if contracts_of is None:
+            return contracts
+        if tenant_id not in of_tenant:
+            of_tenant[tenant_id] = contracts_of(tenant_id)
+        return of_tenant[tenant_id]
+
     started = time.monotonic()
     rule = completion if completion is not None else Marker()
     now = now if now is not None else dt.datetime.now(dt.UTC)
@@ -219,7 +231,7 @@ def find_ready_folders(
             if waiting is not None:
                 skipped.append(Skip(folder, f"not complete: {waiting}", tenant_id, "incomplete"))
                 continue
-            manifest = discover(s3, folder, contracts, listing)
+            manifest = discover(s3, folder, tenant_contracts(tenant_id), listing)
         except TransientError as exc:  # first: a transient DiscoveryError is one too
             reason = f"transient, retried next sweep: {exc}"
             skipped.append(Skip(folder, reason, tenant_id, "transient"))
@@ -227,7 +239,7 @@ def find_ready_folders(
         except (InvalidInput, DiscoveryError) as exc:
             skipped.append(Skip(folder, str(exc), tenant_id, "refused"))
             continue
-        identity = DeliveryIdentity.of(manifest, contracts)
+        identity = DeliveryIdentity.of(manifest, tenant_contracts(tenant_id))
         ready.append(
             ReadyFolder(
                 tenant_id,

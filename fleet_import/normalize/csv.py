@@ -26,8 +26,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from fleet_import.contracts.drift import allows_new_columns
 from fleet_import.contracts.model import DatasetContract
-from fleet_import.normalize.header import match_header, row_numbers
+from fleet_import.normalize.header import extra_column_types, match_header, row_numbers
 from fleet_import.normalize.malformed import MalformedRecord, malformed_rejects
 from fleet_import.normalize.rows import (
     REASON_UTF8,
@@ -47,6 +48,9 @@ _REPLACEMENT = "\ufffd"
 _CR = 0x0D
 # Arrow's error for a record that does not end within one block.
 _STRADDLING = "straddling object straddles two block boundaries"
+# Columns read as text beyond the contract's when its drift policy allows new ones (else
+# they reject the file, whatever their type); more than this many are typed by Arrow.
+_EXTRA_COLUMNS_READ = 1024
 
 
 def block_bytes(batch_rows: int) -> int:
@@ -71,6 +75,7 @@ def read_csv(
 
     guard = Utf8Guard(stream)
     width = len(contract.columns)
+    read_as_text = width + (_EXTRA_COLUMNS_READ if allows_new_columns(contract) else 0)
     block_size = block_bytes(batch_rows)
     try:
         reader = pacsv.open_csv(
@@ -88,7 +93,7 @@ def read_csv(
             ),
             convert_options=pacsv.ConvertOptions(
                 # Columns beyond the contract's width reject the file, whatever their type.
-                column_types={f"f{i}": pa.string() for i in range(width)},
+                column_types={f"f{i}": pa.string() for i in range(read_as_text)},
                 strings_can_be_null=True,
                 quoted_strings_can_be_null=True,
                 null_values=[""],
@@ -98,8 +103,10 @@ def read_csv(
         raise _unreadable_csv(source_key, exc) from exc
 
     counter = _LineCounter()
-    positions: list[int] | None = None
+    positions: list[int | None] | None = None
     aliases: dict[str, str] = {}
+    extra: dict[str, str] = {}
+    extra_at: list[int] = []
     while True:
         try:
             batch = reader.read_next_batch()
@@ -114,14 +121,26 @@ def read_csv(
         if positions is None:
             header = match_header(_header(batch), contract, source_key)
             positions, aliases = header.positions, header.aliases
+            extra = extra_column_types(
+                contract, dict.fromkeys(header.extra, contract.new_column_type), source_key
+            )
+            extra_at = list(header.extra.values())
         lines, skipped = counter.advance(batch.num_rows, batch.columns, invalid)
-        columns = [batch.column(position) for position in positions]
+        columns = [
+            batch.column(position)
+            if position is not None
+            else pa.nulls(batch.num_rows, pa.string())
+            for position in positions
+        ]
+        # Not loaded, but a row holding a value only there is no blank line.
+        ignored = [batch.column(position) for position in extra_at]
         if first:
             columns = [column.slice(1) for column in columns]
+            ignored = [column.slice(1) for column in ignored]
             lines = lines.slice(1)
         rejects = _rejects(source_key, skipped)
-        batch_read = SourceBatch(columns, lines, rejects, aliases=aliases)
-        yield _tidy(batch_read, guard.replaced, contract, source_key)
+        batch_read = SourceBatch(columns, lines, rejects, aliases=aliases, extra_columns=extra)
+        yield _tidy(batch_read, guard.replaced, contract, source_key, ignored)
     _, skipped = counter.advance(0, [], invalid, final=True)
     if skipped:
         empty = [pa.array([], pa.string()) for _ in range(width)]
@@ -159,13 +178,19 @@ def _unreadable_csv(source_key: str, exc: BaseException) -> FileRejected:
 
 
 def _tidy(
-    batch: SourceBatch, replaced_utf8: bool, contract: DatasetContract, source_key: str
+    batch: SourceBatch,
+    replaced_utf8: bool,
+    contract: DatasetContract,
+    source_key: str,
+    ignored: list[pa.Array] | None = None,
 ) -> SourceBatch:
-    """Drop blank records silently and reject rows holding bytes that were not UTF-8."""
+    """Drop blank records silently and reject rows holding bytes that were not UTF-8.
+    `ignored`: the file's columns beyond the contract's (a record is blank in those too)."""
     columns, lines, rejects = batch.columns, batch.lines, batch.rejects
-    if columns and all(column.null_count for column in columns):
+    every = [*columns, *(ignored or [])]
+    if columns and all(column.null_count for column in every):
         blank = columns[0].is_null()
-        for column in columns[1:]:
+        for column in every[1:]:
             blank = pc.and_(blank, column.is_null())
         if blank.true_count:
             keep = pc.invert(blank)
@@ -190,7 +215,9 @@ def _tidy(
             keep = pc.invert(taken)
             columns = [column.filter(keep) for column in columns]
             lines = lines.filter(keep)
-    return SourceBatch(columns, lines, rejects, aliases=batch.aliases)
+    return SourceBatch(
+        columns, lines, rejects, aliases=batch.aliases, extra_columns=batch.extra_columns
+    )
 
 
 class _LineCounter:

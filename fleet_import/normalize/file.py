@@ -79,6 +79,7 @@ def normalize_file(
     schema = output_schema(contract)
     rejects: list[Reject] = []
     aliases: dict[str, str] = {}
+    extra: dict[str, str] = {}
     try:
         batches = read_batches(
             source, fmt=fmt, source_key=source_key, contract=contract, batch_rows=batch_rows
@@ -100,6 +101,8 @@ def normalize_file(
             for batch in batches:
                 for column, header in batch.aliases.items():
                     aliases.setdefault(column, header)
+                for column, column_type in batch.extra_columns.items():
+                    extra.setdefault(column, column_type)
                 accepted, batch_rejects = convert_batch(batch, contract, source_key)
                 rejects.extend(batch_rejects)
                 groups.add(accepted)
@@ -117,6 +120,7 @@ def normalize_file(
         reject_count=len(rejects),
         rejects=rejects,
         aliases=aliases,
+        extra_columns=extra,
     )
 
 

@@ -3,13 +3,14 @@ header), and the physical line each row starts on. Shared by every reader."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fleet_import.contracts.model import DatasetContract
+from fleet_import.contracts.drift import adds_columns, allows_new_columns
+from fleet_import.contracts.model import Column, ContractError, DatasetContract
 from fleet_import.normalize.rows import FileRejected
 
 _NUL = "\x00"
@@ -19,10 +20,14 @@ _NUL = "\x00"
 class HeaderMatch:
     """Where each contract column is in a file, and which columns were found by an alias."""
 
-    positions: list[int]
-    """The file position of each contract column, in contract order."""
+    positions: list[int | None]
+    """The file position of each contract column, in contract order; None for an optional
+    column the file lacks (its rows hold NULL there)."""
     aliases: dict[str, str]
     """Column name -> the header it was found under, for columns matched by an alias."""
+    extra: dict[str, int] = field(default_factory=dict)
+    """Columns the contract does not name -> their position, where its drift policy lets a
+    file hold them (contracts.drift); empty under `reject`, which refuses the file."""
 
 
 @dataclass(frozen=True)
@@ -51,9 +56,10 @@ def match_header(names: Sequence[str], contract: DatasetContract, source_key: st
     """The file position of each contract column, in contract order, found by name or alias
     (HeaderNames).
 
-    Order may differ from the contract; a missing, extra or repeated column (also: a name and
-    its alias both present) rejects the whole file, because guessing what an unknown column
-    means is worse than asking.
+    Order may differ from the contract; a missing column (unless `optional`), a repeated
+    one (also: a name and its alias both present) or, under the `reject` drift policy, an
+    extra one rejects the whole file, because guessing what an unknown column means is
+    worse than asking. The other policies say what an extra column means (contracts.drift).
     """
     cleaned = [name.strip() for name in names]
     known = HeaderNames.of(contract)
@@ -74,10 +80,15 @@ def match_header(names: Sequence[str], contract: DatasetContract, source_key: st
             position[column] = index
             found_as[column] = name
     expected = contract.column_names
-    missing = [name for name in expected if name not in position]
+    lacking = {column.name for column in contract.columns if column.optional}
+    missing = [name for name in expected if name not in position and name not in lacking]
+    extra: dict[str, int] = {}
+    if allows_new_columns(contract) and "" not in unexpected:
+        extra = {name: cleaned.index(name) for name in unexpected}
+        unexpected = []
     if not (missing or unexpected or repeated):
         aliases = {column: name for column, name in found_as.items() if name != column}
-        return HeaderMatch([position[name] for name in expected], aliases)
+        return HeaderMatch([position.get(name) for name in expected], aliases, extra)
     parts = []
     if missing:
         parts.append("missing columns: " + ", ".join(missing))
@@ -91,6 +102,31 @@ def match_header(names: Sequence[str], contract: DatasetContract, source_key: st
     raise FileRejected(
         f"{source_key}: columns do not match dataset {contract.name!r}: " + "; ".join(parts)
     )
+
+
+def extra_column_types(
+    contract: DatasetContract, types: Mapping[str, str | None], source_key: str
+) -> dict[str, str]:
+    """The contract type of each column a file holds beyond its contract (`types`: from the
+    Parquet schema, or None for a type with no contract type). Under `evolve` and `review`
+    such a column becomes a table column: a name that is no identifier, or a type that has
+    no contract type, rejects the file, naming it."""
+    if not adds_columns(contract):
+        return {name: found or contract.new_column_type for name, found in types.items()}
+    problems = []
+    for name, found in types.items():
+        try:
+            Column(name, found or contract.new_column_type)
+        except ContractError as exc:
+            problems.append(f"{name!r}: {exc}")
+        if found is None:
+            problems.append(f"{name!r}: its type has no contract type (name it in the contract)")
+    if problems:
+        raise FileRejected(
+            f"{source_key}: new columns cannot be added to dataset {contract.name!r} "
+            f"(on_new_columns {contract.on_new_columns}): " + "; ".join(problems)
+        )
+    return {name: found for name, found in types.items() if found is not None}
 
 
 _counting = pa.array([], pa.int64())

@@ -22,3 +22,7 @@ class NormalizedFile:
     aliases: dict[str, str] = field(default_factory=dict)
     """Column -> the header (or JSON key) it was found under, where that was an alias of
     the column rather than its name: what a renamed export was matched by."""
+    extra_columns: dict[str, str] = field(default_factory=dict)
+    """Columns the file holds that its contract does not name -> their contract type (the
+    Parquet column's, else the contract's `new_column_type`): left out of `parquet_path`,
+    reported, and added to the table by the `evolve` and `review` policies."""

@@ -18,9 +18,15 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from fleet_import.contracts.drift import allows_new_columns, type_from_arrow
 from fleet_import.contracts.model import Column, DatasetContract, FileFormat
 from fleet_import.normalize.csv import ReadOnlyStream, block_bytes, read_csv
-from fleet_import.normalize.header import HeaderNames, match_header, row_numbers
+from fleet_import.normalize.header import (
+    HeaderNames,
+    extra_column_types,
+    match_header,
+    row_numbers,
+)
 from fleet_import.normalize.rows import (
     REASON_UTF8,
     FileRejected,
@@ -141,24 +147,34 @@ def _parquet_batches(
     schema = parquet.schema_arrow
     header = match_header(schema.names, contract, source_key)
     positions = header.positions
+    extra = extra_column_types(
+        contract,
+        {name: type_from_arrow(schema.field(at).type) for name, at in header.extra.items()},
+        source_key,
+    )
     unfit = [
         _describe_unfit(column, schema.field(position).type)
         for column, position in zip(contract.columns, positions, strict=True)
-        if not _fits(schema.field(position).type, column)
+        if position is not None and not _fits(schema.field(position).type, column)
     ]
     if unfit:
         raise FileRejected(
             f"{source_key}: column types do not fit dataset {contract.name!r}: " + "; ".join(unfit)
         )
-    selected = [schema.names[position] for position in positions]
+    selected = [None if position is None else schema.names[position] for position in positions]
+    read = [name for name in selected if name is not None]
     next_row = 1
     try:
-        for batch in parquet.iter_batches(
-            batch_size=batch_rows, columns=selected, use_threads=False
-        ):
-            columns = [batch.column(name) for name in selected]
+        for batch in parquet.iter_batches(batch_size=batch_rows, columns=read, use_threads=False):
+            columns = [
+                pa.nulls(batch.num_rows, column.arrow_type) if name is None else batch.column(name)
+                for column, name in zip(contract.columns, selected, strict=True)
+            ]
             yield SourceBatch(
-                columns, row_numbers(next_row, batch.num_rows), aliases=header.aliases
+                columns,
+                row_numbers(next_row, batch.num_rows),
+                aliases=header.aliases,
+                extra_columns=extra,
             )
             next_row += batch.num_rows
     except (pa.ArrowException, OSError) as exc:
@@ -270,11 +286,13 @@ def _jsonl_slow(
     lines: list[int] = []
     rejects: list[Reject] = []
     aliases: dict[str, str] = {}
+    # Keys the contract does not name, where its drift policy allows them: not loaded.
+    extra: dict[str, str] | None = {} if allows_new_columns(contract) else None
     for offset, raw in enumerate(chunk.split(b"\n")):
         if not raw.strip():
             continue
         line = first_line + offset
-        row = _json_row(raw, names, known, exact, aliases)
+        row = _json_row(raw, names, known, exact, aliases, extra)
         if isinstance(row, tuple):
             column, reason, value = row
             rejects.append(Reject(source_key, line, column, reason, value))
@@ -287,14 +305,23 @@ def _jsonl_slow(
         pa.array(lines, pa.int64()),
         rejects,
         aliases,
+        extra_column_types(
+            contract, dict.fromkeys(extra or {}, contract.new_column_type), source_key
+        ),
     )
 
 
 def _json_row(
-    raw: bytes, names: list[str], known: HeaderNames, exact: set[str], aliases: dict[str, str]
+    raw: bytes,
+    names: list[str],
+    known: HeaderNames,
+    exact: set[str],
+    aliases: dict[str, str],
+    extra: dict[str, str] | None = None,
 ) -> list[str | None] | tuple[str | None, str, str]:
     """The row's values as text, or (column, reason, value) when the line is rejected.
-    Keys name columns as a CSV header does (names, or aliases: recorded in `aliases`).
+    Keys name columns as a CSV header does (names, or aliases: recorded in `aliases`); a
+    key no column has goes into `extra` when the contract's drift policy allows one.
     Numbers are read as Decimal, so that the `exact` (decimal) columns get the digits as
     written; the others get the float's text, as json.loads would give it."""
     try:
@@ -310,6 +337,9 @@ def _json_row(
     by_column: dict[str, object] = {}
     for key, value in document.items():
         column = known.column_of(key.strip())
+        if column is None and extra is not None:
+            extra.setdefault(key.strip(), "")
+            continue
         if column is None:
             return key, "unexpected field", json.dumps(value, default=float)
         if column in by_column:

@@ -129,6 +129,9 @@ class SourceBatch:
     rejects: list[Reject] = field(default_factory=list)
     aliases: dict[str, str] = field(default_factory=dict)
     """Column -> the header (or JSON key) it was found under, where that was an alias."""
+    extra_columns: dict[str, str] = field(default_factory=dict)
+    """Columns (or JSON keys) the contract does not name -> their contract type, where its
+    drift policy lets a file hold them (contracts.drift): not loaded, reported."""
 
 
 # (rows flagged, reason) pairs, in the order they should win for a row.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from fleet_import.contracts.model import DatasetContract
 from fleet_import.warehouse.base import (
@@ -122,6 +122,14 @@ class TenantWarehouses:
 
     def registered_counts(self, tenant_id: str, source_scope: str) -> dict[str, int]:
         return self.for_tenant(tenant_id).registered_counts(tenant_id, source_scope)
+
+    def added_columns(self, tenant_id: str, contract: DatasetContract) -> dict[str, str]:
+        return self.for_tenant(tenant_id).added_columns(tenant_id, contract)  # type: ignore[attr-defined]
+
+    def add_columns(
+        self, tenant_id: str, contract: DatasetContract, columns: Mapping[str, str]
+    ) -> None:
+        self.for_tenant(tenant_id).add_columns(tenant_id, contract, columns)  # type: ignore[attr-defined]
 
     def execute(self, statement: str) -> None:
         for warehouse in self._untenanted():

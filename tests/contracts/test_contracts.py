@@ -246,3 +246,40 @@ def test_string_widths_are_utf8_bytes() -> None:
     assert Column("a", "string", max_length=16383).max_bytes == 65532
     assert Column("a", "string", allowed=("ok", "übel")).max_bytes == 5
     assert Column("a", "string", allowed=("long enough",), max_length=2).max_bytes == 8
+
+
+def test_drift_keys_are_validated_with_their_field_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #25: on_new_columns, new_column_type and optional, in YAML and in a module."""
+    (evolving,) = [contract_from_dict(_tyres(on_new_columns="evolve", new_column_type="int64"))]
+    assert (evolving.on_new_columns, evolving.new_column_type) == ("evolve", "int64")
+    assert evolving.contract_version != contract_from_dict(_tyres()).contract_version
+    message = _refusal(tmp_path, _tyres(on_new_columns="sometimes"))
+    assert message.endswith(
+        "datasets[1] (tyres): on_new_columns: unknown drift policy 'sometimes' "
+        "(one of evolve, ignore, reject, review)"
+    ), message
+    message = _refusal(tmp_path, _tyres(new_column_type="varchar(256)"))
+    assert "datasets[1] (tyres): new_column_type: unknown type 'varchar(256)'" in message
+    message = _refusal(
+        tmp_path,
+        _with_column(name="tread_mm", type="float64", nullable=False, optional=True),
+    )
+    assert "datasets[1] (tyres): columns[3].optional: an optional column must be nullable" in (
+        message
+    )
+    message = _refusal(tmp_path, _tyres(evolved_columns=["tread_mm"]))
+    assert "datasets[1] (tyres): evolved_columns: set by the `evolve` drift policy" in message
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "drift_contracts.py").write_text(
+        f"DATASETS = [{_tyres(on_new_columns='discard')!r}]\n", "utf-8"
+    )
+    with pytest.raises(ContractError) as refused:
+        load_contracts("drift_contracts")
+    assert str(refused.value).startswith(
+        "drift_contracts: DATASETS[0] (tyres): on_new_columns: unknown drift policy 'discard'"
+    )
+    with pytest.raises(ContractError, match=r"^column \(k\): optional: an optional column"):
+        Column("k", "string", nullable=False, optional=True)

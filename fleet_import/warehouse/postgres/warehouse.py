@@ -8,7 +8,7 @@ commit. Driver errors become WarehouseError in driver.py, and nowhere else.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from typing import Any, TypeVar
@@ -16,13 +16,14 @@ from typing import Any, TypeVar
 import psycopg
 
 from fleet_import.config import libpq_url
-from fleet_import.contracts.model import DatasetContract
+from fleet_import.contracts.model import Column, DatasetContract
 from fleet_import.warehouse.base import (
     SliceWriter,
     WarehouseSession,
     check_contract,
 )
 from fleet_import.warehouse.committer import Cursor, SliceCommitter, SliceRequest, WriterCounters
+from fleet_import.warehouse.evolution import add_column_sql, added_after_stamps, check_added
 from fleet_import.warehouse.postgres import ddl, driver
 from fleet_import.warehouse.postgres.slice_sql import (
     DDL_LOCK_CLASS,
@@ -91,18 +92,42 @@ class PostgresWarehouse(SliceCommitter):
         found = conn.execute(
             QUERIES["table_columns"], {"schema": schema, "relation": relation}
         ).fetchall()
+        found = [tuple(row) for row in found]
         if not found:
             conn.execute(ddl.create_table_sql(contract))
-        elif [tuple(row) for row in found] != ddl.expected_columns(contract):
+        elif not ddl.table_matches(contract, found):
             raise TableMigrationNeeded(
                 f"table {contract.target_table} does not match dataset {contract.name!r}: "
-                f"has {[tuple(row) for row in found]}, expected {ddl.expected_columns(contract)}"
+                f"has {found}, expected {ddl.expected_columns(contract)}"
             )
         # Only when missing: CREATE INDEX takes a SHARE lock even when the index exists,
         # which would wait for every running load of the table.
         exists = conn.execute(*relation_exists_sql(schema, ddl.index_name(contract))).fetchone()
         if not (exists and exists[0]):
             conn.execute(ddl.create_index_sql(contract))
+
+    # -- columns added by drift (warehouse.evolution) -------------------------------------
+
+    def added_columns(self, tenant_id: str, contract: DatasetContract) -> dict[str, str]:
+        schema, relation = split_table(contract.target_table)
+        with self._transaction() as conn:
+            found = conn.execute(
+                QUERIES["table_columns"], {"schema": schema, "relation": relation}
+            ).fetchall()
+        return added_after_stamps(contract, [(name, sql_type) for name, sql_type, _ in found])
+
+    def add_columns(
+        self, tenant_id: str, contract: DatasetContract, columns: Mapping[str, str]
+    ) -> None:
+        self.ensure_tables([contract])  # a new dataset's first delivery may already drift
+        for name, column_type in columns.items():
+            with self._transaction() as conn:
+                # The DDL lock: two workers adding one column do it one after the other.
+                conn.execute(QUERIES["lock_ddl"], {"lock_class": DDL_LOCK_CLASS})
+                if name not in self.added_columns(tenant_id, contract):
+                    sql_type = ddl.pg_type(Column(name, column_type))
+                    conn.execute(add_column_sql(contract, name, sql_type).encode())
+        check_added(contract, columns, self.added_columns(tenant_id, contract))
 
     # -- sessions and operator SQL -------------------------------------------------------
 

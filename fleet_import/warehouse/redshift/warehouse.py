@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any, TypeVar
 
-from fleet_import.contracts.model import DatasetContract
+from fleet_import.contracts.model import Column, DatasetContract
 from fleet_import.errors import ErrorKind
 from fleet_import.retry import NO_RETRY, Backoff
 from fleet_import.s3.staging import StagingArea
@@ -33,6 +33,7 @@ from fleet_import.warehouse.committer import (
     WriterCounters,
     run,
 )
+from fleet_import.warehouse.evolution import add_column_sql, added_after_stamps, check_added
 from fleet_import.warehouse.redshift import ddl, driver
 from fleet_import.warehouse.redshift.writer import RedshiftSliceWriter
 from fleet_import.warehouse.sql import (
@@ -219,6 +220,44 @@ class RedshiftWarehouse(SliceCommitter):
         finally:
             with suppress(*driver.DRIVER_ERRORS):
                 conn.close()
+
+    # -- columns added by drift (warehouse.evolution) -------------------------------------
+
+    def added_columns(self, tenant_id: str, contract: DatasetContract) -> dict[str, str]:
+        statement = ddl.table_columns_sql(*split_table(contract.target_table))
+        found = self._in_transaction(lambda cursor: run(cursor, statement).fetchall())
+        return added_after_stamps(contract, [(name, data_type) for name, data_type, _ in found])
+
+    def add_columns(
+        self, tenant_id: str, contract: DatasetContract, columns: Mapping[str, str]
+    ) -> None:
+        """Each ADD COLUMN alone in autocommit: Redshift runs it outside a transaction block
+        shared with other work on the table, and the slice's locked commit never waits on it."""
+        self.ensure_tables([contract])  # a new dataset's first delivery may already drift
+        refused: list[WarehouseError] = []
+        for name, column_type in columns.items():
+            if name in self.added_columns(tenant_id, contract):
+                continue
+            statement = add_column_sql(contract, name, ddl.column_type(Column(name, column_type)))
+            log.info("adding a column of a drifted delivery: %s", statement)
+            conn = self.connect()
+            try:
+                conn.autocommit = True
+                conn.cursor().execute(statement)
+            except driver.DRIVER_ERRORS as exc:
+                # Another worker may have added it meanwhile: check_added decides below.
+                refused.append(driver.translate(exc))
+            finally:
+                with suppress(*driver.DRIVER_ERRORS):
+                    conn.close()
+        try:
+            check_added(contract, columns, self.added_columns(tenant_id, contract))
+        except WarehouseError as exc:
+            if not refused:
+                raise
+            raise WarehouseError(
+                f"{exc} ({refused[0]})", kind=refused[0].kind, code=refused[0].code
+            ) from None
 
     # -- sessions and operator SQL -------------------------------------------------------
 
