@@ -364,27 +364,3 @@ def test_serverless_refuses_stv_tables_and_both_offer_sys_views(
     conn.rollback()
     assert run(conn, "SELECT 1") == [[1]]
     emulator.refusals.clear()  # refused on purpose
-
-
-def test_alter_column_type_only_widens_a_varchar_and_never_in_a_transaction_block(
-    emulator: RedshiftEmulator, session: Any, db: psycopg.Connection[Any]
-) -> None:
-    """AWS "ALTER TABLE": ALTER COLUMN ... TYPE changes a VARCHAR's size only, and cannot run
-    inside a transaction block; every other type change is a deep copy (tables migrate)."""
-    db.execute("CREATE TABLE tab1 (name varchar(3), amount double precision)")
-    db.commit()
-    conn = session()
-    with pytest.raises(redshift_connector.ProgrammingError) as in_block:
-        run(conn, "ALTER TABLE tab1 ALTER COLUMN name TYPE VARCHAR(9)")
-    assert fields(in_block.value)["C"] == "25001"
-    conn.rollback()
-    conn.autocommit = True
-    with pytest.raises(redshift_connector.ProgrammingError) as decimal:
-        run(conn, "ALTER TABLE tab1 ALTER COLUMN amount TYPE DECIMAL(12,2)")
-    assert fields(decimal.value)["C"] == "0A000"
-    run(conn, "ALTER TABLE tab1 ALTER COLUMN name TYPE VARCHAR(9)")
-    assert db.execute(
-        "SELECT character_maximum_length FROM information_schema.columns"
-        " WHERE table_name = 'tab1' AND column_name = 'name'"
-    ).fetchone() == (9,)
-    emulator.refusals.clear()  # refused on purpose

@@ -76,8 +76,9 @@ class RedshiftMigration:
             (c.name, _VARCHAR[:-1], _width(c)) if _width(c) is not None else (c.name, c.type, None)
             for c in found
         ]
-        for statement in ddl.widen_sql(contract, rows):
-            self._warehouse._widen(statement)  # noqa: SLF001 - its one autocommit ALTER
+        for column, statement in ddl.widenings(contract, rows):
+            # its one autocommit ALTER, re-encoding a column whose encoding refuses it
+            self._warehouse._widen(contract.target_table, column, statement)  # noqa: SLF001
 
     def create_sql(self, contract: DatasetContract) -> str:
         return ddl.create_table_sql(contract)
