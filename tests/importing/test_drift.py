@@ -21,7 +21,7 @@ from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, tr
 from fleet_import.scope import Tenant
 from fleet_import.store.models import FailureKind
 from fleet_import.store.review_repository import ReviewRepository
-from tests.helpers import curated, upload
+from tests.helpers import curated, layout_admission, upload
 
 ACME = Tenant.named("acme")
 TRIPS_ROWS = 20  # 10 in trips-1.csv (which gained co2_grams), 10 in trips-2.csv.gz
@@ -168,7 +168,7 @@ def test_review_holds_the_batch_and_approval_adds_the_column_from_staged_files(
     assert "fleet.batch.held" in names
 
     reviews = ReviewRepository(database_url)
-    approved = approve_held(ctx, reviews, held.batch_id)
+    approved = approve_held(ctx, reviews, held.batch_id, admission=layout_admission())
     assert isinstance(approved, Committed) and approved.published, approved
     assert trips_columns(database_url)["co2_grams"] == "bigint"
     assert sorted(v for v in co2_values(database_url) if v is not None) == list(range(100, 110))
@@ -299,7 +299,9 @@ def test_a_rollback_to_an_evolved_load_reads_with_the_evolved_contract(
     second = import_folder(ctx, ACME, folder, "d2")
     assert isinstance(second, Committed) and second.published, second
 
-    restored = rollback_slice(ctx, reviews, ACME, folder, first.batch_id)
+    restored = rollback_slice(
+        ctx, reviews, ACME.tenant_id, folder, first.batch_id, admission=layout_admission()
+    )
     assert isinstance(restored, Committed), restored
     assert restored.summary["cache_hits"] == len(restored.summary["files"])
     assert sorted(v for v in co2_values(database_url) if v is not None) == list(range(100, 110))

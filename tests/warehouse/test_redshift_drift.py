@@ -21,7 +21,7 @@ from fleet_import.scope import Tenant
 from fleet_import.store.models import FailureKind
 from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
-from tests.helpers import upload
+from tests.helpers import layout_admission, upload
 from tests.redshift_emulator import RedshiftEmulator
 
 pytestmark = pytest.mark.slow
@@ -133,7 +133,9 @@ def test_review_holds_then_approval_adds_the_columns_on_redshift(
     assert not [q for q in emulator.queries if "ADD COLUMN" in q]
 
     emulator.queries.clear()
-    approved = approve_held(ctx, ReviewRepository(database_url), held.batch_id)
+    approved = approve_held(
+        ctx, ReviewRepository(database_url), held.batch_id, admission=layout_admission()
+    )
     assert isinstance(approved, Committed), approved
     added_before_the_lock(emulator)
     assert approved.summary["cache_hits"] == len(approved.summary["files"])
