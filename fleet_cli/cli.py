@@ -22,11 +22,11 @@ from fleet_cli.guard import (
     error_line,
     foreseen_errors,
     prefect_ready,
+    ready_to_run,
     require_settings,
-    services_ready,
 )
 from fleet_cli.tenants import tenants_app
-from fleet_import.checks.settings import IMPORTS, OPERATIONAL, RELAY
+from fleet_import.checks.settings import OPERATIONAL, RELAY
 from fleet_import.config import Settings
 from fleet_import.errors import FleetImportError
 from fleet_import.intake.landing import DEFAULT_PATTERN
@@ -244,9 +244,7 @@ def run(
 
     Example: fleet-import run --tenant acme s3://fleet-landing/acme/fleet/2026-07-22/
     """
-    settings = require_settings(IMPORTS)
-    prefect_ready()
-    services_ready(settings)
+    ready_to_run()
     with foreseen_errors():
         from flows.import_s3_folder import import_s3_folder
 
@@ -273,9 +271,7 @@ def resume(batch_id: Annotated[str, typer.Argument(help="the batch to resume")])
     Example: fleet-import resume 1f0c3a9e-5b7d-4c2e-9a61-0d3f8e2b4c17
     """
     parse_batch_id(batch_id)
-    settings = require_settings(IMPORTS)
-    prefect_ready()
-    services_ready(settings)
+    ready_to_run()
     with foreseen_errors():
         from flows.resume_publication import resume_publication
 

@@ -20,6 +20,7 @@ from fleet_cli.cli import (
     console,
     resolve_batch_id,
 )
+from fleet_cli.guard import foreseen_errors, ready_to_run
 from fleet_import.errors import FleetImportError
 from fleet_import.store.repository import BatchRepository
 
@@ -66,11 +67,13 @@ def batches_approve(
 
     Example: fleet-import batches approve 1f0c3a9e
     """
-    from flows.approve_held_batch import approve_held_batch
+    settings = ready_to_run(database_url=database_url)
+    with foreseen_errors():
+        from flows.approve_held_batch import approve_held_batch
 
-    repo = BatchRepository(_database_url(database_url))
-    parsed = resolve_batch_id(batch_id, repo)
-    _report(approve_held_batch(batch_id=str(parsed), return_state=True))
+        parsed = resolve_batch_id(batch_id, BatchRepository(settings.database_url))
+        state = approve_held_batch(batch_id=str(parsed), return_state=True)
+    _report(state)
 
 
 @batches_app.command("reject")
@@ -83,17 +86,15 @@ def batches_reject(
 
     Example: fleet-import batches reject 1f0c3a9e
     """
+    url = ready_to_run(flow=False, database_url=database_url).database_url
     from fleet_import.importing.review import NotApproved, reject_held
     from fleet_import.store.review_repository import ReviewRepository
     from flows.common import runtime_for_flow
 
-    url = _database_url(database_url)
-    parsed = resolve_batch_id(batch_id, BatchRepository(url))
-    rt = runtime_for_flow()
-    try:
+    with foreseen_errors():
+        parsed = resolve_batch_id(batch_id, BatchRepository(url))
+        rt = runtime_for_flow()
         outcome = reject_held(rt.ctx, ReviewRepository(url), parsed, note)
-    except FleetImportError as exc:
-        raise _fail(str(exc)) from None
     if isinstance(outcome, NotApproved):
         raise _fail(outcome.reason)
     console.print(Text(f"batch {parsed} rejected: the slice keeps what it holds"))
@@ -117,7 +118,13 @@ def slices_rollback(
 
     Example: fleet-import slices rollback --tenant acme s3://fleet-landing/acme/fleet/2026-07-22/
     """
-    from flows.rollback_slice import rollback_slice
+    settings = ready_to_run(database_url=database_url)
+    with foreseen_errors():
+        from flows.rollback_slice import rollback_slice
 
-    target = str(resolve_batch_id(to, BatchRepository(_database_url(database_url)))) if to else None
-    _report(rollback_slice(tenant_id=tenant, folder=folder, to_batch_id=target, return_state=True))
+        repo = BatchRepository(settings.database_url)
+        target = str(resolve_batch_id(to, repo)) if to else None
+        state = rollback_slice(
+            tenant_id=tenant, folder=folder, to_batch_id=target, return_state=True
+        )
+    _report(state)
