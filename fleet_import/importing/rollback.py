@@ -60,12 +60,10 @@ def plan_rollback(
     to: uuid.UUID | None = None,
 ) -> RollbackPlan | NotRolledBack:
     """Which batch to roll back to (`to`, else the newest success the slice's owner
-    replaced) and its manifest, or why not."""
+    replaced) and its manifest, or why not. A warehouse or database that does not answer is
+    no refusal: its error is raised, and told as one line with the next step."""
     scope = source_scope(folder)
-    try:
-        owner = ctx.warehouse.slice_owner(tenant.tenant_id, scope)
-    except FleetImportError as exc:
-        return NotRolledBack(f"the slice registry cannot be read: {exc}")
+    owner = ctx.warehouse.slice_owner(tenant.tenant_id, scope)
     unfinished = _unfinished_rollback(ctx, owner)
     if unfinished is not None and to in (None, unfinished[0]):
         to, owner = unfinished  # it died after its commit: the same rollback continues
