@@ -13,7 +13,6 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from fleet_cli.batch_views import batch_detail_record, batch_record, batch_views, batches_table
 from fleet_cli.doctor import doctor
 from fleet_cli.first_help import TOOL_HELP, InOrderOfUse
 from fleet_cli.guard import (
@@ -149,6 +148,7 @@ def batches_list(
         list_held(tenant, limit, as_json, database_url)
         return
     url = _database_url(database_url)  # the settings first: refused before any import
+    from fleet_cli.batch_views import batch_record, batches_table
     from fleet_import.store.repository import BatchRepository
 
     repo = BatchRepository(url)
@@ -194,6 +194,7 @@ def batches_show(
     Example: fleet-import batches show 1f0c3a9e
     """
     url = _database_url(database_url)
+    from fleet_cli.batch_views import batch_detail_record, batch_views
     from fleet_import.store.outbox import OutboxRepository
     from fleet_import.store.repository import BatchRepository
 

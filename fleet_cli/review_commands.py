@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from fleet_cli.batch_views import batch_record, batches_table
 from fleet_cli.cli import (
     DatabaseOption,
     _database_url,
@@ -22,13 +21,13 @@ from fleet_cli.cli import (
 )
 from fleet_cli.guard import foreseen_errors, ready_to_run
 from fleet_import.errors import FleetImportError
-from fleet_import.store.repository import BatchRepository
 
 slices_app = typer.Typer(no_args_is_help=True, help="Curated slices: roll one back.")
 app.add_typer(slices_app, name="slices")
 
 
 def list_held(tenant: str | None, limit: int, as_json: bool, database_url: str | None) -> None:
+    from fleet_cli.batch_views import batch_record, batches_table
     from fleet_import.store.review_repository import ReviewRepository
 
     try:
@@ -69,6 +68,7 @@ def batches_approve(
     """
     settings = ready_to_run(database_url=database_url)
     with foreseen_errors():
+        from fleet_import.store.repository import BatchRepository
         from flows.approve_held_batch import approve_held_batch
 
         parsed = resolve_batch_id(batch_id, BatchRepository(settings.database_url))
@@ -88,6 +88,7 @@ def batches_reject(
     """
     url = ready_to_run(flow=False, database_url=database_url).database_url
     from fleet_import.importing.review import NotApproved, reject_held
+    from fleet_import.store.repository import BatchRepository
     from fleet_import.store.review_repository import ReviewRepository
     from flows.common import runtime_for_flow
 
@@ -120,6 +121,7 @@ def slices_rollback(
     """
     settings = ready_to_run(database_url=database_url)
     with foreseen_errors():
+        from fleet_import.store.repository import BatchRepository
         from flows.rollback_slice import rollback_slice
 
         repo = BatchRepository(settings.database_url)
