@@ -136,7 +136,7 @@ def foreseen_errors(code: int = FAILED) -> Iterator[None]:
     except (typer.Exit, typer.Abort, KeyboardInterrupt):
         raise
     except Exception as exc:
-        from fleet_import.checks.explain import explain
+        from fleet_import.explain import explain
 
         line = explain(exc) or _prefect_advice(exc)
         if line is None:

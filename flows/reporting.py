@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.states import Completed, Failed, State
 
-from fleet_import.checks.explain import explain
 from fleet_import.errors import FleetImportError
+from fleet_import.explain import explain
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.runtime import Runtime
 from fleet_import.store.models import FailureKind
