@@ -13,7 +13,6 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from fleet_cli.batch_views import batch_detail_record, batch_record, batch_views, batches_table
 from fleet_cli.contracts_show import contracts_app
 from fleet_cli.doctor import doctor
 from fleet_cli.first_help import TOOL_HELP, InOrderOfUse
@@ -24,12 +23,12 @@ from fleet_cli.guard import (
     error_line,
     foreseen_errors,
     prefect_ready,
+    ready_to_run,
     require_settings,
-    services_ready,
 )
 from fleet_cli.tables import tables_app
 from fleet_cli.tenants import tenants_app
-from fleet_import.checks.settings import IMPORTS, OPERATIONAL, RELAY
+from fleet_import.checks.settings import OPERATIONAL, RELAY
 from fleet_import.config import Settings
 from fleet_import.errors import FleetImportError
 from fleet_import.intake.landing import DEFAULT_PATTERN
@@ -155,6 +154,7 @@ def batches_list(
         list_held(tenant, limit, as_json, database_url)
         return
     url = _database_url(database_url)  # the settings first: refused before any import
+    from fleet_cli.batch_views import batch_record, batches_table
     from fleet_import.store.repository import BatchRepository
 
     repo = BatchRepository(url)
@@ -200,6 +200,7 @@ def batches_show(
     Example: fleet-import batches show 1f0c3a9e
     """
     url = _database_url(database_url)
+    from fleet_cli.batch_views import batch_detail_record, batch_views
     from fleet_import.store.outbox import OutboxRepository
     from fleet_import.store.repository import BatchRepository
 
@@ -250,9 +251,7 @@ def run(
 
     Example: fleet-import run --tenant acme s3://fleet-landing/acme/fleet/2026-07-22/
     """
-    settings = require_settings(IMPORTS)
-    prefect_ready()
-    services_ready(settings)
+    ready_to_run()
     with foreseen_errors():
         from flows.import_s3_folder import import_s3_folder
 
@@ -279,9 +278,7 @@ def resume(batch_id: Annotated[str, typer.Argument(help="the batch to resume")])
     Example: fleet-import resume 1f0c3a9e-5b7d-4c2e-9a61-0d3f8e2b4c17
     """
     parse_batch_id(batch_id)
-    settings = require_settings(IMPORTS)
-    prefect_ready()
-    services_ready(settings)
+    ready_to_run()
     with foreseen_errors():
         from flows.resume_publication import resume_publication
 

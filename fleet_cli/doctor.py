@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from fleet_import.checks.services import Check, failed, passed
 from fleet_import.checks.settings import (
     FRESHNESS,
     IMPORTS,
@@ -24,11 +23,16 @@ from fleet_import.checks.settings import (
 )
 from fleet_import.config import Settings
 
+if TYPE_CHECKING:  # the probes import psycopg and botocore: only `doctor` itself needs them
+    from fleet_import.checks.services import Check
+
 DEFAULT_LANDING_BUCKET = "fleet-landing"  # the bucket prefect.yaml's trigger matches
 _MARKS = {True: ("✓", "green"), False: ("✗", "red"), None: ("–", "dim")}
 
 
 def _settings() -> tuple[Settings, Check]:
+    from fleet_import.checks.services import failed, passed
+
     settings, problems = read_settings()
     try:
         check_settings(IMPORTS | FRESHNESS, settings=settings)
@@ -66,7 +70,7 @@ def run_checks(landing_bucket: str, queue_url: str | None) -> Iterator[Check]:
         )
         yield services.check_queue(sqs, queue_url)
     else:
-        yield Check("relay queue", None, "FLEET_RELAY_QUEUE_URL is not set")
+        yield services.Check("relay queue", None, "FLEET_RELAY_QUEUE_URL is not set")
 
 
 def settings_sqs_endpoint() -> str | None:

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from fleet_import.checks.settings import SettingsInvalid, Uses, check_settings
+from fleet_import.checks.settings import IMPORTS, SettingsInvalid, Uses, check_settings
 from fleet_import.config import Settings
 
 CONFIGURATION_ERROR = 78
@@ -95,6 +95,22 @@ def services_ready(settings: Settings) -> None:
             raise typer.Exit(FAILED)
 
 
+def ready_to_run(
+    uses: Collection[Uses] = IMPORTS, *, flow: bool = True, **overrides: object
+) -> Settings:
+    """What every command that imports, resumes, approves or rolls back does first: its
+    settings (CONFIGURATION_ERROR), then, for one that runs a flow in this process, the
+    Prefect API, then the operational database and the warehouse, each failure one line."""
+    settings = require_settings(uses, **overrides)
+    for field, value in overrides.items():  # the flow in this process reads the environment
+        if value is not None:
+            os.environ[f"FLEET_{field.upper()}"] = str(value)
+    if flow:
+        prefect_ready()
+    services_ready(settings)
+    return settings
+
+
 def _prefect_advice(exc: BaseException) -> str | None:
     """Prefect's own failures to reach an API; matched by type where it has one. Its
     temporary server's start-up timeout is a bare RuntimeError: matched by its text."""
@@ -120,7 +136,7 @@ def foreseen_errors(code: int = FAILED) -> Iterator[None]:
     except (typer.Exit, typer.Abort, KeyboardInterrupt):
         raise
     except Exception as exc:
-        from fleet_import.checks.explain import explain
+        from fleet_import.explain import explain
 
         line = explain(exc) or _prefect_advice(exc)
         if line is None:

@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from fleet_cli.batch_views import batch_record, batches_table
 from fleet_cli.cli import (
     DatabaseOption,
     _database_url,
@@ -20,14 +19,15 @@ from fleet_cli.cli import (
     console,
     resolve_batch_id,
 )
+from fleet_cli.guard import foreseen_errors, ready_to_run
 from fleet_import.errors import FleetImportError
-from fleet_import.store.repository import BatchRepository
 
 slices_app = typer.Typer(no_args_is_help=True, help="Curated slices: roll one back.")
 app.add_typer(slices_app, name="slices")
 
 
 def list_held(tenant: str | None, limit: int, as_json: bool, database_url: str | None) -> None:
+    from fleet_cli.batch_views import batch_record, batches_table
     from fleet_import.importing.drift import held_drift
     from fleet_import.importing.guards import approve_command
     from fleet_import.store.review_repository import ReviewRepository
@@ -80,11 +80,14 @@ def batches_approve(
 
     Example: fleet-import batches approve 1f0c3a9e
     """
-    from flows.approve_held_batch import approve_held_batch
+    settings = ready_to_run(database_url=database_url)
+    with foreseen_errors():
+        from fleet_import.store.repository import BatchRepository
+        from flows.approve_held_batch import approve_held_batch
 
-    repo = BatchRepository(_database_url(database_url))
-    parsed = resolve_batch_id(batch_id, repo)
-    _report(approve_held_batch(batch_id=str(parsed), return_state=True))
+        parsed = resolve_batch_id(batch_id, BatchRepository(settings.database_url))
+        state = approve_held_batch(batch_id=str(parsed), return_state=True)
+    _report(state)
 
 
 @batches_app.command("reject")
@@ -97,17 +100,16 @@ def batches_reject(
 
     Example: fleet-import batches reject 1f0c3a9e
     """
+    url = ready_to_run(flow=False, database_url=database_url).database_url
     from fleet_import.importing.review import NotApproved, reject_held
+    from fleet_import.store.repository import BatchRepository
     from fleet_import.store.review_repository import ReviewRepository
     from flows.common import runtime_for_flow
 
-    url = _database_url(database_url)
-    parsed = resolve_batch_id(batch_id, BatchRepository(url))
-    rt = runtime_for_flow()
-    try:
+    with foreseen_errors():
+        parsed = resolve_batch_id(batch_id, BatchRepository(url))
+        rt = runtime_for_flow()
         outcome = reject_held(rt.ctx, ReviewRepository(url), parsed, note)
-    except FleetImportError as exc:
-        raise _fail(str(exc)) from None
     if isinstance(outcome, NotApproved):
         raise _fail(outcome.reason)
     console.print(Text(f"batch {parsed} rejected: the slice keeps what it holds"))
@@ -133,7 +135,14 @@ def slices_rollback(
 
     Example: fleet-import slices rollback --tenant acme s3://fleet-landing/acme/fleet/2026-07-22/
     """
-    from flows.rollback_slice import rollback_slice
+    settings = ready_to_run(database_url=database_url)
+    with foreseen_errors():
+        from fleet_import.store.repository import BatchRepository
+        from flows.rollback_slice import rollback_slice
 
-    target = str(resolve_batch_id(to, BatchRepository(_database_url(database_url)))) if to else None
-    _report(rollback_slice(tenant_id=tenant, folder=folder, to_batch_id=target, return_state=True))
+        repo = BatchRepository(settings.database_url)
+        target = str(resolve_batch_id(to, repo)) if to else None
+        state = rollback_slice(
+            tenant_id=tenant, folder=folder, to_batch_id=target, return_state=True
+        )
+    _report(state)

@@ -33,6 +33,9 @@ class FleetImportError(Exception):
     """fleet-import failed."""
 
     default_kind: ClassVar[ErrorKind] = ErrorKind.TERMINAL
+    bucket_named_by: ClassVar[str | None] = None
+    """For an S3 error: where the bucket it failed on is named (a variable, or the folder),
+    which `fleet_import.explain` gives as what to check."""
 
     def __init__(
         self, message: str | None = None, *, kind: ErrorKind | None = None, code: str | None = None
@@ -65,6 +68,10 @@ def is_transient(exc: BaseException) -> bool:
 
 class OperationalStoreError(FleetImportError):
     """The operational database could not complete the operation."""
+
+
+class WarehouseError(FleetImportError):
+    """The warehouse could not complete the operation; nothing of it was committed."""
 
 
 class LeaseLost(FleetImportError):

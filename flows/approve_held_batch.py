@@ -24,11 +24,12 @@ from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.tenants.binding import Refused
 from flows.common import lease_owner, runtime_for_flow, tag_flow_run
 from flows.import_s3_folder import PrefectSteps
-from flows.reporting import failed, publish_artifacts, refused, state_for
+from flows.reporting import failed, fails_with_one_line, publish_artifacts, refused, state_for
 from flows.story import tell
 
 
 @flow(name="approve-held-batch", flow_run_name="approve/{batch_id}", retries=0)
+@fails_with_one_line
 def approve_held_batch(batch_id: str) -> State:
     """Approve a batch a slice guard held for review: load exactly its content (same files,
     same contract versions) as a new batch, from its staged normalised files. NotApproved

@@ -8,10 +8,12 @@ from prefect.artifacts import create_table_artifact
 from fleet_import.importing.claim import settle_abandoned_batches
 from fleet_import.intake.admission import admission
 from flows.common import lease_owner, runtime_for_flow
+from flows.reporting import fails_with_one_line
 from flows.story import tell
 
 
 @flow(name="drain-publications", retries=0)
+@fails_with_one_line
 def drain_publications(limit: int = 50) -> dict[str, int]:
     """Settle abandoned batches (their executor died or froze before commit: failed as
     abandoned, or recorded and published when their slice is stamped), then run the pending

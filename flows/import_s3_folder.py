@@ -39,8 +39,8 @@ from flows.common import (
 )
 from flows.reporting import (
     failed,
+    fails_with_one_line,
     foreseen_as_state,
-    foreseen_failure,
     publish_artifacts,
     refused,
     state_for,
@@ -132,6 +132,7 @@ def _progress_artifact(scope: str) -> pipeline.Progress:
     retries=0,
     task_runner=SettingsTaskRunner(),  # threads, or Dask: the run's settings decide
 )
+@fails_with_one_line
 def import_s3_folder(
     tenant_id: str,
     folder: str,
@@ -174,11 +175,8 @@ def import_s3_folder(
     tenant = admitted
     tag_flow_run(f"tenant:{tenant.tenant_id}", f"scope:{scope}")
     key = delivery_key or f"flow-run:{flow_run.get_id() or uuid.uuid4()}"
-    try:
-        rt = runtime_for_flow(settings=settings)
-        claimed = pipeline.claim(rt.ctx, tenant, scope, key, lease_owner(), force=force)
-    except FleetImportError as exc:  # settings, a database that does not answer, ...
-        return foreseen_failure(exc)
+    rt = runtime_for_flow(settings=settings)
+    claimed = pipeline.claim(rt.ctx, tenant, scope, key, lease_owner(), force=force)
     if not isinstance(claimed, pipeline.Claimed):
         logger.info("no work for this delivery: %s", claimed)
         return state_for(claimed)

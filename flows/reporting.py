@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 import re
@@ -15,8 +16,8 @@ from typing import Any, TypeVar
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.states import Completed, Failed, State
 
-from fleet_import.checks.explain import explain
 from fleet_import.errors import FleetImportError
+from fleet_import.explain import explain
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.runtime import Runtime
 from fleet_import.store.models import FailureKind
@@ -95,6 +96,27 @@ def foreseen_failure(exc: FleetImportError) -> State:
     "Flow run encountered an exception". FLEET_DEBUG=1 logs the traceback too."""
     debug = os.environ.get("FLEET_DEBUG", "").lower() not in ("", "0", "false", "no")
     return failed(explain(exc) or str(exc), crash=exc if debug else None)
+
+
+def fails_with_one_line(fn: Callable[..., T]) -> Callable[..., T | State]:
+    """Under every flow's @flow: a fleet-import error that escapes the flow's body (settings,
+    a database, warehouse or bucket that does not answer, a step that gave up) ends the run
+    Failed with its one line and next step (`foreseen_failure`), not Prefect's "Flow run
+    encountered an exception" and a traceback. Anything else is a bug and stays a crash.
+    tests/test_flows_first_contact.py checks that every flow of flows/ is wrapped."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> T | State:
+        try:
+            return fn(*args, **kwargs)
+        except FleetImportError as exc:
+            return foreseen_failure(exc)
+
+    # Prefect validates parameters by the signature, resolving string annotations in the
+    # function's module globals, which are this module's for `run`: resolved here instead.
+    run.__signature__ = inspect.signature(fn, eval_str=True)  # type: ignore[attr-defined]
+    run.fails_with_one_line = True  # type: ignore[attr-defined]
+    return run
 
 
 def foreseen_as_state(fn: Callable[..., T]) -> Callable[..., T | State]:

@@ -7,18 +7,18 @@ import uuid
 from prefect import flow, get_run_logger
 from prefect.states import State
 
-from fleet_import.errors import FleetImportError
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.resume import resume_batch
 from fleet_import.intake.admission import admission
 from fleet_import.store.models import NotResumable
 from fleet_import.tenants.binding import Refused
 from flows.common import lease_owner, load_settings, runtime_for_flow
-from flows.reporting import failed, foreseen_failure, publish_artifacts, refused, state_for
+from flows.reporting import failed, fails_with_one_line, publish_artifacts, refused, state_for
 from flows.story import tell
 
 
 @flow(name="resume-publication", flow_run_name="resume/{batch_id}", retries=0)
+@fails_with_one_line
 def resume_publication(batch_id: str) -> State:
     """Resume a failed publication (or a batch that died after its warehouse commit)
     without copying a row. NotResumable when a newer batch owns the slice; Refused when
@@ -31,13 +31,10 @@ def resume_publication(batch_id: str) -> State:
         parsed = uuid.UUID(batch_id)
     except ValueError:
         return failed(f"{batch_id!r} is not a batch id")
-    try:
-        rt = runtime_for_flow(settings=load_settings())
-        outcome = resume_batch(
-            rt.ctx, rt.outbox, parsed, owner=lease_owner(), admission=admission(rt.settings)
-        )
-    except FleetImportError as exc:  # settings, a database that does not answer, ...
-        return foreseen_failure(exc)
+    rt = runtime_for_flow(settings=load_settings())
+    outcome = resume_batch(
+        rt.ctx, rt.outbox, parsed, owner=lease_owner(), admission=admission(rt.settings)
+    )
     if isinstance(outcome, Refused):  # the tenant is offboarded: nothing published
         return refused(outcome)
     get_run_logger().info("resume of %s: %s", batch_id, type(outcome).__name__)

@@ -25,11 +25,12 @@ from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.tenants.binding import Refused
 from flows.common import lease_owner, runtime_for_flow, tag_flow_run
 from flows.import_s3_folder import PrefectSteps
-from flows.reporting import failed, publish_artifacts, refused, state_for
+from flows.reporting import failed, fails_with_one_line, publish_artifacts, refused, state_for
 from flows.story import tell
 
 
 @flow(name="rollback-slice", flow_run_name="rollback/{tenant_id}", retries=0)
+@fails_with_one_line
 def rollback_slice(tenant_id: str, folder: str, to_batch_id: str | None = None) -> State:
     """Roll a slice back: load an earlier succeeded batch's content again as a new batch,
     from its retained normalised files. NotRolledBack, with the reason, when they are gone;

@@ -42,7 +42,7 @@ from flows.common import (
     prefect_event_sink,
     retry_if_transient,
 )
-from flows.reporting import failed, foreseen_as_state
+from flows.reporting import failed, fails_with_one_line, foreseen_as_state
 
 DEFAULT_IMPORT_DEPLOYMENT = "import-s3-folder/import-s3-folder"
 # The artifact is for reading: a landing zone of years of daily folders would make a table
@@ -127,6 +127,7 @@ def start_import(deployment: str, planned: sweep.PlannedImport) -> dict[str, Any
 
 
 @flow(name="sweep-landing-zone", retries=0)
+@fails_with_one_line
 def sweep_landing_zone(
     bucket: str,
     prefix: str = "",

@@ -11,9 +11,9 @@ from typing import Any
 
 import psycopg
 
-from fleet_import.checks.explain import DB_UPGRADE_HINT, advise, advise_s3
 from fleet_import.config import Settings, libpq_url
 from fleet_import.errors import FleetImportError
+from fleet_import.explain import DB_UPGRADE_HINT, advise, advise_s3
 
 _CONNECT_TIMEOUT_SECONDS = 5
 _PROBE_NAME = "_fleet-import-doctor-probe"

@@ -12,10 +12,9 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from functools import partial
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from functools import cache, partial
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 
-import pyarrow as pa
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -31,6 +30,9 @@ from pydantic import (
 from fleet_import.contracts.describe import describe, label
 from fleet_import.errors import ConfigurationError
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 ColumnType = Literal["string", "int64", "float64", "bool", "timestamptz", "date"]
 """The simple column types; `decimal(p,s)` (read by `_column_type`) is the one with arguments."""
 FileFormat = Literal["csv", "csv.gz", "parquet", "jsonl"]
@@ -39,14 +41,25 @@ DriftPolicy = Literal["reject", "ignore", "evolve", "review"]
 refuse the file, load without them, add them to the curated table, or hold the batch for
 review and add them on approval."""
 
-ARROW_TYPES: dict[str, pa.DataType] = {
-    "string": pa.string(),
-    "int64": pa.int64(),
-    "float64": pa.float64(),
-    "bool": pa.bool_(),
-    "timestamptz": pa.timestamp("us", tz="UTC"),
-    "date": pa.date32(),
-}
+
+
+@cache
+def arrow_types() -> dict[str, pa.DataType]:
+    """The simple column types as Arrow's. pyarrow is imported when a contract's Arrow
+    types are first needed, not when a contract file is checked (issue #28: a settings
+    error answers without it)."""
+    import pyarrow as pa
+
+    return {
+        "string": pa.string(),
+        "int64": pa.int64(),
+        "float64": pa.float64(),
+        "bool": pa.bool_(),
+        "timestamptz": pa.timestamp("us", tz="UTC"),
+        "date": pa.date32(),
+    }
+
+
 # Longest suffix first, so that "x.csv.gz" is csv.gz and not an unknown ".gz".
 FORMAT_SUFFIXES: tuple[tuple[str, FileFormat], ...] = (
     (".csv.gz", "csv.gz"),
@@ -241,8 +254,10 @@ class Column(_Contract):
 
     @property
     def arrow_type(self) -> pa.DataType:
+        import pyarrow as pa
+
         spec = self.decimal
-        return ARROW_TYPES[self.type] if spec is None else pa.decimal128(*spec)
+        return arrow_types()[self.type] if spec is None else pa.decimal128(*spec)
 
     @property
     def max_bytes(self) -> int:
@@ -340,6 +355,8 @@ class DatasetContract(_Contract):
 
     @property
     def arrow_schema(self) -> pa.Schema:
+        import pyarrow as pa
+
         return pa.schema(
             [pa.field(c.name, c.arrow_type, nullable=c.nullable) for c in self.columns]
         )

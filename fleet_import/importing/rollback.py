@@ -69,15 +69,14 @@ def plan_rollback(
 ) -> RollbackPlan | NotRolledBack | Refused:
     """Which batch to roll back to (`to`, else the newest success the slice's owner
     replaced) and its manifest, or why not (Refused, and told: the tenant or folder is not
-    admitted now). Invalid ids and folders raise InvalidInput."""
+    admitted now). Invalid ids and folders raise InvalidInput. A warehouse or database that
+    does not answer is no refusal: its error is raised, and told as one line with the next
+    step."""
     scope = source_scope(folder)
     tenant = admission(tenant_id, folder)
     if isinstance(tenant, Refused):
         return tell_refusal(ctx.events, tenant, ROLLBACK)
-    try:
-        owner = ctx.warehouse.slice_owner(tenant.tenant_id, scope)
-    except FleetImportError as exc:
-        return NotRolledBack(f"the slice registry cannot be read: {exc}")
+    owner = ctx.warehouse.slice_owner(tenant.tenant_id, scope)
     unfinished = _unfinished_rollback(ctx, owner)
     if unfinished is not None and to in (None, unfinished[0]):
         to, owner = unfinished  # it died after its commit: the same rollback continues

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from fleet_import.errors import PreCommitError
+from fleet_import.explain import with_next_step
 from fleet_import.importing.context import Committed, Failed
 from fleet_import.importing.leased_batch import LeasedBatch, Stamp
 from fleet_import.store.models import Batch, FailureKind
@@ -80,6 +81,7 @@ def fail_pre_commit(
     be read (`unknown_stamp` took it as not stamped), the failure record and its event say
     `commit_outcome: unknown`, so it is never a plain pre-commit failure."""
     error = str(exc) if isinstance(exc, PreCommitError) else f"{type(exc).__name__}: {exc}"
+    error = with_next_step(error, exc)  # a bucket, credentials, a warehouse: what to check
     log.warning("batch %s failed before commit: %s", batch.batch_id, error)
     facts = {"commit_outcome": "unknown"} if commit_outcome_unknown else None
     return batch.fail(FailureKind.FAILED_PRE_COMMIT, error, facts)

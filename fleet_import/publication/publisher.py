@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from fleet_import import failpoints
 from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
+from fleet_import.explain import with_next_step
 from fleet_import.publication.events import (
     EventSink,
     emit_quietly,
@@ -381,4 +382,4 @@ def _staged_names(staging: Staging, entry: CachedFile) -> list[str]:
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    return with_next_step(f"{type(exc).__name__}: {exc}", exc)

@@ -29,13 +29,13 @@ _SERVICE_MODELS = botocore.loaders.create_loader()
 def s3_client(
     endpoint_url: str | None = None,
     *,
-    max_attempts: int = _MAX_ATTEMPTS,
+    max_attempts: int | None = None,
     connect_timeout: float = _CONNECT_TIMEOUT_SECONDS,
     read_timeout: float = _READ_TIMEOUT_SECONDS,
 ) -> S3Client:
     """An S3 client whose retries absorb throttling, so callers only see what persists."""
     config = Config(
-        retries={"mode": "adaptive", "max_attempts": max_attempts},
+        retries={"mode": "adaptive", "max_attempts": max_attempts or _MAX_ATTEMPTS},
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
     )

@@ -160,6 +160,8 @@ def _by_key(obj: SourceObject) -> str:
 class DiscoveryError(PreCommitError):
     """The source folder cannot be imported as it is."""
 
+    bucket_named_by = "the folder's bucket (s3://bucket/prefix/)"
+
     def __init__(
         self, message: str | None = None, *, folder: str | None = None, problems: Sequence[str] = ()
     ) -> None:

@@ -24,6 +24,8 @@ from fleet_import.errors import (
 class StagingError(FleetImportError):
     """The staging area could not be read or written."""
 
+    bucket_named_by = "FLEET_STAGING_URI"
+
 
 @transient_variant_of(StagingError)
 class TransientStagingError(StagingError, TransientError):

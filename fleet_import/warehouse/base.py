@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 import pyarrow as pa
 
 from fleet_import.contracts.model import DatasetContract
-from fleet_import.errors import FleetImportError
+from fleet_import.errors import WarehouseError
 
 STAMP_COLUMNS = ("tenant_id", "source_scope", "ingestion_batch_id")
 """Columns every curated table carries after the contract's, in this order."""
@@ -49,10 +49,6 @@ class WarehouseSession:
 SessionSink = Callable[[WarehouseSession], None]
 """on_session(session): called with each session a slice opens, before it locks anything;
 raising from it ends the slice."""
-
-
-class WarehouseError(FleetImportError):
-    """The warehouse could not complete the operation; nothing of it was committed."""
 
 
 @dataclass(frozen=True)

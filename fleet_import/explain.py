@@ -12,7 +12,12 @@ from dataclasses import dataclass
 import botocore.exceptions as boto
 
 from fleet_import.error_table import s3_error_code
-from fleet_import.errors import ErrorKind, FleetImportError, OperationalStoreError
+from fleet_import.errors import (
+    ErrorKind,
+    FleetImportError,
+    OperationalStoreError,
+    WarehouseError,
+)
 
 _NOT_MIGRATED = frozenset({"42P01", "3F000", "42883"})  # table, schema, function missing
 _NO_DATABASE = "3D000"
@@ -57,13 +62,11 @@ def _one_line(exc: BaseException) -> str:
 
 def advise(exc: BaseException) -> Advice | None:
     """What went wrong and what to do, or None for an unforeseen error (a bug)."""
-    from fleet_import.warehouse.base import WarehouseError
-
     if isinstance(exc, OperationalStoreError):
         return _database(exc, "FLEET_DATABASE_URL")
     if isinstance(exc, WarehouseError) and (exc.code or exc.kind is ErrorKind.TRANSIENT):
         return _database(exc, "FLEET_WAREHOUSE_URL")
-    s3 = advise_s3(exc)
+    s3 = advise_s3(exc, _bucket_named_by(exc))
     if s3:
         return Advice(_one_line(exc), s3.next_step) if isinstance(exc, FleetImportError) else s3
     if isinstance(exc, FleetImportError):
@@ -75,6 +78,27 @@ def explain(exc: BaseException) -> str | None:
     """`advise` as the one line the CLI prints and a failed run carries."""
     advice = advise(exc)
     return None if advice is None else str(advice)
+
+
+def with_next_step(message: str, exc: BaseException) -> str:
+    """`message` (what a failed batch records) followed by the next step for `exc`, when
+    one is known: a batch that failed on its bucket, credentials or warehouse says what to
+    check, as the CLI's one line does."""
+    advice = advise(exc)
+    if advice is None or not advice.next_step or message.endswith(advice.next_step):
+        return message
+    return f"{message}: {advice.next_step}"
+
+
+def _bucket_named_by(exc: BaseException) -> str:
+    cause: BaseException | None = exc
+    for _ in range(_CAUSES_FOLLOWED):
+        if isinstance(cause, FleetImportError) and cause.bucket_named_by:
+            return cause.bucket_named_by
+        cause = None if cause is None else cause.__cause__ or cause.__context__
+        if cause is None:
+            break
+    return "FLEET_STAGING_URI"
 
 
 def advise_s3(exc: BaseException, bucket_variable: str = "FLEET_STAGING_URI") -> Advice | None:
