@@ -5,7 +5,7 @@ table of a warehouse database holds against them (warehouse.shape's plan)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -24,7 +24,9 @@ from fleet_cli.tables import (
 )
 from fleet_import.contracts.model import DatasetContract
 from fleet_import.errors import FleetImportError
-from fleet_import.warehouse.shape import MIGRATE_COMMAND, TablePlan
+
+if TYPE_CHECKING:  # pyarrow: only the command itself needs it
+    from fleet_import.warehouse.shape import TablePlan
 
 contracts_app = typer.Typer(
     no_args_is_help=True,
@@ -55,6 +57,8 @@ def contract_record(contract: DatasetContract) -> dict[str, Any]:
 
 def table_record(plan: TablePlan, option: str) -> dict[str, Any]:
     record = plan.to_json()
+    from fleet_import.warehouse.shape import MIGRATE_COMMAND
+
     record["migrate"] = f"{MIGRATE_COMMAND}{option} --apply" if plan.state == "differs" else None
     return record
 
@@ -159,4 +163,6 @@ def _print_tables(plans: list[TablePlan], database: str | None, option: str) -> 
     for plan in plans:
         _console.print(Text(f"  {plan.spelled()}"), soft_wrap=True)
         if plan.state == "differs":
+            from fleet_import.warehouse.shape import MIGRATE_COMMAND
+
             _console.print(Text(f"    run `{MIGRATE_COMMAND}{option} --apply`"), soft_wrap=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -15,10 +15,11 @@ from rich.text import Text
 
 from fleet_cli.guard import error_line, foreseen_errors, require_settings
 from fleet_import.checks.settings import FRESHNESS
-from fleet_import.freshness.check import FRESH, OFF, Verdict
+
+if TYPE_CHECKING:  # the check reads the store and S3: only the command itself needs them
+    from fleet_import.freshness.check import Verdict
 
 _console = Console()
-_STATE_STYLES = {FRESH: "green", OFF: "dim"}
 
 
 def freshness(
@@ -66,7 +67,9 @@ def freshness(
 
 
 def _row(verdict: Verdict) -> list[Text]:
-    style = _STATE_STYLES.get(verdict.state, "red")
+    from fleet_import.freshness.check import FRESH, OFF
+
+    style = {FRESH: "green", OFF: "dim"}.get(verdict.state, "red")
     return [
         Text(verdict.tenant_id),
         Text(verdict.dataset),

@@ -4,7 +4,7 @@ shapes the contracts in force declare (fleet_import.warehouse.migration)."""
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -13,8 +13,10 @@ from rich.text import Text
 from fleet_cli.guard import error_line, foreseen_errors, require_settings
 from fleet_import.checks.settings import Uses
 from fleet_import.config import Settings
-from fleet_import.warehouse.base import Warehouse
-from fleet_import.warehouse.shape import MIGRATE_COMMAND, TablePlan
+
+if TYPE_CHECKING:  # pyarrow and the drivers: only the commands themselves need them
+    from fleet_import.warehouse.base import Warehouse
+    from fleet_import.warehouse.shape import TablePlan
 
 tables_app = typer.Typer(
     no_args_is_help=True,
@@ -151,4 +153,6 @@ def _print(records: list[dict[str, Any]], plans: list[TablePlan], apply: bool, o
         elif record.get("applied"):
             _console.print(Text(f"  migrated ({plan.method}): {record['rows']:,} rows kept"))
     if not apply and any(p.method not in (None, "refused") for p in plans):
+        from fleet_import.warehouse.shape import MIGRATE_COMMAND
+
         _console.print(Text(f"run `{MIGRATE_COMMAND}{option} --apply` to make these changes"))

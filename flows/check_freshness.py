@@ -17,7 +17,6 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import State
 
 from fleet_import.checks.settings import FRESHNESS, check_settings
-from fleet_import.errors import FleetImportError
 from fleet_import.freshness.check import FreshnessReport
 from fleet_import.freshness.runtime import freshness_runtime
 from flows.common import (
@@ -28,7 +27,7 @@ from flows.common import (
     prefect_event_sink,
     retry_if_transient,
 )
-from flows.reporting import failed, foreseen_as_state, foreseen_failure
+from flows.reporting import failed, fails_with_one_line, foreseen_as_state
 
 
 @task(
@@ -47,6 +46,7 @@ def check_slos(now: dt.datetime) -> FreshnessReport:
 
 
 @flow(name="check-freshness", retries=0)
+@fails_with_one_line
 def check_freshness(now: dt.datetime | None = None) -> dict[str, Any] | State:
     """Compare each tenant's freshness SLOs (FLEET_FRESHNESS, the registry's overrides) with
     the succeeded batches and with what waits in the landing bucket; emit fleet.tenant.late
@@ -56,10 +56,7 @@ def check_freshness(now: dt.datetime | None = None) -> dict[str, Any] | State:
         now: The check's clock (UTC). Leave it empty: the current time. A past time judges
             as of then (and is remembered as the latest verdict).
     """
-    try:
-        check_settings(FRESHNESS, settings=load_settings())
-    except FleetImportError as exc:
-        return foreseen_failure(exc)
+    check_settings(FRESHNESS, settings=load_settings())
     moment = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
     checked = check_slos(moment, return_state=True)
     if checked.is_failed():
