@@ -29,7 +29,7 @@ from fleet_import.importing.context import (
     Skipped,
 )
 from fleet_import.importing.leased_batch import LeasedBatch, Stamp, read_stamp
-from fleet_import.importing.settle import recover_committed
+from fleet_import.importing.settle import StampUnreadable, leave_unsettled, recover_committed
 from fleet_import.publication.events import event_payload
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import discover
@@ -78,6 +78,10 @@ def claim(
         continued = _take_over_holder(ctx, reserved.holder_batch_id, owner)
         if continued is not None:
             return continued
+        if not force:  # the holder may just have been settled with this very content
+            loaded = already_loaded(ctx, tenant, scope, delivery_key)
+            if loaded is not None:
+                return loaded
         reserved = ctx.repo.reserve(tenant, scope, delivery_key)
         if isinstance(reserved, ScopeBusy):
             return Skipped(scope, reserved.holder_batch_id)
@@ -120,8 +124,12 @@ def _take_over_holder(ctx: ImportContext, holder_id: uuid.UUID, owner: str) -> C
 
 def _settle_abandoned(batch: LeasedBatch, previous_owner: str | None) -> ImportOutcome:
     """A taken-over batch that is not continued: its publication finished if it committed,
-    else failed as abandoned, with the old owner on record."""
-    committed = recover_committed(batch)
+    else failed as abandoned, with the old owner on record. One that may have committed and
+    whose stamp cannot be read stays running, for the next taker."""
+    try:
+        committed = recover_committed(batch)
+    except StampUnreadable as exc:
+        return leave_unsettled(batch, exc)
     if committed is not None:
         return batch.publish(committed)
     error = (
@@ -190,8 +198,8 @@ def _committed(ctx: ImportContext, batch: Batch) -> bool:
     if batch.source_scope is None:
         return False
     stamp = read_stamp(ctx.warehouse, batch.tenant_id, batch.source_scope, batch.id)
-    # UNKNOWN: taken as not committed, as before (issue #26 decides); `_settle_abandoned`
-    # reads the stamp again and names what it could not read.
+    # UNKNOWN: not known to be committed; whoever settles it reads the stamp back
+    # (settle.recover_committed) and leaves it running if it still cannot.
     return stamp is Stamp.STAMPED
 
 

@@ -55,6 +55,12 @@ class WarehouseError(FleetImportError):
     """The warehouse could not complete the operation; nothing of it was committed."""
 
 
+class CommitOutcomeUnknown(WarehouseError):
+    """The slice's COMMIT was sent and no answer came (the connection was lost under it):
+    whether it committed is for the slice stamp to say (importing.settle). Never replayed:
+    the outcome is read back, not guessed."""
+
+
 @dataclass(frozen=True)
 class LoadFile:
     """A normalised Parquet file: the contract's columns in order, then `_source_line`."""

@@ -23,6 +23,7 @@ does not apply. Threads, not asyncio: a test drives it from plain code.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import select
 import socket
@@ -239,10 +240,8 @@ class _Connection:
         for sock in (self.client, self.upstream):
             if sock is None:
                 continue
-            try:
+            with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            except OSError:
-                pass
         self.close()
 
     def close(self) -> None:
@@ -252,10 +251,8 @@ class _Connection:
         for sock in (self.client, self.upstream):
             if sock is None:
                 continue
-            try:
+            with contextlib.suppress(OSError):
                 sock.close()
-            except OSError:
-                pass
         self.proxy._forget(self)
 
 

@@ -120,6 +120,4 @@ def test_lost_commit_reply_commits_but_the_client_never_hears(
         _connect(table_db, proxy)
     time.sleep(1.2)
     with _connect(table_db, proxy) as check:
-        assert check.execute("SELECT count(*) FROM marks WHERE id = %s", (mark,)).fetchone() == (
-            1,
-        )
+        assert check.execute("SELECT count(*) FROM marks WHERE id = %s", (mark,)).fetchone() == (1,)

@@ -39,6 +39,7 @@ from fleet_import.retry import Backoff
 from fleet_import.s3.staging import StagingArea, StagingError
 from fleet_import.warehouse.base import (
     SOURCE_LINE_COLUMN,
+    CommitOutcomeUnknown,
     LoadFile,
     SliceCommit,
     WarehouseError,
@@ -328,7 +329,16 @@ class RedshiftSliceWriter(OpenSlice):
                     run(cursor, slice_sql.insert_stamped_sql(contract, *self._stamps))
             for statement in self._register_sql(DIALECT, str(self._request.batch_id)):
                 run(cursor, statement)
-            self._conn.commit()
+            try:
+                self._conn.commit()
+            except driver.DRIVER_ERRORS as exc:
+                error = driver.translate(exc)
+                if error.code is not None:  # the server answered: rolled back, replayable
+                    raise
+                self._drop_connection()
+                raise CommitOutcomeUnknown(
+                    f"the slice's COMMIT got no answer: {error}", kind=error.kind
+                ) from None
 
         self._attempts(replace, "the slice commit")
         self.close()
