@@ -61,7 +61,10 @@ class Backoff:
 NO_RETRY = Backoff(())
 
 _SPANNING_FIRST = 1.0
-_SPANNING_CAP = 30.0
+_SPANNING_CAP = 10.0
+_SPANNING_JITTER = 0.2
+"""A read that waits out an outage is one cheap query per worker: little jitter needed, and
+the outage's end is seen within a few seconds."""
 
 
 def spanning(
@@ -76,4 +79,4 @@ def spanning(
         delays.append(step)
         left -= step
         delay *= 2
-    return Backoff(tuple(delays))
+    return Backoff(tuple(delays), jitter=_SPANNING_JITTER)
