@@ -13,7 +13,9 @@ It sits in front of one host:port and the test tells it what the network does ne
   parsed earlier: redshift_connector caches prepared statements), on a
   connection that sent a message matching `after` before, it is forwarded with the rest of
   its exchange, the server's whole reply up to its ReadyForQuery is swallowed, the
-  connection is cut, and new connections are refused for `then_refuse` seconds.
+  connection is cut, and new connections are refused for `then_refuse` seconds;
+- `reset_on(match, after=...)`, `stall_on(match, seconds, after=...)`: armed once the same
+  way, cut the connection before the matching message reaches the server, or hold it.
 
 It speaks just enough of the PostgreSQL wire protocol to find message boundaries; it
 answers SSLRequest / GSSENCRequest with "N" itself, so clients talk in clear text to it.
@@ -37,13 +39,19 @@ _SSL_REQUEST = 80877103
 _GSSENC_REQUEST = 80877104
 _CHUNK = 65536
 _POLL = 0.05
+_REPLY_ENDS = (b"Z", b"G", b"W")
+"""Where a swallowed reply ends: ReadyForQuery, or CopyIn/CopyBoth (the server waits for
+the client's rows then: nothing more comes until the client, which heard nothing, sends)."""
+_SWALLOW_SECONDS = 5.0
+"""A reply that never ends (a long query) is cut after this long anyway."""
 
 
 @dataclass
 class _Trigger:
     match: re.Pattern[bytes]
     after: re.Pattern[bytes] | None
-    then_refuse: float
+    action: str  # "lose_reply" | "reset" | "stall"
+    seconds: float  # lose_reply: refuse new connections this long after; stall: hold this long
     fired: threading.Event = field(default_factory=threading.Event)
 
 
@@ -164,28 +172,36 @@ class _Connection:
                     if code in (_SSL_REQUEST, _GSSENC_REQUEST):
                         self._send(self.client, b"N")  # no encryption: stay readable
                         continue
-                self._watch(kind, message)
+                fired = self._watch(kind, message)
+                if fired is not None and fired.action == "reset":
+                    self.reset()  # the message and what follows never reach the server
+                    return
+                if fired is not None and fired.action == "stall":
+                    time.sleep(fired.seconds)
                 out += message
             if out and (not self._hold() or not self._send(self.upstream, bytes(out))):
                 break
         self.close()
 
-    def _watch(self, kind: bytes, message: bytes) -> None:
-        """Arm the swallowing when the trigger's message goes by."""
+    def _watch(self, kind: bytes, message: bytes) -> _Trigger | None:
+        """The trigger, if this message fires it (then a lost reply starts swallowing)."""
         sql = self._sql_of(kind, message[5:])
         if sql is None:
-            return
+            return None
         trigger = self.proxy.trigger
         if trigger is None or trigger.fired.is_set() or self.swallowing:
-            return
+            return None
         if trigger.after is not None and not self.seen_after:
             self.seen_after = bool(trigger.after.search(sql))
-            return
-        if trigger.match.search(sql):
+            return None
+        if not trigger.match.search(sql):
+            return None
+        self.proxy.trigger = None
+        trigger.fired.set()
+        if trigger.action == "lose_reply":
             self.trigger = trigger
             self.swallowing = True
-            trigger.fired.set()
-            self.proxy.trigger = None
+        return trigger
 
     def _sql_of(self, kind: bytes, body: bytes) -> bytes | None:
         if kind == b"Q":
@@ -202,7 +218,13 @@ class _Connection:
     def _pump_server(self) -> None:
         messages = _Messages(startup=False)
         assert self.upstream is not None
+        swallow_started: float | None = None
         while not self.closed.is_set():
+            if self.swallowing:
+                swallow_started = swallow_started or time.monotonic()
+                if time.monotonic() - swallow_started > _SWALLOW_SECONDS:
+                    self._cut_after_trigger()
+                    return
             if not self._readable(self.upstream):
                 continue
             try:
@@ -212,7 +234,7 @@ class _Connection:
             if not data:
                 break
             if self.swallowing:
-                if any(kind == b"Z" for kind, _ in messages.feed(data)):
+                if any(kind in _REPLY_ENDS for kind, _ in messages.feed(data)):
                     self._cut_after_trigger()
                     return
                 continue
@@ -223,8 +245,8 @@ class _Connection:
 
     def _cut_after_trigger(self) -> None:
         trigger = self.trigger
-        if trigger is not None and trigger.then_refuse > 0:
-            self.proxy.refuse(trigger.then_refuse)
+        if trigger is not None and trigger.seconds > 0:
+            self.proxy.refuse(trigger.seconds)
         self.reset()
 
     @staticmethod
@@ -302,8 +324,13 @@ class FaultProxy:
     # -- what the network does next --------------------------------------------------------
 
     def pass_through(self) -> None:
+        """Forward again; a closed door is open again when this returns."""
         self.mode, self.latency, self.stalled_until = "pass", 0.0, 0.0
         self._refusing_until = 0.0
+        self.trigger = None
+        deadline = time.monotonic() + 5
+        while self._listener is None and time.monotonic() < deadline:
+            time.sleep(_POLL / 5)
 
     def reset_all(self) -> None:
         with self._lock:
@@ -332,13 +359,29 @@ class FaultProxy:
     ) -> threading.Event:
         """Arm the lost-reply fault (see the module docstring); the event is set when the
         matching message went by. Patterns are case-insensitive regular expressions."""
+        return self._arm("lose_reply", match, after, then_refuse)
 
+    def reset_on(self, match: str | bytes, *, after: str | bytes | None = None) -> threading.Event:
+        """Armed once: cut the connection with a reset when the matching message comes, before
+        the server sees it."""
+        return self._arm("reset", match, after, 0.0)
+
+    def stall_on(
+        self, match: str | bytes, seconds: float, *, after: str | bytes | None = None
+    ) -> threading.Event:
+        """Armed once: hold the matching message `seconds` before forwarding it."""
+        return self._arm("stall", match, after, seconds)
+
+    def _arm(
+        self, action: str, match: str | bytes, after: str | bytes | None, seconds: float
+    ) -> threading.Event:
         def pattern(text: str | bytes) -> re.Pattern[bytes]:
             raw = text.encode() if isinstance(text, str) else text
             return re.compile(raw, re.IGNORECASE)
 
-        self.trigger = _Trigger(pattern(match), pattern(after) if after else None, then_refuse)
-        return self.trigger.fired
+        trigger = _Trigger(pattern(match), pattern(after) if after else None, action, seconds)
+        self.trigger = trigger
+        return trigger.fired
 
     # -- accepting ---------------------------------------------------------------------
 

@@ -121,3 +121,22 @@ def test_lost_commit_reply_commits_but_the_client_never_hears(
     time.sleep(1.2)
     with _connect(table_db, proxy) as check:
         assert check.execute("SELECT count(*) FROM marks WHERE id = %s", (mark,)).fetchone() == (1,)
+
+
+def test_reset_on_and_stall_on_act_on_the_matching_message(
+    proxy: FaultProxy, table_db: str
+) -> None:
+    mark = uuid.uuid4()
+    fired = proxy.reset_on(r"insert into marks")
+    with _connect(table_db, proxy) as conn:
+        conn.execute("SELECT 1")
+        with pytest.raises(psycopg.OperationalError):
+            conn.execute("INSERT INTO marks (id) VALUES (%s)", (mark,))
+    assert fired.is_set()
+    proxy.stall_on(r"insert into marks", 1.0)
+    with _connect(table_db, proxy) as conn:
+        started = time.monotonic()
+        conn.execute("INSERT INTO marks (id) VALUES (%s)", (mark,))
+        assert time.monotonic() - started >= 0.9
+        conn.commit()
+        assert conn.execute("SELECT count(*) FROM marks").fetchone() == (1,)
