@@ -1,4 +1,6 @@
-"""The fault matrix for the warehouse PostgreSQL: phase x fault, each cell one import
+"""The fault matrix for the warehouse (PostgreSQL, and Redshift through the emulator, as a
+provisioned cluster: the lost COMMIT of tests/faults/test_lost_commit_redshift.py covers
+Serverless too): phase x fault, each cell one import
 through the real runtime (`build_runtime`: what `fleet-import run` builds, minus Prefect)
 with a fault proxy between it and the warehouse. After the fault, what the first run
 reports must be true at once; then recovery (resume of a failed publication, the next
@@ -7,7 +9,8 @@ exactly one succeeded batch, every batch's status what the stamp says.
 
 Phases, by the warehouse message each fault is armed on:
 - claim: the first read of the slice registry (`already_loaded`, the stamp);
-- normalise: the slice's scope lock, taken while the files are still being normalised;
+- normalise: the slice's scope lock (Redshift: its first temp table), taken while the files
+  are still being normalised;
 - copy: the first COPY FROM STDIN;
 - commit: the slice transaction's COMMIT (after the registry is stamped);
 - publication: the refresh statement of `refresh_dependants`.
@@ -19,11 +22,13 @@ reply (forwarded, answer swallowed, connection cut, new connections refused for 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from fleet_import.config import Settings
+from fleet_import.contracts.fleet import FLEET_DATASETS
 from fleet_import.importing.claim import settle_abandoned_batches
 from fleet_import.importing.context import Committed, CommitUnknown, Failed
 from fleet_import.importing.driver import import_folder
@@ -38,6 +43,7 @@ from tests.faults.conftest import (
     recovered_invariants,
 )
 from tests.faults.proxy import FaultProxy, proxied_url
+from tests.redshift_emulator import RedshiftEmulator
 from tests.reliability.conftest import REFRESH_SQL, REFRESH_TABLE, Source, connect, refresh_count
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -49,6 +55,8 @@ PHASES = {
     "commit": (SLICE_COMMIT, AFTER_STAMP),
     "publication": (REFRESH_TABLE.split(".")[1], None),
 }
+REDSHIFT_PHASES = {**PHASES, "normalise": (r"create\s+temp", None)}
+ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
 FAULTS = ("reset", "stall", "lost_reply")
 STALL_SECONDS = 2.0
 REFUSE_AFTER_LOST_REPLY = 2.0
@@ -70,8 +78,8 @@ def _cells() -> list[Any]:
     ]
 
 
-def _arm(proxy: FaultProxy, phase: str, fault: str) -> Any:
-    match, after = PHASES[phase]
+def _arm(proxy: FaultProxy, phase: str, fault: str, phases: dict[str, Any] = PHASES) -> Any:
+    match, after = phases[phase]
     if fault == "reset":
         return proxy.reset_on(match, after=after)
     if fault == "stall":
@@ -80,11 +88,29 @@ def _arm(proxy: FaultProxy, phase: str, fault: str) -> Any:
 
 
 def _runtime(
-    database_url: str, proxy: FaultProxy, moto_endpoint: str, staging_bucket: str, tmp: str
+    database_url: str,
+    proxy: FaultProxy,
+    moto_endpoint: str,
+    staging_bucket: str,
+    tmp: str,
+    emulator: RedshiftEmulator | None = None,
 ) -> Runtime:
+    if emulator is None:
+        backend: dict[str, Any] = {"warehouse_url": proxied_url(database_url, proxy)}
+    else:
+        backend = {
+            "warehouse": "redshift",
+            "redshift_host": "127.0.0.1",
+            "redshift_port": proxy.port,
+            "redshift_database": emulator.database,
+            "redshift_user": emulator.user,
+            "redshift_password": "unused-trust-auth",
+            "redshift_ssl": False,
+            "redshift_iam_role": ROLE,
+        }
     settings = Settings(
         database_url=database_url,
-        warehouse_url=proxied_url(database_url, proxy),
+        **backend,
         s3_endpoint_url=moto_endpoint,
         staging_uri=f"s3://{staging_bucket}/stage/",
         lease_ttl_seconds=LEASE_TTL_SECONDS,
@@ -132,7 +158,46 @@ def test_a_warehouse_fault_is_reported_truly_and_recovered(
     tmp_path: Any,
 ) -> None:
     rt = _runtime(database_url, warehouse_proxy, moto_endpoint, staging_bucket, str(tmp_path))
-    fired = _arm(warehouse_proxy, phase, fault)
+    _cell(rt, warehouse_proxy, phase, fault, source, database_url, PHASES)
+
+
+@pytest.fixture
+def redshift_proxy(emulator: RedshiftEmulator) -> Iterator[FaultProxy]:
+    with FaultProxy(("127.0.0.1", emulator.port)) as proxy:
+        yield proxy
+
+
+@pytest.mark.parametrize("emulator", ["provisioned"], indirect=True)
+@pytest.mark.parametrize(("phase", "fault"), _cells())
+def test_a_redshift_fault_is_reported_truly_and_recovered(
+    phase: str,
+    fault: str,
+    emulator: RedshiftEmulator,
+    redshift_proxy: FaultProxy,
+    source: Source,
+    database_url: str,
+    moto_endpoint: str,
+    staging_bucket: str,
+    tmp_path: Any,
+) -> None:
+    rt = _runtime(
+        database_url, redshift_proxy, moto_endpoint, staging_bucket, str(tmp_path), emulator
+    )
+    rt.ctx.warehouse.ensure_tables(FLEET_DATASETS.values())
+    _cell(rt, redshift_proxy, phase, fault, source, database_url, REDSHIFT_PHASES)
+
+
+def _cell(
+    rt: Runtime,
+    proxy: FaultProxy,
+    phase: str,
+    fault: str,
+    source: Source,
+    database_url: str,
+    phases: dict[str, Any],
+) -> None:
+    warehouse_proxy = proxy
+    fired = _arm(proxy, phase, fault, phases)
     first = import_folder(rt.ctx, ACME, source.folder, "d1")  # raises nothing
     assert fired.is_set(), f"the {fault} at {phase} never happened: {first}"
     assert truth_now(database_url, source) == [], first

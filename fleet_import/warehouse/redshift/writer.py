@@ -123,7 +123,11 @@ class RedshiftSliceWriter(OpenSlice):
         """Datasets whose temp table a loading step created."""
         self._conn: Any = None
         self._open = True
-        self._session()  # the session is recorded before anything is loaded
+        try:
+            self._session()  # the session is recorded before anything is loaded
+        except BaseException:
+            self.close()  # no writer to close later: its scratch directory goes now
+            raise
 
     # -- the session and its loading steps ---------------------------------------------
 
