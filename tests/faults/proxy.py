@@ -10,7 +10,8 @@ It sits in front of one host:port and the test tells it what the network does ne
 - `refuse(seconds)`: refuse new connections for that long (the listener is closed);
 - `lose_reply(match, after=..., then_refuse=...)`: armed once; when a client sends a
   PostgreSQL message whose SQL matches `match` (a simple Query, or the Bind of a statement
-  parsed earlier: redshift_connector caches prepared statements), on a
+  parsed earlier: redshift_connector caches prepared statements; a Bind is matched as the
+  statement's SQL, a newline, then its parameters as sent), on a
   connection that sent a message matching `after` before, it is forwarded with the rest of
   its exchange, the server's whole reply up to its ReadyForQuery is swallowed, the
   connection is cut, and new connections are refused for `then_refuse` seconds;
@@ -210,9 +211,10 @@ class _Connection:
             name, query = _cstrings(body, 2)
             self.statements[name] = query
             return None
-        if kind == b"B":
+        if kind == b"B":  # the statement's SQL, then its parameters as sent
             _portal, name = _cstrings(body, 2)
-            return self.statements.get(name)
+            sql = self.statements.get(name)
+            return None if sql is None else sql + b"\n" + body
         return None
 
     def _pump_server(self) -> None:
