@@ -13,7 +13,9 @@ A serializable isolation violation (1023) or a conflict with a concurrent transa
 only the short transaction: it is run again on the same session (the temp tables survive),
 after the writer's `Backoff` (the one retry rule, jitter included). A lost session loses the
 temp tables: the loading steps are replayed on a new one from the files still staged on S3,
-then the short transaction.
+then the short transaction. A session lost at the COMMIT itself is never replayed: whether it
+committed is unknown, and `CommitOutcomeUnknown` leaves that to the slice stamp
+(importing.settle).
 
 The writer is given what it uses (a connect callable, the staging area, the COPY role, its
 backoff, the counters it adds to); it does not know the warehouse that opened it.
