@@ -22,6 +22,7 @@ from fleet_import.errors import FleetImportError
 from fleet_import.importing.context import (
     AlreadyLoaded,
     Claimed,
+    Committed,
     ImportContext,
     ImportOutcome,
     NotClaimed,
@@ -76,9 +77,10 @@ def claim(
     reserved = ctx.repo.reserve(tenant, scope, delivery_key)
     if isinstance(reserved, ScopeBusy):
         continued = _take_over_holder(ctx, reserved.holder_batch_id, owner)
-        if continued is not None:
+        if isinstance(continued, Claimed):
             return continued
-        if not force:  # the holder may just have been settled with this very content
+        if isinstance(continued, Committed) and not force:
+            # The holder was just settled from its stamp, perhaps with this very content.
             loaded = already_loaded(ctx, tenant, scope, delivery_key)
             if loaded is not None:
                 return loaded
@@ -103,10 +105,12 @@ def claim(
     return Claimed(batch.id, scope, owner)
 
 
-def _take_over_holder(ctx: ImportContext, holder_id: uuid.UUID, owner: str) -> Claimed | None:
+def _take_over_holder(
+    ctx: ImportContext, holder_id: uuid.UUID, owner: str
+) -> Claimed | ImportOutcome | None:
     """Settle the scope's holder if it is abandoned. Claimed: a delivery of the same content
-    continues it (the lease is ours now, the caller runs it); None: the holder is alive, or
-    it was settled and the scope is free again."""
+    continues it (the lease is ours now, the caller runs it); None: the holder is alive;
+    otherwise how it was settled (the scope is free again, unless it stays unsettled)."""
     lease = ctx.repo.take_over(holder_id, owner, ctx.lease_ttl)
     if not isinstance(lease, LeaseAcquired):
         return None
@@ -116,10 +120,9 @@ def _take_over_holder(ctx: ImportContext, holder_id: uuid.UUID, owner: str) -> C
         assert batch.source_scope is not None
         return Claimed(holder_id, batch.source_scope, owner)
     with leased(ctx.repo, holder_id, owner, ctx.lease_ttl) as heartbeat:
-        _settle_abandoned(
+        return _settle_abandoned(
             LeasedBatch.of(ctx, batch, owner).holding(heartbeat), lease.previous_owner
         )
-    return None
 
 
 def _settle_abandoned(batch: LeasedBatch, previous_owner: str | None) -> ImportOutcome:
