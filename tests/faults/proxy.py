@@ -33,11 +33,10 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-_SSL_REQUEST = 80877103
-_GSSENC_REQUEST = 80877104
+from tests.faults.pgwire import GSSENC_REQUEST, SSL_REQUEST, Messages, cstrings
+
 _CHUNK = 65536
 _POLL = 0.05
 _REPLY_ENDS = (b"Z", b"G", b"W")
@@ -54,43 +53,6 @@ class _Trigger:
     action: str  # "lose_reply" | "reset" | "stall"
     seconds: float  # lose_reply: refuse new connections this long after; stall: hold this long
     fired: threading.Event = field(default_factory=threading.Event)
-
-
-class _Messages:
-    """Splits one direction of a PostgreSQL stream into whole messages."""
-
-    def __init__(self, *, startup: bool) -> None:
-        self._buffer = b""
-        self._startup = startup  # the client's first message has no type byte
-
-    def feed(self, data: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """(type, whole message bytes) for each complete message; type b"" for startup."""
-        self._buffer += data
-        while True:
-            if self._startup:
-                if len(self._buffer) < 4:
-                    return
-                (length,) = struct.unpack("!I", self._buffer[:4])
-                if len(self._buffer) < length:
-                    return
-                message, self._buffer = self._buffer[:length], self._buffer[length:]
-                (code,) = struct.unpack("!I", message[4:8]) if length >= 8 else (0,)
-                if code not in (_SSL_REQUEST, _GSSENC_REQUEST):
-                    self._startup = False
-                yield b"", message
-                continue
-            if len(self._buffer) < 5:
-                return
-            (length,) = struct.unpack("!I", self._buffer[1:5])
-            if len(self._buffer) < 1 + length:
-                return
-            message, self._buffer = self._buffer[: 1 + length], self._buffer[1 + length :]
-            yield message[:1], message
-
-
-def _cstrings(body: bytes, count: int) -> list[bytes]:
-    parts = body.split(b"\0", count)
-    return parts[:count]
 
 
 class _Connection:
@@ -155,7 +117,7 @@ class _Connection:
         return False
 
     def _pump_client(self) -> None:
-        messages = _Messages(startup=True)
+        messages = Messages(startup=True)
         assert self.upstream is not None
         while not self.closed.is_set():
             if not self._readable(self.client):
@@ -170,7 +132,7 @@ class _Connection:
             for kind, message in messages.feed(data):
                 if kind == b"" and len(message) == 8:
                     (code,) = struct.unpack("!I", message[4:8])
-                    if code in (_SSL_REQUEST, _GSSENC_REQUEST):
+                    if code in (SSL_REQUEST, GSSENC_REQUEST):
                         self._send(self.client, b"N")  # no encryption: stay readable
                         continue
                 fired = self._watch(kind, message)
@@ -208,17 +170,17 @@ class _Connection:
         if kind == b"Q":
             return body.rstrip(b"\0")
         if kind == b"P":  # remembered; it runs at its Bind (a Parse may go alone, synced)
-            name, query = _cstrings(body, 2)
+            name, query = cstrings(body, 2)
             self.statements[name] = query
             return None
         if kind == b"B":  # the statement's SQL, then its parameters as sent
-            _portal, name = _cstrings(body, 2)
+            _portal, name = cstrings(body, 2)
             sql = self.statements.get(name)
             return None if sql is None else sql + b"\n" + body
         return None
 
     def _pump_server(self) -> None:
-        messages = _Messages(startup=False)
+        messages = Messages(startup=False)
         assert self.upstream is not None
         swallow_started: float | None = None
         while not self.closed.is_set():
