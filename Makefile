@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-fast test-cluster demo lint clean
+.PHONY: test test-fast test-faults test-cluster demo lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,8 +13,14 @@ $(STAMP): pyproject.toml
 
 # The cluster tests (a real Prefect server with workers, Dask, the UI in Chromium) take
 # minutes of both cores each: `make test` leaves them to `make test-cluster`; CI runs both.
+# The fault-injection suite (tests/faults, marker `faults`) takes minutes: `make test` runs
+# only its sampled cells (marker `faults_sample`), `make test-faults` all of it; CI runs both.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not workers and not browser"
+	$(BIN)/python -m pytest -n 2 --dist loadfile \
+		-m "not workers and not browser and (not faults or faults_sample)"
+
+test-faults: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m faults
 
 # The tests that need no server (tests/no_servers.py: the fakes' branch tests, the pure
 # ones), in seconds, with every server pointed at a closed port and refused outright, so none

@@ -13,6 +13,10 @@ DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 # delivery under 400 MB (benchmarks/README.md).
 DEFAULT_NORMALIZE_WORKERS = 2
 DEFAULT_LEASE_TTL_SECONDS = 120.0
+# How long the outcome of a slice COMMIT that got no answer is read back from the slice
+# stamp before the batch is left running for the next run to settle (importing.settle): an
+# outage of a minute or two, a failover, ends in the same run.
+DEFAULT_COMMIT_READBACK_SECONDS = 120.0
 # The sweep enters folders dated from this many days ago through tomorrow, so its cost does
 # not grow with history; a delivery older than that is imported by a run with a longer lookback.
 DEFAULT_SWEEP_LOOKBACK_DAYS = 3
@@ -42,6 +46,12 @@ class Settings(BaseSettings):
     )
     lease_ttl_seconds: float = Field(
         DEFAULT_LEASE_TTL_SECONDS, gt=0, description="execution lease length"
+    )
+    commit_readback_seconds: float = Field(
+        DEFAULT_COMMIT_READBACK_SECONDS,
+        ge=0,
+        description="how long the outcome of a slice COMMIT that got no answer is read back "
+        "from the slice stamp before the batch is left running for the next run to settle",
     )
     delivery_manifest_name: str = Field(
         "_manifest.json",

@@ -59,3 +59,24 @@ class Backoff:
 
 
 NO_RETRY = Backoff(())
+
+_SPANNING_FIRST = 1.0
+_SPANNING_CAP = 10.0
+_SPANNING_JITTER = 0.2
+"""A read that waits out an outage is one cheap query per worker: little jitter needed, and
+the outage's end is seen within a few seconds."""
+
+
+def spanning(
+    seconds: float, *, first: float = _SPANNING_FIRST, cap: float = _SPANNING_CAP
+) -> Backoff:
+    """Delays doubling from `first` (each at most `cap`) that add up to `seconds` before
+    jitter: retries across an outage of about that long, then give up."""
+    delays: list[float] = []
+    delay, left = first, seconds
+    while left > 0:
+        step = min(delay, cap, left)
+        delays.append(step)
+        left -= step
+        delay *= 2
+    return Backoff(tuple(delays), jitter=_SPANNING_JITTER)

@@ -82,7 +82,7 @@ class PrefectSteps:
             if step.name == "commit-slice":  # one warehouse load slot, one of the tenant's
                 fn = holding_load_slots(fn)
             self._tasks[key] = task(
-                foreseen_as_state(fn),
+                foreseen_as_state(fn, retried=step.retried),
                 name=step.name,
                 task_run_name=_RUN_NAMES.get(step.name),
                 cache_policy=NO_CACHE,

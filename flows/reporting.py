@@ -39,7 +39,10 @@ class ExitCode(IntEnum):
     PUBLICATION_PENDING = 4  # the slice is committed; the batch runs until it is published
     ALREADY_LOADED = 5  # the slice already holds this content; nothing loaded (--force does)
     HELD = 6  # a slice guard or new columns (review) held the batch; batches approve loads it
-    # 7-8 are left to codes other outcomes may take; 9 stays the refusal.
+    # the slice COMMIT got no answer and its stamp could not be read back: the batch stays
+    # running, lease released; the next run, the drain or `resume` settles it from the stamp
+    COMMIT_UNKNOWN = 7
+    # 8 is left to a code another outcome may take; 9 stays the refusal.
     REFUSED = 9  # the folder is not the tenant's, or the tenant is unknown or disabled
     # sysexits.h EX_CONFIG: settings wrong, nothing started (the CLI's guard exits with it
     # before any flow runs, so no flow state maps to it either)
@@ -60,8 +63,11 @@ EXIT_CODES: Mapping[str, ExitCode] = MappingProxyType(
         "AlreadyLoaded": ExitCode.ALREADY_LOADED,
         "Refused": ExitCode.REFUSED,  # a Failed state: nothing was written for the tenant
         "Held": ExitCode.HELD,  # a Failed state: red in the UI, yet not a data error
+        "CommitUnknown": ExitCode.COMMIT_UNKNOWN,  # a Failed state: nobody can say yet
     }
 )
+
+
 def exit_code_for(state: State) -> ExitCode:
     """The exit code of a flow's final state (EXIT_CODES); any other failed state is FAILED."""
     if state.is_failed() or state.is_crashed():
@@ -119,18 +125,20 @@ def fails_with_one_line(fn: Callable[..., T]) -> Callable[..., T | State]:
     return run
 
 
-def foreseen_as_state(fn: Callable[..., T]) -> Callable[..., T | State]:
+def foreseen_as_state(fn: Callable[..., T], *, retried: bool = True) -> Callable[..., T | State]:
     """A foreseen failure of a step (a fleet-import error Prefect is not to retry) becomes
     the task's Failed state: raised, Prefect's engine would log it with a traceback, as a
-    crash, in this task and again in each task waiting on it. A transient error is still
-    raised (Prefect retries it); anything else is a bug, raised and logged in full."""
+    crash, in this task and again in each task waiting on it. A transient error of a
+    `retried` step is still raised (Prefect retries it); a step Prefect never retries (the
+    slice load, publication) returns it as its state too. Anything else is a bug, raised and
+    logged in full."""
 
     @functools.wraps(fn)
     def step(*args: Any, **kwargs: Any) -> T | State:
         try:
             return fn(*args, **kwargs)
         except FleetImportError as exc:
-            if exc.transient:
+            if exc.transient and retried:
                 raise
             return Failed(message=f"{type(exc).__name__}: {exc}", data=exc)
 
@@ -173,6 +181,14 @@ def state_for(outcome: pipeline.ImportOutcome, crash: BaseException | None = Non
                 "publication is pending; the drain-publications flow or "
                 f"`fleet-import resume {outcome.batch_id}` finishes it"
             ),
+        )
+    if isinstance(outcome, pipeline.CommitUnknown):
+        return failed(
+            f"batch {outcome.batch_id}: whether its slice committed is unknown ({outcome.error}); "
+            "it stays running, and the next run of this folder, the drain-publications flow or "
+            f"`fleet-import resume {outcome.batch_id}` settles it from the slice stamp once the "
+            "warehouse answers (check the warehouse, FLEET_WAREHOUSE_URL)",
+            name="CommitUnknown",
         )
     if isinstance(outcome, pipeline.Failed) and outcome.kind == FailureKind.HELD:
         return failed(outcome.error, name="Held")

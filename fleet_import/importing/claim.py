@@ -22,6 +22,7 @@ from fleet_import.errors import FleetImportError
 from fleet_import.importing.context import (
     AlreadyLoaded,
     Claimed,
+    Committed,
     ImportContext,
     ImportOutcome,
     NotClaimed,
@@ -30,7 +31,7 @@ from fleet_import.importing.context import (
 )
 from fleet_import.importing.drift import with_effective_contracts
 from fleet_import.importing.leased_batch import LeasedBatch, Stamp, read_stamp
-from fleet_import.importing.settle import recover_committed
+from fleet_import.importing.settle import StampUnreadable, leave_unsettled, recover_committed
 from fleet_import.publication.events import event_payload
 from fleet_import.publication.outcomes import PublicationRefused
 from fleet_import.publication.publisher import DRAIN
@@ -87,8 +88,13 @@ def claim(
     reserved = ctx.repo.reserve(tenant, scope, delivery_key)
     if isinstance(reserved, ScopeBusy):
         continued = _take_over_holder(ctx, reserved.holder_batch_id, owner)
-        if continued is not None:
+        if isinstance(continued, Claimed):
             return continued
+        if isinstance(continued, Committed) and not force:
+            # The holder was just settled from its stamp, perhaps with this very content.
+            loaded = already_loaded(ctx, tenant, scope, delivery_key)
+            if loaded is not None:
+                return loaded
         reserved = ctx.repo.reserve(tenant, scope, delivery_key)
         if isinstance(reserved, ScopeBusy):
             return Skipped(scope, reserved.holder_batch_id)
@@ -110,10 +116,12 @@ def claim(
     return Claimed(batch.id, scope, owner)
 
 
-def _take_over_holder(ctx: ImportContext, holder_id: uuid.UUID, owner: str) -> Claimed | None:
+def _take_over_holder(
+    ctx: ImportContext, holder_id: uuid.UUID, owner: str
+) -> Claimed | ImportOutcome | PublicationRefused | None:
     """Settle the scope's holder if it is abandoned. Claimed: a delivery of the same content
-    continues it (the lease is ours now, the caller runs it); None: the holder is alive, or
-    it was settled and the scope is free again."""
+    continues it (the lease is ours now, the caller runs it); None: the holder is alive;
+    otherwise how it was settled (the scope is free again, unless it stays unsettled)."""
     lease = ctx.repo.take_over(holder_id, owner, ctx.lease_ttl)
     if not isinstance(lease, LeaseAcquired):
         return None
@@ -125,8 +133,7 @@ def _take_over_holder(ctx: ImportContext, holder_id: uuid.UUID, owner: str) -> C
     with leased(ctx.repo, holder_id, owner, ctx.lease_ttl) as heartbeat:
         # The delivery taking it over was admitted for this very tenant and scope.
         held = LeasedBatch.of(ctx, batch, owner).holding(heartbeat)
-        _settle_abandoned(held, lease.previous_owner, None)
-    return None
+        return _settle_abandoned(held, lease.previous_owner, None)
 
 
 def _settle_abandoned(
@@ -134,8 +141,12 @@ def _settle_abandoned(
 ) -> ImportOutcome | PublicationRefused:
     """A taken-over batch that is not continued: its publication finished if it committed
     (or refused, as the drain refuses it, when its tenant is refused now), else failed as
-    abandoned, with the old owner on record."""
-    committed = recover_committed(batch)
+    abandoned, with the old owner on record. One that may have committed and whose stamp
+    cannot be read stays running, for the next taker."""
+    try:
+        committed = recover_committed(batch)
+    except StampUnreadable as exc:
+        return leave_unsettled(batch, exc)
     if committed is not None:
         refusal = refusal_of(batch.read(), admission)
         if refusal is not None:
@@ -213,8 +224,8 @@ def _committed(ctx: ImportContext, batch: Batch) -> bool:
     if batch.source_scope is None:
         return False
     stamp = read_stamp(ctx.warehouse, batch.tenant_id, batch.source_scope, batch.id)
-    # UNKNOWN: taken as not committed, as before (issue #26 decides); `_settle_abandoned`
-    # reads the stamp again and names what it could not read.
+    # UNKNOWN: not known to be committed; whoever settles it reads the stamp back
+    # (settle.recover_committed) and leaves it running if it still cannot.
     return stamp is Stamp.STAMPED
 
 

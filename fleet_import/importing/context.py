@@ -13,11 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleet_import.config import DEFAULT_NORMALIZE_WORKERS, Settings
+from fleet_import.config import (
+    DEFAULT_COMMIT_READBACK_SECONDS,
+    DEFAULT_NORMALIZE_WORKERS,
+    Settings,
+)
 from fleet_import.contracts.fleet import FLEET_DATASETS
 from fleet_import.contracts.model import ContractSet
 from fleet_import.publication.events import EventSink
 from fleet_import.publication.publisher import Publisher
+from fleet_import.retry import Backoff, spanning
 from fleet_import.s3.staging import StagingArea
 from fleet_import.store.models import FailureKind
 from fleet_import.store.repository import BatchRepository
@@ -44,6 +49,10 @@ class ImportContext:
     staging: StagingArea
     contracts: ContractSet = field(default_factory=lambda: FLEET_DATASETS)
     lease_ttl: float = 120.0
+    # Reading back the stamp of a COMMIT that got no answer (importing.settle).
+    commit_readback: Backoff = field(
+        default_factory=lambda: spanning(DEFAULT_COMMIT_READBACK_SECONDS)
+    )
     normalize_workers: int = DEFAULT_NORMALIZE_WORKERS
     publisher: Publisher | None = None  # None: nothing to publish, succeed after commit
     events: EventSink = no_event
@@ -134,4 +143,19 @@ class Failed:
     """A newer batch owns the slice: nothing of this batch's publication may run any more."""
 
 
-ImportOutcome = Skipped | NotClaimed | NothingToDo | AlreadyLoaded | Committed | Failed
+@dataclass(frozen=True)
+class CommitUnknown:
+    """The slice's COMMIT was sent and got no answer, and the slice stamp could not be read
+    back within the configured time: whether the batch committed is not known. It stays
+    running, its lease released, `commit_unknown` in its details; whoever touches it next
+    (a rerun of the delivery, another delivery of the scope, the drain, `fleet-import
+    resume`) settles it from the stamp. Never failed while its stamp may own the slice."""
+
+    batch_id: uuid.UUID
+    scope: str
+    error: str
+
+
+ImportOutcome = (
+    Skipped | NotClaimed | NothingToDo | AlreadyLoaded | Committed | Failed | CommitUnknown
+)

@@ -24,6 +24,7 @@ from fleet_import.importing.context import (
     AlreadyLoaded,
     Claimed,
     Committed,
+    CommitUnknown,
     Failed,
     ImportContext,
     ImportOutcome,
@@ -52,7 +53,12 @@ from fleet_import.importing.normalized_files import (
     normalize_one,
 )
 from fleet_import.importing.pinned import pinned_manifest
-from fleet_import.importing.settle import recover_committed, recover_or_fail
+from fleet_import.importing.settle import (
+    StampUnreadable,
+    leave_unsettled,
+    recover_committed,
+    recover_or_fail,
+)
 from fleet_import.publication.events import EventSink
 from fleet_import.retry import NO_RETRY, Backoff
 from fleet_import.s3.delivery import DeliveryIdentity
@@ -63,6 +69,7 @@ from fleet_import.store.heartbeat import leased, release_lease_quietly
 __all__ = [  # what flows and tests use from here; each lives in the module named above
     "AlreadyLoaded",
     "Claimed",
+    "CommitUnknown",
     "Committed",
     "CoreSteps",
     "EventSink",
@@ -170,10 +177,15 @@ def import_batch(
 ) -> ImportOutcome:
     """Steps 3-8 for a batch whose lease `claimed.owner` holds: discover, normalise (mapped,
     in load order), load the slice as files arrive, record the commit, publish. A batch
-    found committed (or stamped) is only published; a failure before commit fails it."""
+    found committed (or stamped) is only published; a failure before commit fails it; one
+    whose commit outcome cannot be known now is left running for the next run (settle.py)."""
     with leased(ctx.repo, claimed.batch_id, claimed.owner, ctx.lease_ttl) as heartbeat:
         batch = LeasedBatch(ctx, tenant, claimed.batch_id, claimed.scope, claimed.owner, heartbeat)
-        outcome: ImportOutcome | None = recover_committed(batch)
+        outcome: ImportOutcome | None
+        try:
+            outcome = recover_committed(batch)
+        except StampUnreadable as exc:  # it may have committed: the next run decides
+            outcome = leave_unsettled(batch, exc)
         if outcome is None:
             try:
                 # The tables' evolved columns are part of the contracts (importing.drift).

@@ -36,8 +36,8 @@ class Stamp(enum.Enum):
     NOT_STAMPED = "not_stamped"
     """Another batch (or none) owns the slice: this batch did not commit it, or lost it."""
     UNKNOWN = "unknown"
-    """The warehouse could not be read: whether this batch committed is not known (issue
-    #26, "unknown commit outcome", decides what that does; see settle.unknown_stamp)."""
+    """The warehouse could not be read: whether this batch committed is not known. For a
+    batch that sent its COMMIT it is read back, then left to the next run (settle.py)."""
 
 
 def read_stamp(warehouse: Warehouse, tenant_id: str, scope: str, batch_id: uuid.UUID) -> Stamp:

@@ -18,12 +18,12 @@ import pyarrow as pa
 
 from fleet_import import failpoints
 from fleet_import.contracts.model import ContractSet, DatasetContract
-from fleet_import.importing.context import Committed
+from fleet_import.importing.context import Committed, CommitUnknown
 from fleet_import.importing.drift import DRIFT_DETAILS_KEY, ignored_columns, tell_drift
 from fleet_import.importing.guards import check_slice_guards
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.normalized_files import NormalizedEntry
-from fleet_import.importing.settle import recover_committed
+from fleet_import.importing.settle import mark_commit_attempted, settle_lost_commit
 from fleet_import.normalize.duplicates import HashBuckets, find_duplicates, key_hashes
 from fleet_import.normalize.file import (
     RejectRatioExceeded,
@@ -35,7 +35,13 @@ from fleet_import.normalize.output import NormalizedFile
 from fleet_import.normalize.rows import Reject
 from fleet_import.retry import NO_RETRY, Backoff
 from fleet_import.s3.sources import Manifest
-from fleet_import.warehouse.base import LoadFile, SliceCommit, WarehouseError, WarehouseSession
+from fleet_import.warehouse.base import (
+    CommitOutcomeUnknown,
+    LoadFile,
+    SliceCommit,
+    WarehouseError,
+    WarehouseSession,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +55,7 @@ LOAD_BACKOFF = Backoff((1.0, 4.0, 15.0))
 
 def load_step(
     batch: LeasedBatch, manifest: Manifest, entries: Iterable[NormalizedEntry]
-) -> Committed:
+) -> Committed | CommitUnknown:
     """Steps 4-6: load each normalised file as it arrives into one open warehouse
     transaction, drop duplicate keys and check reject ratios once all are in, commit, then
     record the commit. Raises on any failure (nothing of the slice is then visible).
@@ -57,7 +63,12 @@ def load_step(
     A transient warehouse failure (dropped connection, serialization conflict) rolls the
     slice back and starts it again, reloading the files already normalised, with backoff --
     unless the backend's writer replays its own transaction (`replays_slices`): one retry
-    layer for the slice, never one inside the other."""
+    layer for the slice, never one inside the other.
+
+    A COMMIT that got no answer is settled here from the slice stamp, read back across the
+    outage (settle.settle_lost_commit): committed, not committed (tried again like any
+    transient failure), or unknown -- then the batch is left for the next run
+    (`CommitUnknown`), and nothing escapes the step as an error."""
     ctx, scope = batch.ctx, batch.scope
     started = time.monotonic()
     backoff = NO_RETRY if ctx.warehouse.replays_slices else LOAD_BACKOFF
@@ -67,14 +78,24 @@ def load_step(
             try:
                 commit, summary = _load_slice_once(batch, manifest, arrivals)
                 break
+            except CommitOutcomeUnknown as exc:
+                settled = settle_lost_commit(batch, exc)
+                if settled is not None:
+                    return settled
+                not_committed = WarehouseError(
+                    f"{exc}; the slice is not stamped: the COMMIT did not go through",
+                    kind=exc.kind,
+                )
+                if not exc.transient or retry == backoff.retries:
+                    raise not_committed from None
+                backoff.wait(retry, f"slice load of {scope}", not_committed, log)
             except WarehouseError as exc:
                 if arrivals.failure is not None:  # a file failed too: that decides the batch
                     raise arrivals.failure from None
                 if not exc.transient or retry == backoff.retries:
                     raise
-                recovered = recover_committed(batch)
-                if recovered is not None:  # the COMMIT went through; its answer was lost
-                    return recovered
+                # Failed before its COMMIT, or the server answered it (rolled back): this
+                # attempt did not commit, and a lost answer is the branch above.
                 backoff.wait(retry, f"slice load of {scope}", exc, log)
     failpoints.hit("after_warehouse_commit")
     _report_ignored(batch, arrivals.loaded)
@@ -190,6 +211,7 @@ def _load_slice_once(
         check_slice_guards(batch, manifest, summary)
         pa.default_memory_pool().release_unused()
         batch.renew_lease_now()
+        mark_commit_attempted(batch)  # from here on, a lost answer leaves the outcome unknown
         failpoints.hit("before_warehouse_commit")
         return writer.commit(), summary
 

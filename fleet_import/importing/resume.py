@@ -17,7 +17,7 @@ from fleet_import.importing.context import (
     Skipped,
 )
 from fleet_import.importing.leased_batch import LeasedBatch
-from fleet_import.importing.settle import recover_committed
+from fleet_import.importing.settle import fail_pre_commit, may_have_committed, recover_committed
 from fleet_import.publication.events import expired_publication, fail_and_tell
 from fleet_import.publication.refusal import refusal_of, tell_refusal
 from fleet_import.store.heartbeat import leased
@@ -34,6 +34,7 @@ from fleet_import.store.models import (
 from fleet_import.store.outbox import OutboxRepository
 from fleet_import.store.repository import resume_refusal
 from fleet_import.tenants.binding import Admission, Refused
+from fleet_import.warehouse.base import WarehouseError
 
 RESUME = "resume-publication"  # a refusal's `source`, as the flow is named
 
@@ -87,7 +88,15 @@ def _refusal(ctx: ImportContext, batch: Batch, scope: str) -> NotResumable | Non
 
 def _finish(outbox: OutboxRepository, batch: LeasedBatch) -> ImportOutcome | NotResumable:
     ctx, batch_id = batch.ctx, batch.batch_id
-    details = batch.read().parsed_details
+    stored = batch.read()
+    details = stored.parsed_details
+    if not details.warehouse_committed and may_have_committed(stored):
+        # Its COMMIT got no answer (issue #26): the stamp, read back, settles it either way.
+        committed = recover_committed(batch)
+        if committed is None:
+            error = WarehouseError("its slice COMMIT did not go through: the slice is not stamped")
+            return fail_pre_commit(batch, error)
+        return batch.publish(committed)
     stamp = ctx.warehouse.slice_owner(batch.tenant_id, batch.scope)
     expired = expired_publication(batch_id, batch.scope, stamp)
     if expired is not None:

@@ -16,6 +16,7 @@ from fleet_import.importing.context import ImportContext, Progress, no_event, no
 from fleet_import.publication.events import EventSink
 from fleet_import.publication.publisher import Publisher
 from fleet_import.publication.retention import Retention
+from fleet_import.retry import spanning
 from fleet_import.s3.client import s3_client
 from fleet_import.s3.staging import StagingArea
 from fleet_import.store.outbox import OutboxRepository
@@ -133,6 +134,7 @@ def build_runtime(
         staging=staging,
         contracts=contracts_in_force(settings.contracts),
         lease_ttl=settings.lease_ttl_seconds,
+        commit_readback=spanning(settings.commit_readback_seconds),
         normalize_workers=settings.normalize_workers,
         publisher=publisher,
         events=events,

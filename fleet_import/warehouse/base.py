@@ -51,6 +51,12 @@ SessionSink = Callable[[WarehouseSession], None]
 raising from it ends the slice."""
 
 
+class CommitOutcomeUnknown(WarehouseError):
+    """The slice's COMMIT was sent and no answer came (the connection was lost under it):
+    whether it committed is for the slice stamp to say (importing.settle). Never replayed:
+    the outcome is read back, not guessed."""
+
+
 @dataclass(frozen=True)
 class LoadFile:
     """A normalised Parquet file: the contract's columns in order, then `_source_line`."""

@@ -30,7 +30,7 @@ from fleet_import.s3.sources import discover
 from fleet_import.scope import Tenant, source_scope
 from fleet_import.store.models import BatchStatus, FailureKind, NotResumable, Reserved
 from fleet_import.store.outbox import StepStatus
-from fleet_import.warehouse.base import WarehouseError
+from fleet_import.warehouse.base import CommitOutcomeUnknown, WarehouseError
 from tests.fakes.s3 import client_error
 from tests.fakes.world import LEASE_TTL, World, memory_world
 
@@ -147,7 +147,7 @@ def test_a_failed_commit_leaves_no_slice(world: World) -> None:
 
 def test_a_lost_commit_acknowledgement_is_settled_by_the_stamp(world: World) -> None:
     folder = world.deliver()
-    lost = WarehouseError("connection lost during COMMIT", kind=ErrorKind.TRANSIENT)
+    lost = CommitOutcomeUnknown("connection lost during COMMIT", kind=ErrorKind.TRANSIENT)
     world.warehouse.faults["commit_ack"] = lost
     outcome = import_folder(world.ctx, ACME, folder, "d1")
     assert isinstance(outcome, Committed) and outcome.recovered and outcome.published

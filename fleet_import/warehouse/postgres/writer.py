@@ -16,6 +16,7 @@ import pyarrow as pa
 from fleet_import.contracts.model import DatasetContract
 from fleet_import.warehouse.base import (
     SOURCE_LINE_COLUMN,
+    CommitOutcomeUnknown,
     LoadFile,
     SliceCommit,
     WarehouseError,
@@ -144,7 +145,15 @@ class PostgresSliceWriter(OpenSlice):
         with self._guard() as conn:
             for statement in self._register_sql(DIALECT, self._request.batch_id):
                 conn.execute(*statement)
-            conn.commit()
+            try:
+                conn.commit()
+            except psycopg.Error as exc:
+                if exc.sqlstate is not None:  # the server answered: rolled back
+                    raise
+                raise CommitOutcomeUnknown(
+                    f"the slice's COMMIT got no answer ({driver.CONNECTION_HINT})",
+                    kind=driver.translate(exc).kind,
+                ) from None
         self.close()
         return SliceCommit(self._request.batch_id, dict(self.row_counts))
 

@@ -16,7 +16,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from fleet_import.error_table import classify, client_error_code, network_kind, sqlstate_kind
 from fleet_import.errors import ErrorKind
-from fleet_import.warehouse.base import WarehouseError, WarehouseSession
+from fleet_import.warehouse.base import CommitOutcomeUnknown, WarehouseError, WarehouseSession
 from fleet_import.warehouse.sql import Statement
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,8 @@ def connect(connect_kwargs: Mapping[str, Any]) -> Any:
 def retryable(error: Exception) -> bool:
     """Worth replaying the transaction: a translated error of a transient kind. Anything
     else (a session sink's refusal, a bug) ends the work at once."""
+    if isinstance(error, CommitOutcomeUnknown):  # the stamp decides, never a replay
+        return False
     return isinstance(error, WarehouseError) and error.transient
 
 

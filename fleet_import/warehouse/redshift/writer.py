@@ -13,7 +13,9 @@ A serializable isolation violation (1023) or a conflict with a concurrent transa
 only the short transaction: it is run again on the same session (the temp tables survive),
 after the writer's `Backoff` (the one retry rule, jitter included). A lost session loses the
 temp tables: the loading steps are replayed on a new one from the files still staged on S3,
-then the short transaction.
+then the short transaction. A session lost at the COMMIT itself is never replayed: whether it
+committed is unknown, and `CommitOutcomeUnknown` leaves that to the slice stamp
+(importing.settle).
 
 The writer is given what it uses (a connect callable, the staging area, the COPY role, its
 backoff, the counters it adds to); it does not know the warehouse that opened it.
@@ -39,6 +41,7 @@ from fleet_import.retry import Backoff
 from fleet_import.s3.staging import StagingArea, StagingError
 from fleet_import.warehouse.base import (
     SOURCE_LINE_COLUMN,
+    CommitOutcomeUnknown,
     LoadFile,
     SliceCommit,
     WarehouseError,
@@ -122,7 +125,11 @@ class RedshiftSliceWriter(OpenSlice):
         """Datasets whose temp table a loading step created."""
         self._conn: Any = None
         self._open = True
-        self._session()  # the session is recorded before anything is loaded
+        try:
+            self._session()  # the session is recorded before anything is loaded
+        except BaseException:
+            self.close()  # no writer to close later: its scratch directory goes now
+            raise
 
     # -- the session and its loading steps ---------------------------------------------
 
@@ -328,7 +335,16 @@ class RedshiftSliceWriter(OpenSlice):
                     run(cursor, slice_sql.insert_stamped_sql(contract, *self._stamps))
             for statement in self._register_sql(DIALECT, str(self._request.batch_id)):
                 run(cursor, statement)
-            self._conn.commit()
+            try:
+                self._conn.commit()
+            except driver.DRIVER_ERRORS as exc:
+                error = driver.translate(exc)
+                if error.code is not None:  # the server answered: rolled back, replayable
+                    raise
+                self._drop_connection()
+                raise CommitOutcomeUnknown(
+                    f"the slice's COMMIT got no answer: {error}", kind=error.kind
+                ) from None
 
         self._attempts(replace, "the slice commit")
         self.close()

@@ -1,0 +1,158 @@
+"""What the fault tests share: a fault proxy in front of the warehouse PostgreSQL (the
+operational database stays direct), `fleet-import run` as a subprocess pointed through it,
+and the invariants read after recovery (tests/reliability/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from fleet_import.config import libpq_url
+from fleet_import.sample_data import today_folder
+from fleet_import.scope import split_folder
+from tests.faults.proxy import FaultProxy, proxied_url
+from tests.reliability.conftest import (
+    REFRESH_SQL,
+    REPO,
+    Source,
+    connect,
+    create_refresh_table,
+    make_source,
+    slice_differences,
+    slice_rows,
+    upload_sources,
+)
+
+CLI_TIMEOUT_SECONDS = 180
+LEASE_TTL_SECONDS = 4.0
+"""Short, so a batch left with its lease released is abandoned, and taken over, soon."""
+# The lost reply: the slice transaction's COMMIT (the one after the registry is stamped).
+SLICE_COMMIT = r"^\s*commit\b"
+AFTER_STAMP = r"insert\s+into\s+\S*ingestion_slices"
+
+
+@pytest.fixture
+def warehouse_proxy(database_url: str) -> Iterator[FaultProxy]:
+    parts = urlsplit(libpq_url(database_url))
+    with FaultProxy((parts.hostname or "127.0.0.1", parts.port or 5432)) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def source(s3: Any, landing_bucket: str, database_url: str) -> Source:
+    """One small delivery of the three Fleet datasets, uploaded, and the refresh side-effect
+    table (one row per run of refresh_dependants: publication runs once)."""
+    _, prefix = split_folder(today_folder(landing_bucket, "acme"))
+    name = prefix.rstrip("/").rsplit("/", 1)[-1]
+    delivery = make_source(landing_bucket, "acme", name, seed=26, trips=300, fuel=40, vehicles=6)
+    upload_sources(s3, [delivery])
+    create_refresh_table(database_url)
+    return delivery
+
+
+@pytest.fixture
+def cli_env(flow_env: str, warehouse_proxy: FaultProxy, database_url: str) -> dict[str, str]:
+    from prefect.settings import PREFECT_API_URL
+
+    return {
+        **os.environ,
+        "PREFECT_API_URL": PREFECT_API_URL.value(),
+        "FLEET_WAREHOUSE_URL": proxied_url(database_url, warehouse_proxy),
+        "FLEET_LEASE_TTL_SECONDS": str(LEASE_TTL_SECONDS),
+        "FLEET_REFRESH_SQL": json.dumps([REFRESH_SQL]),
+        "PYTHONPATH": str(REPO),
+        "COLUMNS": "200",
+    }
+
+
+@dataclass(frozen=True)
+class CliRun:
+    returncode: int
+    out: str
+
+    @property
+    def traceback(self) -> bool:
+        return "Traceback" in self.out
+
+
+def run_cli(env: dict[str, str], *args: str) -> CliRun:
+    child = subprocess.run(
+        [sys.executable, "-m", "fleet_cli", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_SECONDS,
+    )
+    return CliRun(child.returncode, child.stdout + child.stderr)
+
+
+def batch_rows(database_url: str) -> list[tuple[Any, ...]]:
+    """(id, status, execution_lease_id, details) of every fleet batch, oldest first."""
+    with connect(database_url) as conn:
+        return conn.execute(
+            "SELECT id, status, execution_lease_id, details FROM ingestion_batches "
+            "WHERE source_scope IS NOT NULL ORDER BY created_at, id"
+        ).fetchall()
+
+
+def recovered_invariants(database_url: str, source: Source) -> list[str]:
+    """After recovery: no batch running, every batch's status what the warehouse stamp says
+    (the slice owned by exactly one succeeded batch, the registry counts its rows), and the
+    slice exactly the delivery's rows. Stamps compare as text: Redshift keeps them varchar."""
+    rows = batch_rows(database_url)
+    problems = [f"batch {b[0]} still running" for b in rows if b[1] == "running"]
+    status = {str(b[0]): b[1] for b in rows}
+    with connect(database_url) as conn:
+        registry = conn.execute(
+            "SELECT dataset, batch_id::text, row_count FROM curated.ingestion_slices "
+            "WHERE tenant_id = %s AND source_scope = %s",
+            (source.tenant_id, source.scope),
+        ).fetchall()
+        owners = {owner for _, owner, _ in registry}
+        if len(owners) != 1:
+            problems.append(f"the slice registry names {sorted(owners)}")
+        for owner in owners:
+            if status.get(owner) != "succeeded":
+                problems.append(f"the slice is stamped by {owner}, which is {status.get(owner)}")
+        succeeded = [b for b, s in status.items() if s == "succeeded"]
+        if succeeded != sorted(owners):
+            problems.append(f"succeeded batches {succeeded}, slice owners {sorted(owners)}")
+        problems += slice_differences(conn, source)
+        for dataset, (_, stamps) in slice_rows(conn, source.tenant_id, source.scope).items():
+            counted = Counter(str(stamp) for stamp in stamps)
+            registered = {owner: n for d, owner, n in registry if d == dataset and n}
+            if dict(counted) != registered:
+                problems.append(f"{dataset}: rows by stamp {dict(counted)}, registry {registered}")
+    return problems
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The fault matrix's size and run time (every cell run, on any xdist worker)."""
+    cells = [
+        report
+        for report in terminalreporter.stats.get("passed", [])
+        + terminalreporter.stats.get("failed", [])
+        if report.when == "call"
+        and "tests/faults/test_" in report.nodeid
+        and "_matrix" in report.nodeid
+    ]
+    if cells:
+        seconds = sum(report.duration for report in cells)
+        failed = sum(report.failed for report in cells)
+        terminalreporter.write_line(
+            f"fault matrix: {len(cells)} cells run, {failed} failed, {seconds:.0f} s of cell time"
+        )
+
+
+# The Redshift emulator of tests/warehouse (both modes), reused, not written again.
+from tests.warehouse.conftest import emulator  # noqa: E402, F401

@@ -1,0 +1,120 @@
+"""The fault matrix for the operational database: phase x fault, each cell one import
+through the real runtime with a fault proxy between it and the operational PostgreSQL (the
+warehouse stays direct). A foreseen failure may end the first run (a fleet-import error,
+never anything else); what is recorded must be true at once, and after recovery (the next
+delivery, the drain, a lease TTL later) the invariants hold.
+
+Phases, by the statement (and its parameters) each fault is armed on: claim (the
+reservation), discover (the manifest recorded), normalise (a normalised file cached),
+record (the commit recorded), publication (an outbox step claimed), succeed (the batch
+succeeded). Faults: reset, 2 s stall, lost reply (then 2 s refused).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from fleet_import.config import Settings
+from fleet_import.errors import FleetImportError
+from fleet_import.importing.claim import settle_abandoned_batches
+from fleet_import.importing.context import Committed, Failed
+from fleet_import.importing.driver import import_folder
+from fleet_import.importing.resume import resume_batch
+from fleet_import.importing.runtime import build_runtime
+from fleet_import.scope import Tenant
+from tests.faults.conftest import LEASE_TTL_SECONDS, recovered_invariants
+from tests.faults.proxy import FaultProxy, proxied_url
+from tests.faults.test_warehouse_matrix import (
+    FAULTS,
+    REFUSE_AFTER_LOST_REPLY,
+    STALL_SECONDS,
+    truth_now,
+)
+from tests.reliability.conftest import REFRESH_SQL, Source, refresh_count
+
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
+
+PHASES = {
+    "claim": r"insert\s+into\s+ingestion_batches",
+    "discover": r"(?s)update\s+ingestion_batches.*discovered",
+    "normalise": r"insert\s+into\s+normalized_files",
+    "record": r"'warehouse_committed',\s*true",
+    "publication": r"with\s+head\s+as",
+    "succeed": r"status\s*=\s*'succeeded'",
+}
+SAMPLED = {("record", "lost_reply"), ("claim", "reset")}
+ACME = Tenant.named("acme")
+
+
+def _cells() -> list[Any]:
+    return [
+        pytest.param(
+            phase,
+            fault,
+            id=f"{phase}-{fault}",
+            marks=[pytest.mark.faults_sample] if (phase, fault) in SAMPLED else [],
+        )
+        for phase in PHASES
+        for fault in FAULTS
+    ]
+
+
+@pytest.fixture
+def operational_proxy(warehouse_proxy: FaultProxy) -> FaultProxy:
+    return warehouse_proxy  # the same upstream server; here only the store goes through it
+
+
+@pytest.mark.parametrize(("phase", "fault"), _cells())
+def test_an_operational_database_fault_is_reported_truly_and_recovered(
+    phase: str,
+    fault: str,
+    operational_proxy: FaultProxy,
+    warehouse: Any,
+    source: Source,
+    database_url: str,
+    moto_endpoint: str,
+    staging_bucket: str,
+    tmp_path: Any,
+) -> None:
+    proxy = operational_proxy
+    settings = Settings(
+        database_url=proxied_url(database_url, proxy),
+        warehouse_url=database_url,
+        s3_endpoint_url=moto_endpoint,
+        staging_uri=f"s3://{staging_bucket}/stage/",
+        lease_ttl_seconds=LEASE_TTL_SECONDS,
+        refresh_sql=[REFRESH_SQL],
+        workdir=str(tmp_path),
+        warehouse_load_slots=0,
+        tenant_load_slots=0,
+    )
+    rt = build_runtime(settings)
+    match = PHASES[phase]
+    if fault == "reset":
+        fired = proxy.reset_on(match)
+    elif fault == "stall":
+        fired = proxy.stall_on(match, STALL_SECONDS)
+    else:
+        fired = proxy.lose_reply(match, then_refuse=REFUSE_AFTER_LOST_REPLY)
+    try:
+        first: object = import_folder(rt.ctx, ACME, source.folder, "d1")
+    except FleetImportError as exc:  # foreseen: the CLI prints it as one line
+        first = exc
+    assert fired.is_set(), f"the {fault} at {phase} never happened: {first}"
+    assert truth_now(database_url, source, holders=False) == [], first
+    if fault == "stall":
+        assert isinstance(first, Committed) and first.published, first
+
+    proxy.pass_through()
+    if isinstance(first, Failed) and first.resumable:
+        resume_batch(rt.ctx, rt.outbox, first.batch_id)
+    time.sleep(LEASE_TTL_SECONDS + 0.5)  # a batch left without its executor is abandoned
+    import_folder(rt.ctx, ACME, source.folder, "d2")
+    settle_abandoned_batches(rt.ctx, "drain", limit=10)
+    rt.publisher.drain("drain", lease_ttl=rt.ctx.lease_ttl, limit=10)
+
+    assert recovered_invariants(database_url, source) == []
+    assert 1 <= refresh_count(database_url) <= 2  # a publication step runs at least once

@@ -1,0 +1,142 @@
+"""The fault proxy itself, against the real PostgreSQL: each fault does what it says, and
+after it the proxy forwards again."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+
+from fleet_import.config import libpq_url
+from tests import pgtools
+from tests.faults.proxy import FaultProxy, proxied_url
+
+pytestmark = [pytest.mark.faults, pytest.mark.faults_sample]
+
+
+@pytest.fixture
+def proxy(pg_server_url: str) -> Iterator[FaultProxy]:
+    parts = urlsplit(libpq_url(pg_server_url))
+    with FaultProxy((parts.hostname or "127.0.0.1", parts.port or 5432)) as running:
+        yield running
+
+
+@pytest.fixture
+def table_db(pg_server_url: str) -> Iterator[str]:
+    name = pgtools.unique_name("proxy")
+    url = pgtools.create_database(pg_server_url, name)
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        conn.execute("CREATE TABLE marks (id uuid PRIMARY KEY)")
+    yield url
+    pgtools.drop_database(pg_server_url, name)
+
+
+def _connect(url: str, proxy: FaultProxy, **kwargs: object) -> psycopg.Connection:
+    return psycopg.connect(libpq_url(proxied_url(url, proxy)), connect_timeout=3, **kwargs)
+
+
+def test_passes_queries_through(proxy: FaultProxy, table_db: str) -> None:
+    with _connect(table_db, proxy) as conn:
+        assert conn.execute("SELECT 41 + 1").fetchone() == (42,)
+        with conn.cursor() as cursor, cursor.copy("COPY marks (id) FROM STDIN") as copy:
+            for _ in range(500):
+                copy.write_row((uuid.uuid4(),))
+        conn.commit()
+        assert conn.execute("SELECT count(*) FROM marks").fetchone() == (500,)
+
+
+def test_reset_all_cuts_open_connections_and_new_ones_work(
+    proxy: FaultProxy, table_db: str
+) -> None:
+    conn = _connect(table_db, proxy)
+    conn.execute("SELECT 1")
+    proxy.reset_all()
+    with pytest.raises(psycopg.OperationalError):
+        conn.execute("SELECT 1")
+    conn.close()
+    with _connect(table_db, proxy) as again:
+        assert again.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_black_hole_accepts_and_never_answers(proxy: FaultProxy, table_db: str) -> None:
+    proxy.black_hole()
+    started = time.monotonic()
+    with pytest.raises(psycopg.OperationalError):
+        _connect(table_db, proxy)  # connect_timeout=3: the server's greeting never comes
+    assert time.monotonic() - started >= 2.5
+    proxy.pass_through()
+    with _connect(table_db, proxy) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_delay_and_stall_hold_each_answer(proxy: FaultProxy, table_db: str) -> None:
+    with _connect(table_db, proxy) as conn:
+        proxy.delay(0.3)
+        started = time.monotonic()
+        conn.execute("SELECT 1")
+        assert time.monotonic() - started >= 0.55  # the query and its answer, each held
+        proxy.delay(0)
+        proxy.stall(1.5)
+        started = time.monotonic()
+        conn.execute("SELECT 1")
+        assert 1.3 <= time.monotonic() - started < 5
+
+
+def test_refuse_closes_the_door_for_a_while(proxy: FaultProxy, table_db: str) -> None:
+    proxy.refuse(1.5)
+    time.sleep(0.2)
+    with pytest.raises(psycopg.OperationalError, match="refused"):
+        _connect(table_db, proxy)
+    time.sleep(1.6)
+    with _connect(table_db, proxy) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+@pytest.mark.parametrize("protocol", ["simple", "prepared"])
+def test_lost_commit_reply_commits_but_the_client_never_hears(
+    proxy: FaultProxy, table_db: str, protocol: str
+) -> None:
+    """The trigger: the COMMIT reaches the server (the row is there), its answer never
+    reaches the client, the connection is cut, and new connections are refused a while.
+    `after` picks the transaction: an earlier COMMIT of the same session goes through."""
+    mark = uuid.uuid4()
+    fired = proxy.lose_reply(r"^\s*commit", after=r"insert into marks", then_refuse=1.0)
+    conn = _connect(table_db, proxy, prepare_threshold=0 if protocol == "prepared" else None)
+    conn.execute("SELECT 1")
+    conn.commit()  # before the INSERT: forwarded and answered
+    conn.execute("INSERT INTO marks (id) VALUES (%s)", (mark,))
+    with pytest.raises(psycopg.OperationalError):
+        if protocol == "prepared":
+            conn.execute("COMMIT", prepare=True)
+        else:
+            conn.commit()
+    conn.close()
+    assert fired.is_set()
+    with pytest.raises(psycopg.OperationalError):
+        _connect(table_db, proxy)
+    time.sleep(1.2)
+    with _connect(table_db, proxy) as check:
+        assert check.execute("SELECT count(*) FROM marks WHERE id = %s", (mark,)).fetchone() == (1,)
+
+
+def test_reset_on_and_stall_on_act_on_the_matching_message(
+    proxy: FaultProxy, table_db: str
+) -> None:
+    mark = uuid.uuid4()
+    fired = proxy.reset_on(r"insert into marks")
+    with _connect(table_db, proxy) as conn:
+        conn.execute("SELECT 1")
+        with pytest.raises(psycopg.OperationalError):
+            conn.execute("INSERT INTO marks (id) VALUES (%s)", (mark,))
+    assert fired.is_set()
+    proxy.stall_on(r"insert into marks", 1.0)
+    with _connect(table_db, proxy) as conn:
+        started = time.monotonic()
+        conn.execute("INSERT INTO marks (id) VALUES (%s)", (mark,))
+        assert time.monotonic() - started >= 0.9
+        conn.commit()
+        assert conn.execute("SELECT count(*) FROM marks").fetchone() == (1,)

@@ -1,0 +1,220 @@
+"""The fault matrix for the warehouse (PostgreSQL, and Redshift through the emulator, as a
+provisioned cluster: the lost COMMIT of tests/faults/test_lost_commit_redshift.py covers
+Serverless too): phase x fault, each cell one import
+through the real runtime (`build_runtime`: what `fleet-import run` builds, minus Prefect)
+with a fault proxy between it and the warehouse. After the fault, what the first run
+reports must be true at once; then recovery (resume of a failed publication, the next
+delivery, the drain) and the invariants: nothing running, the slice row-exact and owned by
+exactly one succeeded batch, every batch's status what the stamp says.
+
+Phases, by the warehouse message each fault is armed on:
+- claim: the first read of the slice registry (`already_loaded`, the stamp);
+- normalise: the slice's scope lock (Redshift: its first temp table), taken while the files
+  are still being normalised;
+- copy: the first COPY FROM STDIN;
+- commit: the slice transaction's COMMIT (after the registry is stamped);
+- publication: the refresh statement of `refresh_dependants`.
+(discover and record touch no warehouse: their cells belong to S3 and the operational
+database.) Faults: a reset before the server sees the message, a 2 s stall, and a lost
+reply (forwarded, answer swallowed, connection cut, new connections refused for 2 s).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fleet_import.config import Settings
+from fleet_import.contracts.fleet import FLEET_DATASETS
+from fleet_import.importing.claim import settle_abandoned_batches
+from fleet_import.importing.context import Committed, CommitUnknown, Failed
+from fleet_import.importing.driver import import_folder
+from fleet_import.importing.resume import resume_batch
+from fleet_import.importing.runtime import Runtime, build_runtime
+from fleet_import.scope import Tenant
+from tests.faults.conftest import (
+    AFTER_STAMP,
+    LEASE_TTL_SECONDS,
+    SLICE_COMMIT,
+    batch_rows,
+    recovered_invariants,
+)
+from tests.faults.proxy import FaultProxy, proxied_url
+from tests.redshift_emulator import RedshiftEmulator
+from tests.reliability.conftest import REFRESH_SQL, REFRESH_TABLE, Source, connect, refresh_count
+
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
+
+PHASES = {
+    "claim": (r"from\s+\S*ingestion_slices", None),
+    "normalise": (r"hashtext\(", None),
+    "copy": (r"^\s*copy\b", None),
+    "commit": (SLICE_COMMIT, AFTER_STAMP),
+    "publication": (REFRESH_TABLE.split(".")[1], None),
+}
+REDSHIFT_PHASES = {**PHASES, "normalise": (r"create\s+temp", None)}
+ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
+FAULTS = ("reset", "stall", "lost_reply")
+STALL_SECONDS = 2.0
+REFUSE_AFTER_LOST_REPLY = 2.0
+SAMPLED = {("commit", "lost_reply"), ("copy", "reset"), ("publication", "stall")}
+"""The cells `make test` runs too; `make test-faults` runs them all."""
+ACME = Tenant.named("acme")
+
+
+def _cells() -> list[Any]:
+    return [
+        pytest.param(
+            phase,
+            fault,
+            id=f"{phase}-{fault}",
+            marks=[pytest.mark.faults_sample] if (phase, fault) in SAMPLED else [],
+        )
+        for phase in PHASES
+        for fault in FAULTS
+    ]
+
+
+def _arm(proxy: FaultProxy, phase: str, fault: str, phases: dict[str, Any] = PHASES) -> Any:
+    match, after = phases[phase]
+    if fault == "reset":
+        return proxy.reset_on(match, after=after)
+    if fault == "stall":
+        return proxy.stall_on(match, STALL_SECONDS, after=after)
+    return proxy.lose_reply(match, after=after, then_refuse=REFUSE_AFTER_LOST_REPLY)
+
+
+def _runtime(
+    database_url: str,
+    proxy: FaultProxy,
+    moto_endpoint: str,
+    staging_bucket: str,
+    tmp: str,
+    emulator: RedshiftEmulator | None = None,
+) -> Runtime:
+    if emulator is None:
+        backend: dict[str, Any] = {"warehouse_url": proxied_url(database_url, proxy)}
+    else:
+        backend = {
+            "warehouse": "redshift",
+            "redshift_host": "127.0.0.1",
+            "redshift_port": proxy.port,
+            "redshift_database": emulator.database,
+            "redshift_user": emulator.user,
+            "redshift_password": "unused-trust-auth",
+            "redshift_ssl": False,
+            "redshift_iam_role": ROLE,
+        }
+    settings = Settings(
+        database_url=database_url,
+        **backend,
+        s3_endpoint_url=moto_endpoint,
+        staging_uri=f"s3://{staging_bucket}/stage/",
+        lease_ttl_seconds=LEASE_TTL_SECONDS,
+        refresh_sql=[REFRESH_SQL],
+        commit_readback_seconds=30,
+        workdir=tmp,
+        warehouse_load_slots=0,
+        tenant_load_slots=0,
+    )
+    return build_runtime(settings)
+
+
+def truth_now(database_url: str, source: Source, *, holders: bool = True) -> list[str]:
+    """What may never be reported, even before recovery: a batch failed while its stamp owns
+    the slice, or (`holders`) running with no holder and no unknown commit to settle (a
+    worker cut from the operational database leaves its batch to the takeover instead)."""
+    problems: list[str] = []
+    with connect(database_url) as conn:
+        owners = {
+            str(owner)
+            for (owner,) in conn.execute(
+                "SELECT DISTINCT batch_id::text FROM curated.ingestion_slices "
+                "WHERE tenant_id = %s AND source_scope = %s",
+                (source.tenant_id, source.scope),
+            )
+        }
+    for batch_id, status, lease, details in batch_rows(database_url):
+        failure = (details.get("failure") or {}).get("kind")
+        if status == "failed" and failure != "failed_publication" and str(batch_id) in owners:
+            problems.append(f"batch {batch_id} is {failure} but its stamp owns the slice")
+        if holders and status == "running" and lease is None and "commit_unknown" not in details:
+            problems.append(f"batch {batch_id} is running with no holder")
+    return problems
+
+
+@pytest.mark.parametrize(("phase", "fault"), _cells())
+def test_a_warehouse_fault_is_reported_truly_and_recovered(
+    phase: str,
+    fault: str,
+    warehouse_proxy: FaultProxy,
+    warehouse: Any,
+    source: Source,
+    database_url: str,
+    moto_endpoint: str,
+    staging_bucket: str,
+    tmp_path: Any,
+) -> None:
+    rt = _runtime(database_url, warehouse_proxy, moto_endpoint, staging_bucket, str(tmp_path))
+    _cell(rt, warehouse_proxy, phase, fault, source, database_url, PHASES)
+
+
+@pytest.fixture
+def redshift_proxy(emulator: RedshiftEmulator) -> Iterator[FaultProxy]:
+    with FaultProxy(("127.0.0.1", emulator.port)) as proxy:
+        yield proxy
+
+
+@pytest.mark.parametrize("emulator", ["provisioned"], indirect=True)
+@pytest.mark.parametrize(("phase", "fault"), _cells())
+def test_a_redshift_fault_is_reported_truly_and_recovered(
+    phase: str,
+    fault: str,
+    emulator: RedshiftEmulator,
+    redshift_proxy: FaultProxy,
+    source: Source,
+    database_url: str,
+    moto_endpoint: str,
+    staging_bucket: str,
+    tmp_path: Any,
+) -> None:
+    rt = _runtime(
+        database_url, redshift_proxy, moto_endpoint, staging_bucket, str(tmp_path), emulator
+    )
+    rt.ctx.warehouse.ensure_tables(FLEET_DATASETS.values())
+    _cell(rt, redshift_proxy, phase, fault, source, database_url, REDSHIFT_PHASES)
+
+
+def _cell(
+    rt: Runtime,
+    proxy: FaultProxy,
+    phase: str,
+    fault: str,
+    source: Source,
+    database_url: str,
+    phases: dict[str, Any],
+) -> None:
+    warehouse_proxy = proxy
+    fired = _arm(proxy, phase, fault, phases)
+    first = import_folder(rt.ctx, ACME, source.folder, "d1")  # raises nothing
+    assert fired.is_set(), f"the {fault} at {phase} never happened: {first}"
+    assert truth_now(database_url, source) == [], first
+    if fault == "stall":  # a 2 s stall is waited out: the run just succeeds
+        assert isinstance(first, Committed) and first.published, first
+    assert isinstance(first, Committed | Failed | CommitUnknown), first
+
+    warehouse_proxy.pass_through()
+    if isinstance(first, Failed) and first.resumable:
+        resume_batch(rt.ctx, rt.outbox, first.batch_id)
+    import_folder(rt.ctx, ACME, source.folder, "d2")  # the next delivery of the folder
+    time.sleep(LEASE_TTL_SECONDS + 0.5)
+    settle_abandoned_batches(rt.ctx, "drain", limit=10)
+    rt.publisher.drain("drain", lease_ttl=rt.ctx.lease_ttl, limit=10)
+
+    assert recovered_invariants(database_url, source) == []
+    refreshes = refresh_count(database_url)
+    # A publication step runs at least once; a lost answer to it runs it once more.
+    assert refreshes == 1 or (phase, fault) == ("publication", "lost_reply") and refreshes == 2
