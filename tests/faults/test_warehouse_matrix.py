@@ -43,7 +43,7 @@ from tests.faults.conftest import (
     recovered_invariants,
 )
 from tests.faults.proxy import FaultProxy, proxied_url
-from tests.redshift_emulator import RedshiftEmulator
+from tests.redshift_emulator import SETUPS, RedshiftEmulator
 from tests.reliability.conftest import REFRESH_SQL, REFRESH_TABLE, Source, connect, refresh_count
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -168,7 +168,7 @@ def redshift_proxy(emulator: RedshiftEmulator) -> Iterator[FaultProxy]:
         yield proxy
 
 
-@pytest.mark.parametrize("emulator", ["provisioned"], indirect=True)
+@pytest.mark.parametrize("emulator", [SETUPS[0]], ids=["-".join(SETUPS[0])], indirect=True)
 @pytest.mark.parametrize(("phase", "fault"), _cells())
 def test_a_redshift_fault_is_reported_truly_and_recovered(
     phase: str,
