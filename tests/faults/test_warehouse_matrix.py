@@ -44,6 +44,7 @@ from tests.faults.conftest import (
 )
 from tests.faults.proxy import FaultProxy, proxied_url
 from tests.redshift_emulator import SETUPS, RedshiftEmulator
+from tests.redshift_grants import give
 from tests.reliability.conftest import REFRESH_SQL, REFRESH_TABLE, Source, connect, refresh_count
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -185,6 +186,8 @@ def test_a_redshift_fault_is_reported_truly_and_recovered(
         database_url, redshift_proxy, moto_endpoint, staging_bucket, str(tmp_path), emulator
     )
     rt.ctx.warehouse.ensure_tables(FLEET_DATASETS.values())
+    with connect(database_url) as conn:  # the refresh statement runs as the loading user
+        give(conn, emulator.user, REFRESH_TABLE)
     _cell(rt, redshift_proxy, phase, fault, source, database_url, REDSHIFT_PHASES)
 
 
