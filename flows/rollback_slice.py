@@ -14,12 +14,7 @@ from prefect.states import State
 
 from fleet_import.errors import InvalidInput, LeaseLost
 from fleet_import.importing import driver as pipeline
-from fleet_import.importing.rollback import (
-    NotRolledBack,
-    claim_rollback,
-    plan_rollback,
-    rolled_back,
-)
+from fleet_import.importing.rollback import NotRolledBack, claim_rollback, plan_rollback
 from fleet_import.scope import Tenant
 from fleet_import.store.review_repository import ReviewRepository
 from flows.common import lease_owner, runtime_for_flow, tag_flow_run
@@ -65,7 +60,6 @@ def rollback_slice(tenant_id: str, folder: str, to_batch_id: str | None = None) 
     except LeaseLost as exc:
         tell(rt, [claimed.batch_id])
         return failed(f"lost the lease on batch {claimed.batch_id}: {exc}")
-    rolled_back(rt.ctx, plan, outcome)
     publish_artifacts(rt, claimed.batch_id)
     tell(rt, [claimed.batch_id])
     return state_for(outcome, crash=steps.crash)

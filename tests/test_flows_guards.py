@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fleet_import.importing.guards import HELD_EVENT
-from fleet_import.importing.rollback import ROLLED_BACK_EVENT
+from fleet_import.publication.decisions import ROLLED_BACK_EVENT
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.store.models import BatchStatus
 from fleet_import.store.repository import BatchRepository

@@ -7,7 +7,10 @@ that content, so a folder that changes between this check and the load is refuse
 guard check itself (guards.ApprovedContentChanged). The files are not parsed again: the
 held batch's normalised files are still staged and cached by (key, etag, contract version).
 An approval is a delivery of its own (`approve:{held batch}`): run again after a death it
-continues its batch, and once it succeeded it records the decision and loads nothing.
+continues its batch, and once it succeeded it loads nothing. The decision is recorded with
+the approval batch's commit (`BatchRepository.mark_committed`) and told by its publication
+(publication.decisions), so whoever finishes that batch — this run, a rerun, the drain,
+`fleet-import resume` — settles the held batch, once.
 """
 
 from __future__ import annotations
@@ -19,20 +22,18 @@ from fleet_import.errors import FleetImportError
 from fleet_import.importing.claim import claim, new_owner
 from fleet_import.importing.context import (
     Claimed,
-    Committed,
     ImportContext,
     ImportOutcome,
-    NothingToDo,
 )
 from fleet_import.importing.driver import CoreSteps, StepRunner, import_batch
 from fleet_import.importing.guards import GuardOverride, content_of, record_override
+from fleet_import.publication.decisions import APPROVES_KEY
 from fleet_import.publication.events import event_payload
 from fleet_import.s3.sources import discover
 from fleet_import.scope import Tenant, folder_of_scope
 from fleet_import.store.models import Batch, BatchStatus, FailureKind
 from fleet_import.store.review_repository import ReviewRepository
 
-APPROVED_EVENT = "fleet.batch.approved"
 REJECTED_EVENT = "fleet.batch.rejected"
 APPROVAL_KEY_PREFIX = "approve:"
 
@@ -87,7 +88,6 @@ def check_approval(ctx: ImportContext, held_id: uuid.UUID) -> Approval | NotAppr
 
 def approve_held(
     ctx: ImportContext,
-    reviews: ReviewRepository,
     held_id: uuid.UUID,
     *,
     owner: str | None = None,
@@ -99,13 +99,8 @@ def approve_held(
         return approval
     claimed = claim_approval(ctx, approval, owner or new_owner())
     if not isinstance(claimed, Claimed):
-        outcome: ImportOutcome = claimed
-    else:
-        outcome = import_batch(
-            ctx, approval.tenant, claimed, steps or CoreSteps(ctx.normalize_workers)
-        )
-    settle_approval(ctx, reviews, approval, outcome)
-    return outcome
+        return claimed
+    return import_batch(ctx, approval.tenant, claimed, steps or CoreSteps(ctx.normalize_workers))
 
 
 def claim_approval(ctx: ImportContext, approval: Approval, owner: str) -> ImportOutcome | Claimed:
@@ -117,26 +112,8 @@ def claim_approval(ctx: ImportContext, approval: Approval, owner: str) -> Import
             waived=True, content=approval.content, reason=f"approval of held batch {held_id}"
         )
         record_override(ctx, claimed, waiver)
-        ctx.repo.update_details(claimed.batch_id, owner, {"approves": str(held_id)})
+        ctx.repo.update_details(claimed.batch_id, owner, {APPROVES_KEY: str(held_id)})
     return claimed
-
-
-def settle_approval(
-    ctx: ImportContext, reviews: ReviewRepository, approval: Approval, outcome: object
-) -> None:
-    """Once the approval's batch committed (or had succeeded before), the held batch is
-    decided: approved by that batch."""
-    succeeded = isinstance(outcome, NothingToDo) and outcome.status == BatchStatus.SUCCEEDED
-    if not (isinstance(outcome, Committed) or succeeded):
-        return
-    by = outcome.batch_id
-    if reviews.record_review(approval.held.id, "approved", by) is not None:
-        ctx.events(
-            APPROVED_EVENT,
-            event_payload(
-                approval.tenant.tenant_id, approval.scope, approval.held.id, approved_by=str(by)
-            ),
-        )
 
 
 def reject_held(

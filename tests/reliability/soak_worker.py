@@ -159,7 +159,7 @@ def review_action(
     reviews = ReviewRepository(config["database_url"])
     batch_id = uuid.UUID(config["batch"])
     if approve:
-        return approve_held(ctx, reviews, batch_id)
+        return approve_held(ctx, batch_id)
     return rollback_slice(ctx, reviews, tenant, folder, batch_id)
 
 
