@@ -61,8 +61,12 @@ def approval_key(held_id: uuid.UUID) -> str:
 
 
 def check_approval(ctx: ImportContext, held_id: uuid.UUID) -> Approval | NotApproved:
-    """The held batch and its content, or why it cannot be approved now."""
+    """The held batch and its content, or why it cannot be approved now. An approval
+    whose batch committed (deciding the held batch) but never finished is continued."""
     held = ctx.repo.get(held_id)
+    unfinished = _unfinished_approval(ctx, held)
+    if unfinished is not None:
+        return unfinished
     refusal = _review_refusal(held, held_id)
     if refusal is not None:
         return NotApproved(held_id, refusal)
@@ -128,6 +132,22 @@ def reject_held(
         return NotApproved(held_id, f"batch {held_id} was reviewed meanwhile")
     ctx.events(REJECTED_EVENT, event_payload(batch.tenant_id, batch.source_scope, held_id))
     return batch
+
+
+def _unfinished_approval(ctx: ImportContext, held: Batch | None) -> Approval | None:
+    """The approval of `held` whose batch recorded its commit (and so the decision) and
+    still runs (its executor died before it published): the same approval continues it,
+    the content check behind it (the slice holds that content already)."""
+    review = (held.details.get("review") or {}) if held is not None else {}
+    if held is None or review.get("decision") != "approved" or not review.get("batch_id"):
+        return None
+    approver = ctx.repo.get(uuid.UUID(review["batch_id"]))
+    if approver is None or approver.status != BatchStatus.RUNNING:
+        return None
+    assert held.source_scope is not None
+    content = held.details["failure"]["held"]["content"]
+    tenant = Tenant(held.tenant_id, held.company_id, held.tenant_database)
+    return Approval(held, tenant, held.source_scope, dict(content))
 
 
 def _review_refusal(batch: Batch | None, batch_id: uuid.UUID) -> str | None:
