@@ -2,7 +2,9 @@
 held batch, or rolling a slice back (the core's calls, or the approve-held-batch /
 rollback-slice flow), is killed with SIGKILL at a failpoint; the slice stays whole (the old
 one or the new one, never a mix), and once its lease expired the same command from a
-second worker finishes the job: one slice, published, nothing running."""
+second worker finishes the job: one slice, published, nothing running. Killed after the
+warehouse commit, the drain or `fleet-import resume` finishes it just as well: the held
+batch is approved, the rollback told once, by the batch's own commit and publication."""
 
 from __future__ import annotations
 
