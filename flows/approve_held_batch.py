@@ -1,7 +1,9 @@
 """approve_held_batch: load a held batch's content as a new batch, its guards waived.
 
-Thin: the rules live in `fleet_import.importing.review` (what may be approved, the waiver,
-the decision recorded); the load is the import's own steps as Prefect tasks (`PrefectSteps`).
+Thin: the rules live in `fleet_import.importing.review` (what may be approved, the waiver);
+the decision is recorded with the new batch's commit and told by its publication, whoever
+finishes it (this flow, the drain, resume); the load is the import's own steps as Prefect
+tasks (`PrefectSteps`).
 """
 
 from __future__ import annotations
@@ -13,14 +15,8 @@ from prefect.states import State
 
 from fleet_import.errors import LeaseLost
 from fleet_import.importing import driver as pipeline
-from fleet_import.importing.review import (
-    NotApproved,
-    check_approval,
-    claim_approval,
-    settle_approval,
-)
+from fleet_import.importing.review import NotApproved, check_approval, claim_approval
 from fleet_import.intake.admission import admission
-from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.tenants.binding import Refused
 from flows.common import lease_owner, runtime_for_flow, tag_flow_run
 from flows.import_s3_folder import PrefectSteps
@@ -44,7 +40,6 @@ def approve_held_batch(batch_id: str) -> State:
     except ValueError:
         return failed(f"{batch_id!r} is not a batch id")
     rt = runtime_for_flow()
-    reviews = ReviewRepository(rt.settings.database_url)
     approval = check_approval(rt.ctx, held_id, admission=admission(rt.settings))
     if isinstance(approval, Refused):
         return refused(approval)
@@ -53,7 +48,6 @@ def approve_held_batch(batch_id: str) -> State:
     tag_flow_run(f"tenant:{approval.tenant.tenant_id}", f"scope:{approval.scope}")
     claimed = claim_approval(rt.ctx, approval, lease_owner())
     if not isinstance(claimed, pipeline.Claimed):
-        settle_approval(rt.ctx, reviews, approval, claimed)
         return state_for(claimed)
     get_run_logger().info("batch %s approves held batch %s", claimed.batch_id, held_id)
     steps = PrefectSteps()
@@ -62,7 +56,6 @@ def approve_held_batch(batch_id: str) -> State:
     except LeaseLost as exc:
         tell(rt, [claimed.batch_id, held_id])
         return failed(f"lost the lease on batch {claimed.batch_id}: {exc}")
-    settle_approval(rt.ctx, reviews, approval, outcome)
     publish_artifacts(rt, claimed.batch_id)
     tell(rt, [claimed.batch_id, held_id])
     return state_for(outcome, crash=steps.crash)

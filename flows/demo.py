@@ -190,9 +190,9 @@ def _review_and_rollback(
     truncated = csv_bytes(trips_table(_TRUNCATED_TRIPS, vehicles=40))
     s3.put_object(Bucket=bucket, Key=prefix + "trips-1.csv", Body=truncated)
     say(f"redelivered globex's trips truncated to {_TRUNCATED_TRIPS} rows")
-    # The next lines narrate the hold: not the guard's warning, nor the commit task's
-    # Failed state, which the engine logs as an error.
-    with _quiet("fleet_import.importing.guards", "prefect.task_runs", level=logging.CRITICAL):
+    # The next lines narrate the hold, not the guard's warning (a hold is no error: the
+    # commit task returns it, so the engine logs none).
+    with _quiet("fleet_import.importing.guards", level=logging.CRITICAL):
         held = import_s3_folder(tenant_id="globex", folder=folder, return_state=True)
     say(Text.assemble("import globex, truncated: ", (held.name, "yellow"), " (exit code 6)"))
     (batch,) = [b for b in repo.list(tenant="globex", status="failed") if _waits(b)]

@@ -14,12 +14,7 @@ from prefect.states import State
 
 from fleet_import.errors import InvalidInput, LeaseLost
 from fleet_import.importing import driver as pipeline
-from fleet_import.importing.rollback import (
-    NotRolledBack,
-    claim_rollback,
-    plan_rollback,
-    rolled_back,
-)
+from fleet_import.importing.rollback import NotRolledBack, claim_rollback, plan_rollback
 from fleet_import.intake.admission import admission
 from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.tenants.binding import Refused
@@ -72,7 +67,6 @@ def rollback_slice(tenant_id: str, folder: str, to_batch_id: str | None = None) 
     except LeaseLost as exc:
         tell(rt, [claimed.batch_id])
         return failed(f"lost the lease on batch {claimed.batch_id}: {exc}")
-    rolled_back(rt.ctx, plan, outcome)
     publish_artifacts(rt, claimed.batch_id)
     tell(rt, [claimed.batch_id])
     return state_for(outcome, crash=steps.crash)

@@ -23,7 +23,7 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 
-from fleet_import.importing.guards import approve_command
+from fleet_import.importing.guards import approve_command, held_error
 from fleet_import.importing.runtime import Runtime
 from fleet_import.scope import folder_leaf
 from fleet_import.store.models import Batch, BatchStatus, warehouse_committed
@@ -137,7 +137,7 @@ def story_markdown(batch: Batch, runs: dict[uuid.UUID, str]) -> str:
     failure = details.get("failure") or details.get("last_failure")
     if failure:
         label = "failure" if details.get("failure") else "failure before the resume"
-        cause = f"{failure.get('kind')}: {failure.get('error')}"
+        cause = f"{failure.get('kind')}: {held_error(failure, bool(details.get('review')))}"
         facts.append((label, escape_markdown(cause)))
     facts += held_facts(batch)
     facts += drift_facts(batch)

@@ -4,10 +4,14 @@ changed folder is not approved."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
+
 import pytest
 
 from fleet_import.importing.guards import HELD_EVENT
-from fleet_import.importing.rollback import ROLLED_BACK_EVENT
+from fleet_import.publication.decisions import ROLLED_BACK_EVENT
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.store.models import BatchStatus
 from fleet_import.store.repository import BatchRepository
@@ -24,6 +28,27 @@ from tests.warehouse_helpers import WAREHOUSE_BACKENDS
 pytestmark = pytest.mark.slow
 
 
+@contextlib.contextmanager
+def errors_logged(*logger_names: str) -> Iterator[list[str]]:
+    """What these loggers log at ERROR or above meanwhile (Prefect's loggers do not
+    propagate to pytest's capture)."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(f"{record.name}: {record.getMessage()}")
+
+    handler = Collect(level=logging.ERROR)
+    loggers = [logging.getLogger(name) for name in logger_names]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
 @pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_a_held_import_then_its_approval_under_prefect(
     flow_env: str, s3, landing_bucket: str
@@ -35,8 +60,10 @@ def test_a_held_import_then_its_approval_under_prefect(
     before = slice_snapshot(flow_env, folder)
 
     redeliver(s3, folder, {"trips-1.csv": csv_bytes(trips_table(10))})
-    held = import_s3_folder(tenant_id="acme", folder=folder, return_state=True)
+    with errors_logged("prefect.task_runs", "prefect.flow_runs") as errors:
+        held = import_s3_folder(tenant_id="acme", folder=folder, return_state=True)
     assert held.name == "Held" and held.is_failed(), held.message
+    assert errors == []  # a hold is no error: no task run logs one
     assert exit_code_for(held) == ExitCode.HELD == 6
     assert "trips would go from 400 rows to 10" in held.message
     assert "min_rows_ratio 0.5" in held.message
@@ -99,6 +126,7 @@ def test_the_approve_flow_loads_the_held_content_or_refuses_changed_content(
     assert held_story.startswith(f"# batch {held_batch.id}: held (approved)"), held_story
     assert f"**review**: approved by batch {owner[0]}" in held_story
     assert "**approve**" not in held_story  # nothing waits any more
+    assert "batches approve" not in held_story  # nor does its failure text say the command
     assert f"**approves**: held batch {held_batch.id}" in str(latest_artifact(story_key(owner[0])))
     rows = {r["batch"]: r for r in latest_artifact(tenant_key("acme"))}
     assert rows[str(held_batch.id)]["to approve"] == ""

@@ -85,6 +85,7 @@ __all__ = [  # what flows and tests use from here; each lives in the module name
     "Skipped",
     "StepRunner",
     "claim",
+    "commit_step",
     "discover_step",
     "import_batch",
     "import_folder",
@@ -197,16 +198,28 @@ def import_batch(
                 batch, entries = settle_drift(
                     batch, manifest, entries, lambda grown: _normalised(grown, manifest, steps)
                 )
-                outcome = steps.run(STEPS["commit-slice"], load_step, batch, manifest, entries)
+                outcome = steps.run(STEPS["commit-slice"], commit_step, batch, manifest, entries)
             except LeaseLost:
                 raise
-            except SliceHeld as held:  # a slice guard (issue #24) or drift: held for review
+            except SliceHeld as held:  # new columns under `review`: held before the load
                 outcome = hold_batch(batch, held)
             except Exception as exc:  # noqa: BLE001 - every pre-commit failure fails the batch
                 outcome = recover_or_fail(batch, exc)
         if isinstance(outcome, Committed):
             outcome = steps.run(STEPS["publish"], publish_step, batch, outcome)
         return outcome
+
+
+def commit_step(
+    batch: LeasedBatch, manifest: Manifest, entries: Iterable[NormalizedEntry]
+) -> Committed | Failed:
+    """The commit-slice step: `load_step`, or the batch held for review when a slice guard
+    stops it (issue #24). A hold is an outcome, not an error: the step (a Prefect task in
+    the flows) returns it and ends without an error logged."""
+    try:
+        return load_step(batch, manifest, entries)
+    except SliceHeld as held:
+        return hold_batch(batch, held)
 
 
 def discover_step(batch: LeasedBatch) -> Manifest:

@@ -137,6 +137,18 @@ def approve_command(batch_id: object) -> str:
     return f"fleet-import batches approve {batch_id}"
 
 
+_APPROVE_HINT = "; to load it anyway: "
+
+
+def held_error(failure: Mapping[str, Any], reviewed: bool) -> str:
+    """A failure's text as it stands now: a held batch once reviewed (approved or
+    rejected) no longer says the command that would approve it."""
+    error = str(failure.get("error"))
+    if failure.get("kind") == FailureKind.HELD and reviewed:
+        return error.split(_APPROVE_HINT, 1)[0]
+    return error
+
+
 def content_of(ctx: ImportContext, manifest: Manifest) -> dict[str, Any]:
     """The delivery's identity (`DeliveryIdentity`: what the import, the takeover and the
     sweep call the same content), as an approval records the content it approves."""
@@ -236,7 +248,7 @@ def hold_batch(batch: LeasedBatch, held: SliceHeld) -> Failed:
     `fleet.batch.held`, emitted as every batch event is, after the store says so): its
     normalised files stay staged for an approval to load; the scope is free again."""
     approve = approve_command(batch.batch_id)
-    error = f"held for review: {held}; to load it anyway: {approve}"
+    error = f"held for review: {held}{_APPROVE_HINT}{approve}"
     log.warning("batch %s %s", batch.batch_id, error)
     facts = {
         "held": {

@@ -8,9 +8,12 @@ that content, so a folder that changes between this check and the load is refuse
 guard check itself (guards.ApprovedContentChanged). The files are not parsed again: the
 held batch's normalised files are still staged and cached by (key, etag, contract version).
 An approval is a delivery of its own (`approve:{held batch}`): run again after a death it
-continues its batch, and once it succeeded it records the decision and loads nothing.
-Before anything, the held batch's tenant and folder are judged by the tenant rule in force
-(the `Admission` the caller hands in): a disabled tenant's held batch is `Refused`.
+continues its batch, and once it succeeded it loads nothing. The decision is recorded with
+the approval batch's commit (`BatchRepository.mark_committed`) and told by its publication
+(publication.decisions), so whoever finishes that batch — this run, a rerun, the drain,
+`fleet-import resume` — settles the held batch, once. Before anything, the held batch's
+tenant and folder are judged by the tenant rule in force (the `Admission` the caller hands
+in): a disabled tenant's held batch is `Refused`.
 """
 
 from __future__ import annotations
@@ -23,10 +26,8 @@ from fleet_import.errors import FleetImportError
 from fleet_import.importing.claim import claim, new_owner
 from fleet_import.importing.context import (
     Claimed,
-    Committed,
     ImportContext,
     ImportOutcome,
-    NothingToDo,
 )
 from fleet_import.importing.drift import (
     DRIFT_DETAILS_KEY,
@@ -37,6 +38,7 @@ from fleet_import.importing.drift import (
 )
 from fleet_import.importing.driver import CoreSteps, StepRunner, import_batch
 from fleet_import.importing.guards import GuardOverride, content_of, record_override
+from fleet_import.publication.decisions import APPROVES_KEY
 from fleet_import.publication.events import event_payload
 from fleet_import.publication.refusal import tell_refusal
 from fleet_import.s3.sources import discover
@@ -45,7 +47,6 @@ from fleet_import.store.models import Batch, BatchStatus, FailureKind
 from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.tenants.binding import Admission, Refused
 
-APPROVED_EVENT = "fleet.batch.approved"
 REJECTED_EVENT = "fleet.batch.rejected"
 APPROVAL_KEY_PREFIX = "approve:"
 APPROVE = "approve-held-batch"  # a refusal's `source`, as the flow is named
@@ -77,15 +78,23 @@ def check_approval(
     ctx: ImportContext, held_id: uuid.UUID, *, admission: Admission
 ) -> Approval | NotApproved | Refused:
     """The held batch and its content, or why it cannot be approved now (Refused, and told:
-    its tenant or folder is not admitted now)."""
+    its tenant or folder is not admitted now). An approval whose batch committed (deciding
+    the held batch) but never finished is continued."""
     held = ctx.repo.get(held_id)
+    admitted = (
+        admission(held.tenant_id, folder_of_scope(held.source_scope))
+        if held is not None and held.source_scope is not None
+        else None
+    )
+    if isinstance(admitted, Refused):
+        return tell_refusal(ctx.events, admitted, APPROVE, batch_id=str(held_id))
+    unfinished = _unfinished_approval(ctx, held)
+    if unfinished is not None:
+        return unfinished
     refusal = _review_refusal(held, held_id)
     if refusal is not None:
         return NotApproved(held_id, refusal)
-    assert held is not None and held.source_scope is not None
-    admitted = admission(held.tenant_id, folder_of_scope(held.source_scope))
-    if isinstance(admitted, Refused):
-        return tell_refusal(ctx.events, admitted, APPROVE, batch_id=str(held_id))
+    assert held is not None and held.source_scope is not None and admitted is not None
     content = (held.details.get("failure") or {}).get("held", {}).get("content")
     if not content:
         return NotApproved(held_id, f"batch {held_id} records no held content")
@@ -109,7 +118,6 @@ def check_approval(
 
 def approve_held(
     ctx: ImportContext,
-    reviews: ReviewRepository,
     held_id: uuid.UUID,
     *,
     admission: Admission,
@@ -122,13 +130,8 @@ def approve_held(
         return approval
     claimed = claim_approval(ctx, approval, owner or new_owner())
     if not isinstance(claimed, Claimed):
-        outcome: ImportOutcome = claimed
-    else:
-        outcome = import_batch(
-            ctx, approval.tenant, claimed, steps or CoreSteps(ctx.normalize_workers)
-        )
-    settle_approval(ctx, reviews, approval, outcome)
-    return outcome
+        return claimed
+    return import_batch(ctx, approval.tenant, claimed, steps or CoreSteps(ctx.normalize_workers))
 
 
 def claim_approval(ctx: ImportContext, approval: Approval, owner: str) -> ImportOutcome | Claimed:
@@ -143,7 +146,7 @@ def claim_approval(ctx: ImportContext, approval: Approval, owner: str) -> Import
             waived=True, content=approval.content, reason=f"approval of held batch {held_id}"
         )
         record_override(ctx, claimed, waiver)
-        ctx.repo.update_details(claimed.batch_id, owner, {"approves": str(held_id)})
+        ctx.repo.update_details(claimed.batch_id, owner, {APPROVES_KEY: str(held_id)})
         drift = held_drift(approval.held.details)
         if drift:  # the columns this approval added (issue #25)
             report = {
@@ -160,24 +163,6 @@ def claim_approval(ctx: ImportContext, approval: Approval, owner: str) -> Import
     return claimed
 
 
-def settle_approval(
-    ctx: ImportContext, reviews: ReviewRepository, approval: Approval, outcome: object
-) -> None:
-    """Once the approval's batch committed (or had succeeded before), the held batch is
-    decided: approved by that batch."""
-    succeeded = isinstance(outcome, NothingToDo) and outcome.status == BatchStatus.SUCCEEDED
-    if not (isinstance(outcome, Committed) or succeeded):
-        return
-    by = outcome.batch_id
-    if reviews.record_review(approval.held.id, "approved", by) is not None:
-        ctx.events(
-            APPROVED_EVENT,
-            event_payload(
-                approval.tenant.tenant_id, approval.scope, approval.held.id, approved_by=str(by)
-            ),
-        )
-
-
 def reject_held(
     ctx: ImportContext, reviews: ReviewRepository, held_id: uuid.UUID, note: str = ""
 ) -> Batch | NotApproved:
@@ -190,6 +175,22 @@ def reject_held(
         return NotApproved(held_id, f"batch {held_id} was reviewed meanwhile")
     ctx.events(REJECTED_EVENT, event_payload(batch.tenant_id, batch.source_scope, held_id))
     return batch
+
+
+def _unfinished_approval(ctx: ImportContext, held: Batch | None) -> Approval | None:
+    """The approval of `held` whose batch recorded its commit (and so the decision) and
+    still runs (its executor died before it published): the same approval continues it,
+    the content check behind it (the slice holds that content already)."""
+    review = (held.details.get("review") or {}) if held is not None else {}
+    if held is None or review.get("decision") != "approved" or not review.get("batch_id"):
+        return None
+    approver = ctx.repo.get(uuid.UUID(review["batch_id"]))
+    if approver is None or approver.status != BatchStatus.RUNNING:
+        return None
+    assert held.source_scope is not None
+    content = held.details["failure"]["held"]["content"]
+    tenant = Tenant(held.tenant_id, held.company_id, held.tenant_database)
+    return Approval(held, tenant, held.source_scope, dict(content))
 
 
 def _review_refusal(batch: Batch | None, batch_id: uuid.UUID) -> str | None:

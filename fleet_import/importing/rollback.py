@@ -7,6 +7,8 @@ which the retention kept (publication.retention). Refused, with the reason, when
 is not an earlier success of the scope, its contracts changed since, or its files are gone.
 The guards are waived: an operator asked for exactly this slice. A rollback is a delivery
 of its own (`rollback:{target}:{replaced}`): run again after a death it continues its batch.
+`fleet.slice.rolled_back` is told by the batch's own publication (publication.decisions),
+so whoever finishes it (this run, a rerun, the drain, `fleet-import resume`) tells it, once.
 First of all the tenant and folder are judged by the tenant rule in force (the `Admission`
 the caller hands in): a rollback for a disabled tenant is `Refused`, nothing written.
 """
@@ -18,12 +20,12 @@ from dataclasses import dataclass
 
 from fleet_import.errors import FleetImportError
 from fleet_import.importing.claim import claim, new_owner
-from fleet_import.importing.context import Claimed, Committed, ImportContext, ImportOutcome
+from fleet_import.importing.context import Claimed, ImportContext, ImportOutcome
 from fleet_import.importing.drift import effective_contracts
 from fleet_import.importing.driver import CoreSteps, StepRunner, import_batch
 from fleet_import.importing.guards import GuardOverride, record_override
 from fleet_import.importing.pinned import pin_manifest
-from fleet_import.publication.events import event_payload
+from fleet_import.publication.decisions import ROLLBACK_REPLACED_KEY, ROLLED_BACK_KEY
 from fleet_import.publication.refusal import tell_refusal
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import Manifest
@@ -32,8 +34,6 @@ from fleet_import.store.models import Batch, BatchStatus
 from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.tenants.binding import Admission, Refused
 
-ROLLED_BACK_EVENT = "fleet.slice.rolled_back"
-ROLLED_BACK_KEY = "rolled_back_to"
 ROLLBACK = "rollback-slice"  # a refusal's `source`, as the flow is named
 
 
@@ -107,7 +107,7 @@ def _unfinished_rollback(
     target = batch.details.get(ROLLED_BACK_KEY)
     if not target:
         return None
-    replaced = batch.details.get("rollback_replaced")
+    replaced = batch.details.get(ROLLBACK_REPLACED_KEY)
     return uuid.UUID(target), uuid.UUID(replaced) if replaced else None
 
 
@@ -166,26 +166,10 @@ def claim_rollback(ctx: ImportContext, plan: RollbackPlan, owner: str) -> Import
             owner,
             {
                 ROLLED_BACK_KEY: str(plan.target.id),
-                "rollback_replaced": str(plan.replaced) if plan.replaced else None,
+                ROLLBACK_REPLACED_KEY: str(plan.replaced) if plan.replaced else None,
             },
         )
     return claimed
-
-
-def rolled_back(ctx: ImportContext, plan: RollbackPlan, outcome: object) -> None:
-    """Tell that the slice holds the target's content again."""
-    if isinstance(outcome, Committed):
-        ctx.events(
-            ROLLED_BACK_EVENT,
-            event_payload(
-                plan.tenant.tenant_id,
-                plan.scope,
-                outcome.batch_id,
-                rolled_back_to=str(plan.target.id),
-                replaced=str(plan.replaced) if plan.replaced else None,
-                row_counts=outcome.row_counts,
-            ),
-        )
 
 
 def rollback_slice(
@@ -207,6 +191,4 @@ def rollback_slice(
     claimed = claim_rollback(ctx, plan, owner or new_owner())
     if not isinstance(claimed, Claimed):
         return claimed
-    outcome = import_batch(ctx, plan.tenant, claimed, steps or CoreSteps(ctx.normalize_workers))
-    rolled_back(ctx, plan, outcome)
-    return outcome
+    return import_batch(ctx, plan.tenant, claimed, steps or CoreSteps(ctx.normalize_workers))

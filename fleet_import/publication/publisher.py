@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from fleet_import import failpoints
 from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
 from fleet_import.explain import with_next_step
+from fleet_import.publication.decisions import decision_events
 from fleet_import.publication.events import (
     EventSink,
     emit_quietly,
@@ -332,12 +333,15 @@ class Publisher:
             self._run_warehouse_sql(statement)
 
     def notify(self, ctx: StepContext) -> None:
-        """Tell downstream consumers the slice changed; a sink failure fails the step."""
+        """Tell downstream consumers the slice changed, and what an approval or a rollback
+        decided (publication.decisions); a sink failure fails the step."""
         row_counts = {k: int(v) for k, v in ctx.batch.details.get("row_counts", {}).items()}
         event_id = str(published_event_id(ctx.batch.id))
         self._events(
             SLICE_PUBLISHED_EVENT, _payload(ctx.batch, row_counts=row_counts, event_id=event_id)
         )
+        for name, payload in decision_events(ctx.batch, self._repo.get):
+            self._events(name, payload)
 
     def retire_superseded(self, ctx: StepContext) -> None:
         """Mark superseded what this batch's slice replaced: every earlier failed publication

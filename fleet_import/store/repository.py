@@ -45,6 +45,8 @@ from fleet_import.store.models import (
     ScopeBusy,
     SourceType,
 )
+from fleet_import.store.review_repository import QUERIES as REVIEW_QUERIES
+from fleet_import.store.review_repository import review_params
 
 QUERIES = load_queries("fleet_import.store", "queries.sql")
 # A holder can finish between our failed insert and the look-up of who holds the scope;
@@ -201,7 +203,10 @@ class BatchRepository(SqlStore):
         publication_steps: Sequence[str] = (),
         patch: Mapping[str, Any] | None = None,
     ) -> Batch:
-        """Record the warehouse commit and enqueue publication in one transaction."""
+        """Record the warehouse commit and enqueue publication in one transaction. An
+        approval's batch (details `approves`) decides the held batch in that transaction
+        too, so whoever records the commit (the run, a rerun, the drain, resume) settles
+        the review, once."""
         params = {
             "batch_id": batch_id,
             "owner": owner,
@@ -212,6 +217,10 @@ class BatchRepository(SqlStore):
             row = conn.execute(QUERIES["mark_committed"], params).fetchone()
             if row is not None and publication_steps:
                 conn.execute(QUERIES["enqueue_publication"], params)
+            if row is not None and row["details"].get("approves"):
+                held = uuid.UUID(row["details"]["approves"])
+                approval = review_params(held, "approved", row["id"])
+                conn.execute(REVIEW_QUERIES["record_review"], approval)
         if row is None:
             raise self._lease_lost(batch_id, owner)
         return Batch.from_row(row)

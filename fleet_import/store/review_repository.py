@@ -32,12 +32,7 @@ class ReviewRepository(SqlStore):
     ) -> Batch | None:
         """Record `decision` (approved, rejected) on a held batch, once; None if it is not
         held or was decided otherwise already."""
-        by = str(by_batch) if by_batch is not None else None
-        review = {**dict(facts or {}), "decision": decision, "batch_id": by}
-        row = self._one(
-            "record_review",
-            {"batch_id": batch_id, "decision": decision, "by_batch": by, "review": Jsonb(review)},
-        )
+        row = self._one("record_review", review_params(batch_id, decision, by_batch, facts))
         return None if row is None else Batch.from_row(row)
 
     def held_batches(self, tenant: str | None = None, limit: int = 50) -> list[Batch]:
@@ -59,6 +54,19 @@ class ReviewRepository(SqlStore):
     def rollback_candidates(self, tenant_id: str, scope: str, limit: int = 20) -> list[Batch]:
         params = {"tenant_id": tenant_id, "source_scope": scope, "limit": int(limit)}
         return [Batch.from_row(row) for row in self._all("rollback_candidates", params)]
+
+
+def review_params(
+    batch_id: uuid.UUID,
+    decision: str,
+    by_batch: uuid.UUID | None = None,
+    facts: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`record_review`'s parameters; `BatchRepository.mark_committed` records an approval
+    with them in its own transaction."""
+    by = str(by_batch) if by_batch is not None else None
+    review = {**dict(facts or {}), "decision": decision, "batch_id": by}
+    return {"batch_id": batch_id, "decision": decision, "by_batch": by, "review": Jsonb(review)}
 
 
 def _batch(row: Mapping[str, Any]) -> Batch:

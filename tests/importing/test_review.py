@@ -35,13 +35,14 @@ def held_redelivery(import_ctx: ImportContext, s3, folder: str) -> Failed:
 
 @pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
 def test_approval_loads_the_held_content_from_its_staged_files(
-    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str, reviews
+    publishing_ctx: ImportContext, s3, landing_bucket: str, database_url: str, reviews
 ) -> None:
+    import_ctx = publishing_ctx  # the approval is told by its batch's notify step
     folder = today_folder(landing_bucket, "acme")
     held = held_redelivery(import_ctx, s3, folder)
     assert [b.id for b in reviews.held_batches("acme")] == [held.batch_id]
 
-    approved = approve_held(import_ctx, reviews, held.batch_id, admission=layout_admission())
+    approved = approve_held(import_ctx, held.batch_id, admission=layout_admission())
     assert isinstance(approved, Committed) and approved.published, approved
     assert approved.batch_id != held.batch_id
     assert slice_rows(database_url, "fleet_trips", "acme", folder) == [(approved.batch_id, 10)]
@@ -57,9 +58,12 @@ def test_approval_loads_the_held_content_from_its_staged_files(
     assert reviews.held_batches("acme") == []
     assert import_ctx.repo.list(status="running") == []
     names = [name for name, _ in import_ctx.recorded_events]
-    assert "fleet.batch.held" in names and "fleet.batch.approved" in names
+    assert "fleet.batch.held" in names
+    (told,) = [p for name, p in import_ctx.recorded_events if name == "fleet.batch.approved"]
+    assert told["batch_id"] == str(held.batch_id)
+    assert told["approved_by"] == str(approved.batch_id)
 
-    again = approve_held(import_ctx, reviews, held.batch_id, admission=layout_admission())
+    again = approve_held(import_ctx, held.batch_id, admission=layout_admission())
     assert isinstance(again, NotApproved) and "already approved" in again.reason
 
 
@@ -73,7 +77,7 @@ def test_approval_of_content_that_changed_is_refused(
     upload(s3, folder, {"trips-1.csv": csv_bytes(trips_table(12))})  # changed meanwhile
     batches = len(import_ctx.repo.list())
 
-    refused = approve_held(import_ctx, reviews, held.batch_id, admission=layout_admission())
+    refused = approve_held(import_ctx, held.batch_id, admission=layout_admission())
     assert isinstance(refused, NotApproved), refused
     assert "content changed" in refused.reason and "files" in refused.reason
     assert len(import_ctx.repo.list()) == batches  # no batch made
@@ -94,7 +98,7 @@ def test_rejection_closes_a_held_batch(
     assert closed.details["review"]["decision"] == "rejected"
     assert closed.details["review"]["note"] == "tenant resends tomorrow"
     assert reviews.held_batches() == []
-    refused = approve_held(import_ctx, reviews, held.batch_id, admission=layout_admission())
+    refused = approve_held(import_ctx, held.batch_id, admission=layout_admission())
     assert isinstance(refused, NotApproved) and "already rejected" in refused.reason
     assert slice_snapshot(database_url, folder) == before
     # Only a held batch is reviewed.

@@ -9,7 +9,8 @@ import pytest
 from fleet_import.importing.context import Committed, ImportContext
 from fleet_import.importing.driver import import_folder
 from fleet_import.importing.guards import GuardOverride
-from fleet_import.importing.rollback import ROLLED_BACK_EVENT, NotRolledBack, rollback_slice
+from fleet_import.importing.rollback import NotRolledBack, rollback_slice
+from fleet_import.publication.decisions import ROLLED_BACK_EVENT
 from fleet_import.publication.publisher import Publisher
 from fleet_import.publication.retention import Retention
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table

@@ -120,10 +120,22 @@ def run_once(config: Mapping[str, Any]) -> int:
     tenant, folder, key = Tenant.named(config["tenant"]), config["folder"], config["key"]
     if config.get("action") in ("approve", "rollback"):  # issue #24's crash cases
         outcome = review_action(ctx, publisher, config, tenant, folder)
+    elif config.get("action") == "drain":
+        outcome = drain_once(ctx, publisher, config["worker"])
     else:
         outcome = importer(config, publisher)(ctx, tenant, folder, key)
     print(json.dumps(describe(outcome)), flush=True)
     return 0
+
+
+def drain_once(ctx: ImportContext, publisher: Publisher, worker: str) -> dict[str, Any]:
+    """What the drain-publications flow does, on the core's calls: settle abandoned
+    batches, then publish committed ones nobody executes."""
+    from fleet_import.importing.claim import settle_abandoned_batches
+
+    outcomes = [*settle_abandoned_batches(ctx, worker, 10)]
+    outcomes += publisher.drain(worker, lease_ttl=ctx.lease_ttl)
+    return {"outcome": "Drained", "outcomes": [describe(o) for o in outcomes]}
 
 
 def review_action(
@@ -161,7 +173,7 @@ def review_action(
     reviews = ReviewRepository(config["database_url"])
     batch_id = uuid.UUID(config["batch"])
     if approve:
-        return approve_held(ctx, reviews, batch_id, admission=layout_admission())
+        return approve_held(ctx, batch_id, admission=layout_admission())
     return rollback_slice(
         ctx, reviews, tenant.tenant_id, folder, batch_id, admission=layout_admission()
     )

@@ -377,3 +377,26 @@ def test_details_stored_before_the_rename_read_as_warehouse_committed() -> None:
     assert "redshift_committed" not in BatchDetails.parse({}).to_json()
     assert warehouse_committed({"redshift_committed": True})
     assert not warehouse_committed({"warehouse_committed": False})
+
+
+def test_an_approvals_commit_decides_the_held_batch_in_its_own_transaction(
+    repo: BatchRepository, acme: Tenant
+) -> None:
+    # Whoever records the approval batch's commit (the run, the drain, resume) decides the
+    # held batch it approves; a commit refused for a lost lease decides nothing.
+    held = reserve_new(repo, acme, key="d1")
+    assert isinstance(repo.acquire_lease(held.id, "w1", 60), LeaseAcquired)
+    repo.mark_failed(held.id, "w1", FailureKind.HELD, "held for review", {"held": {}})
+    approval = reserve_new(repo, acme, key=f"approve:{held.id}")
+    assert isinstance(repo.acquire_lease(approval.id, "w2", 60), LeaseAcquired)
+    repo.update_details(approval.id, "w2", {"approves": str(held.id)})
+
+    with pytest.raises(LeaseLost):
+        repo.mark_committed(approval.id, "intruder", row_counts={"trips": 1})
+    assert "review" not in repo.get(held.id).details
+
+    repo.mark_committed(approval.id, "w2", row_counts={"trips": 1}, publication_steps=["notify"])
+    review = repo.get(held.id).details["review"]
+    assert (review["decision"], review["batch_id"]) == ("approved", str(approval.id))
+    repo.mark_committed(approval.id, "w2", row_counts={"trips": 1})  # recorded again: same
+    assert repo.get(held.id).details["review"]["batch_id"] == str(approval.id)
