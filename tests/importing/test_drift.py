@@ -167,8 +167,7 @@ def test_review_holds_the_batch_and_approval_adds_the_column_from_staged_files(
     names = [name for name, _ in import_ctx.recorded_events]  # type: ignore[attr-defined]
     assert "fleet.batch.held" in names
 
-    reviews = ReviewRepository(database_url)
-    approved = approve_held(ctx, reviews, held.batch_id, admission=layout_admission())
+    approved = approve_held(ctx, held.batch_id, admission=layout_admission())
     assert isinstance(approved, Committed) and approved.published, approved
     assert trips_columns(database_url)["co2_grams"] == "bigint"
     assert sorted(v for v in co2_values(database_url) if v is not None) == list(range(100, 110))

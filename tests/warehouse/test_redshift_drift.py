@@ -19,7 +19,6 @@ from fleet_import.s3.staging import StagingArea
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant
 from fleet_import.store.models import FailureKind
-from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 from tests.helpers import layout_admission, upload
 from tests.redshift_emulator import RedshiftEmulator
@@ -133,9 +132,7 @@ def test_review_holds_then_approval_adds_the_columns_on_redshift(
     assert not [q for q in emulator.queries if "ADD COLUMN" in q]
 
     emulator.queries.clear()
-    approved = approve_held(
-        ctx, ReviewRepository(database_url), held.batch_id, admission=layout_admission()
-    )
+    approved = approve_held(ctx, held.batch_id, admission=layout_admission())
     assert isinstance(approved, Committed), approved
     added_before_the_lock(emulator)
     assert approved.summary["cache_hits"] == len(approved.summary["files"])
