@@ -15,12 +15,14 @@ from fleet_import.checks.services import _curated_tables
 from fleet_import.contracts.fleet import FLEET_DATASETS, TRIPS
 from fleet_import.contracts.model import ContractSet
 from fleet_import.importing.context import AlreadyLoaded, Committed, Failed, ImportContext
+from fleet_import.importing.drift import effective_contracts
 from fleet_import.importing.driver import import_folder
 from fleet_import.importing.review import approve_held
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.scope import Tenant
 from fleet_import.store.models import FailureKind
 from fleet_import.store.review_repository import ReviewRepository
+from fleet_import.warehouse.migration import migration_for, plan_tables
 from tests.helpers import curated, layout_admission, upload
 
 ACME = Tenant.named("acme")
@@ -304,3 +306,24 @@ def test_a_rollback_to_an_evolved_load_reads_with_the_evolved_contract(
     assert isinstance(restored, Committed), restored
     assert restored.summary["cache_hits"] == len(restored.summary["files"])
     assert sorted(v for v in co2_values(database_url) if v is not None) == list(range(100, 110))
+
+
+def test_tables_migrate_keeps_the_columns_evolve_added(
+    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str
+) -> None:
+    """A table `evolve` grew holds the contract's shape with the added column after the
+    stamps: `tables migrate` and `contracts show` plan against the effective contracts, so
+    they find nothing to change; against the declared ones the table would read as another
+    shape (its extra column planned away)."""
+    ctx = trips_under(import_ctx, on_new_columns="evolve", new_column_type="int64")
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, drifted_delivery())
+    assert isinstance(import_folder(ctx, ACME, folder, "d1"), Committed)
+
+    migration = migration_for(ctx.warehouse)
+    effective = effective_contracts(ctx.contracts, ctx.warehouse, "acme")
+    assert "co2_grams" in effective["trips"].evolved_columns
+    plans = {p.dataset: p for p in plan_tables(migration, effective.values())}
+    assert plans["trips"].state == "matches" and plans["trips"].method is None, plans["trips"]
+    declared = {p.dataset: p for p in plan_tables(migration, ctx.contracts.values())}
+    assert declared["trips"].method is not None, declared["trips"]
