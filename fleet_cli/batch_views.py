@@ -191,11 +191,13 @@ def batch_detail_record(batch: Batch, steps: Sequence[OutboxStep]) -> dict[str, 
 # -- show ---------------------------------------------------------------------------------
 
 
-def _failure_text(failure: object) -> str:
+def _failure_text(failure: object, *, reviewed: bool = False) -> str:
+    from fleet_import.importing.guards import held_error
+
     if not isinstance(failure, Mapping):
         return str(failure)
     facts = {k: v for k, v in failure.items() if k not in ("kind", "error", "at")}
-    text = f"{failure.get('kind')}: {failure.get('error')}"
+    text = f"{failure.get('kind')}: {held_error(failure, reviewed)}"
     if failure.get("at"):
         text += f" (at {failure['at']})"
     return text + "".join(f"; {k}: {v}" for k, v in facts.items())
@@ -211,7 +213,8 @@ def failure_history(details: Mapping[str, Any]) -> list[tuple[str, str]]:
     if details.get("resumes"):
         history.append(("resumes", str(details["resumes"])))
     if details.get("failure"):
-        history.append(("failure", _failure_text(details["failure"])))
+        reviewed = bool(details.get("review"))  # a held batch reviewed: no approve hint
+        history.append(("failure", _failure_text(details["failure"], reviewed=reviewed)))
     if details.get("publication_expired"):
         history.append(("publication expired", "yes: a newer batch owns the slice"))
     return history
