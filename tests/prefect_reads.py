@@ -27,13 +27,19 @@ def latest_artifact(key: str) -> object:
 
 
 def batch_events(batch_id: uuid.UUID, expected: int, name: str = "fleet.batch.updated") -> list:
-    """The `name` events of a batch, once `expected` have arrived or 30 s passed (events
-    reach the API's store asynchronously)."""
+    """The `name` events of a batch, once `expected` have arrived or 30 s passed."""
+    return resource_events(f"fleet.batch.{batch_id}", name, expected)
+
+
+def resource_events(resource_id: str, name: str, expected: int = 1) -> list:
+    """The `name` events about `resource_id` (`fleet.batch.{id}`, `fleet.delivery.{folder}`),
+    once `expected` have arrived or 30 s passed (events reach the API's store
+    asynchronously)."""
     from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 
     event_filter = EventFilter(
         event=EventNameFilter(name=[name]),
-        resource=EventResourceFilter(id=[f"fleet.batch.{batch_id}"]),
+        resource=EventResourceFilter(id=[resource_id]),
     )
     deadline = time.monotonic() + 30
     while True:

@@ -25,6 +25,7 @@ from fleet_import.store.purges import TenantPurges
 from fleet_import.store.repository import BatchRepository
 from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT
 from tests.helpers import slice_rows, upload
+from tests.prefect_reads import batch_events
 
 FOLDER = "s3://fleet-landing/globex/fleet/2026-07-22/"
 _RUN_IN_CHILD = """
@@ -66,20 +67,7 @@ def test_a_batch_s_tenant_is_judged_by_the_registry_in_force(
 
 
 def _events_of(batch_id: Any, name: str) -> list[Any]:
-    from prefect.client.orchestration import get_client
-    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
-
-    event_filter = EventFilter(
-        event=EventNameFilter(name=[name]),
-        resource=EventResourceFilter(id=[f"fleet.batch.{batch_id}"]),
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        with get_client(sync_client=True) as client:
-            events = client.read_events(filter=event_filter, limit=10).events
-        if events or time.monotonic() > deadline:
-            return events
-        time.sleep(0.5)
+    return batch_events(batch_id, 1, name)
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ from fleet_import.store.repository import BatchRepository
 from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT
 from fleet_import.tenants.registry import load_registry
 from tests.helpers import curated, upload
+from tests.prefect_reads import resource_events
 from tests.s3fixtures import notify_queue_of, put_objects
 
 REGISTRY = "tenants:\n  acme: {}\n  globex:\n    enabled: false\n"
@@ -36,20 +37,7 @@ def _nothing_written(database_url: str) -> None:
 
 
 def _refused_events(folder: str, expected: int = 1) -> list[Any]:
-    from prefect.client.orchestration import get_client
-    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
-
-    event_filter = EventFilter(
-        event=EventNameFilter(name=[DELIVERY_REFUSED_EVENT]),
-        resource=EventResourceFilter(id=[f"fleet.delivery.{folder}"]),
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        with get_client(sync_client=True) as client:
-            events = client.read_events(filter=event_filter, limit=10).events
-        if len(events) >= expected or time.monotonic() > deadline:
-            return events
-        time.sleep(0.5)
+    return resource_events(f"fleet.delivery.{folder}", DELIVERY_REFUSED_EVENT, expected)
 
 
 @pytest.mark.slow
