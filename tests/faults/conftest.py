@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -156,3 +156,21 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 # The Redshift emulator of tests/warehouse (both modes), reused, not written again.
 from tests.warehouse.conftest import emulator  # noqa: E402, F401
+
+
+def matrix_cells(
+    phases: Iterable[str], faults: Iterable[str], sampled: set[tuple[str, str]]
+) -> list[Any]:
+    """(phase, fault) parameters of a fault matrix; the `sampled` cells are marked
+    `faults_sample`, which `make test` runs too (`make test-faults` runs them all)."""
+    faults = tuple(faults)
+    return [
+        pytest.param(
+            phase,
+            fault,
+            id=f"{phase}-{fault}",
+            marks=[pytest.mark.faults_sample] if (phase, fault) in sampled else [],
+        )
+        for phase in phases
+        for fault in faults
+    ]

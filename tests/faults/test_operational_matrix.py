@@ -25,7 +25,7 @@ from fleet_import.importing.driver import import_folder
 from fleet_import.importing.resume import resume_batch
 from fleet_import.importing.runtime import build_runtime
 from fleet_import.scope import Tenant
-from tests.faults.conftest import LEASE_TTL_SECONDS, recovered_invariants
+from tests.faults.conftest import LEASE_TTL_SECONDS, matrix_cells, recovered_invariants
 from tests.faults.proxy import FaultProxy, proxied_url
 from tests.faults.test_warehouse_matrix import (
     FAULTS,
@@ -49,25 +49,13 @@ SAMPLED = {("record", "lost_reply"), ("claim", "reset")}
 ACME = Tenant.named("acme")
 
 
-def _cells() -> list[Any]:
-    return [
-        pytest.param(
-            phase,
-            fault,
-            id=f"{phase}-{fault}",
-            marks=[pytest.mark.faults_sample] if (phase, fault) in SAMPLED else [],
-        )
-        for phase in PHASES
-        for fault in FAULTS
-    ]
-
 
 @pytest.fixture
 def operational_proxy(warehouse_proxy: FaultProxy) -> FaultProxy:
     return warehouse_proxy  # the same upstream server; here only the store goes through it
 
 
-@pytest.mark.parametrize(("phase", "fault"), _cells())
+@pytest.mark.parametrize(("phase", "fault"), matrix_cells(PHASES, FAULTS, SAMPLED))
 def test_an_operational_database_fault_is_reported_truly_and_recovered(
     phase: str,
     fault: str,

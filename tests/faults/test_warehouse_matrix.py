@@ -40,6 +40,7 @@ from tests.faults.conftest import (
     LEASE_TTL_SECONDS,
     SLICE_COMMIT,
     batch_rows,
+    matrix_cells,
     recovered_invariants,
 )
 from tests.faults.proxy import FaultProxy, proxied_url
@@ -65,18 +66,6 @@ SAMPLED = {("commit", "lost_reply"), ("copy", "reset"), ("publication", "stall")
 """The cells `make test` runs too; `make test-faults` runs them all."""
 ACME = Tenant.named("acme")
 
-
-def _cells() -> list[Any]:
-    return [
-        pytest.param(
-            phase,
-            fault,
-            id=f"{phase}-{fault}",
-            marks=[pytest.mark.faults_sample] if (phase, fault) in SAMPLED else [],
-        )
-        for phase in PHASES
-        for fault in FAULTS
-    ]
 
 
 def _arm(proxy: FaultProxy, phase: str, fault: str, phases: dict[str, Any] = PHASES) -> Any:
@@ -147,7 +136,7 @@ def truth_now(database_url: str, source: Source, *, holders: bool = True) -> lis
     return problems
 
 
-@pytest.mark.parametrize(("phase", "fault"), _cells())
+@pytest.mark.parametrize(("phase", "fault"), matrix_cells(PHASES, FAULTS, SAMPLED))
 def test_a_warehouse_fault_is_reported_truly_and_recovered(
     phase: str,
     fault: str,
@@ -170,7 +159,7 @@ def redshift_proxy(emulator: RedshiftEmulator) -> Iterator[FaultProxy]:
 
 
 @pytest.mark.parametrize("emulator", [SETUPS[0]], ids=["-".join(SETUPS[0])], indirect=True)
-@pytest.mark.parametrize(("phase", "fault"), _cells())
+@pytest.mark.parametrize(("phase", "fault"), matrix_cells(PHASES, FAULTS, SAMPLED))
 def test_a_redshift_fault_is_reported_truly_and_recovered(
     phase: str,
     fault: str,
