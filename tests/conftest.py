@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -193,8 +195,41 @@ def prefect_api():
     from prefect.testing.utilities import prefect_test_harness
 
     refuse_servers("Prefect's test harness")
+    services = logging.getLogger("prefect._internal.concurrency")
+    services.addFilter(_with_traceback)
     with prefect_test_harness(server_startup_timeout=120):
         yield
+    services.removeFilter(_with_traceback)
+
+
+def _with_traceback(record: logging.LogRecord) -> bool:
+    """Prefect logs a background service's failure without its traceback unless at DEBUG;
+    the record is made inside the `except`, so the exception is still at hand to attach."""
+    if str(record.msg).startswith("Service %r failed") and record.exc_info is None:
+        record.exc_info = sys.exc_info()
+    return True
+
+
+EVENTS_DRAIN_SECONDS = 60
+
+
+@pytest.fixture(autouse=True)
+def prefect_events_drained(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test that talks to the harness ends by draining Prefect's events worker, within
+    a bound. The worker is a process-wide singleton holding one websocket to the API: left
+    running, a connection one test wedged (seen in CI on a loaded machine) failed every
+    later test's events in that xdist worker, and the harness's own unbounded drain at the
+    session's end then hung past the timeout. Drained, the next test starts a fresh one."""
+    yield
+    if "prefect_api" not in request.fixturenames:
+        return
+    from prefect.events.worker import EventsWorker
+
+    _, pending = EventsWorker.drain_all(timeout=EVENTS_DRAIN_SECONDS)
+    if pending:
+        logging.getLogger(__name__).warning(
+            "Prefect's events worker did not drain in %s s", EVENTS_DRAIN_SECONDS
+        )
 
 
 @pytest.fixture
