@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-fast test-faults test-cluster demo lint clean
+.PHONY: test test-fast test-crash test-faults test-cluster demo lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,9 +15,14 @@ $(STAMP): pyproject.toml
 # minutes of both cores each: `make test` leaves them to `make test-cluster`; CI runs both.
 # The fault-injection suite (tests/faults, marker `faults`) takes minutes: `make test` runs
 # only its sampled cells (marker `faults_sample`), `make test-faults` all of it; CI runs both.
+# The crash matrix and the soak (marker `crash`) kill and stall real processes at every
+# failpoint: minutes of both cores, so `make test` leaves them to `make test-crash`; CI runs both.
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile \
-		-m "not workers and not browser and (not faults or faults_sample)"
+		-m "not workers and not browser and not crash and (not faults or faults_sample)"
+
+test-crash: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m crash
 
 test-faults: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m faults

@@ -43,6 +43,7 @@ from tests.reliability.conftest import (
     worker_env,
 )
 
+pytestmark = pytest.mark.crash  # `make test-crash`, in CI; not in `make test`
 ACME = Tenant.named("acme")
 _TTL = 1.5
 _EXPIRY_MARGIN = 0.3

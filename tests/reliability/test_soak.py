@@ -44,6 +44,7 @@ from tests.reliability.conftest import (
     worker_env,
 )
 
+pytestmark = pytest.mark.crash  # `make test-crash`, in CI; not in `make test`
 _SECONDS = float(os.environ.get("FLEET_SOAK_SECONDS", "20"))
 _WORKERS = 8
 _TENANTS = 5
