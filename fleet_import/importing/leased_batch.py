@@ -22,6 +22,7 @@ from fleet_import.publication.events import event_payload, expired_publication, 
 from fleet_import.publication.outcomes import PublicationExpired, PublicationFailed, Published
 from fleet_import.scope import Tenant
 from fleet_import.store.heartbeat import Heartbeat
+from fleet_import.store.lineage_outbox import LineageEvent
 from fleet_import.store.models import Batch, FailureKind
 from fleet_import.warehouse.base import Warehouse
 
@@ -107,13 +108,15 @@ class LeasedBatch:
     ) -> Committed:
         """Step 6: the warehouse commit recorded and the outbox enqueued, in one operational
         transaction. If this fails, the batch stays running and a rerun finds the stamp and
-        redoes only this."""
+        redoes only this. With OpenLineage on, the batch's RunEvents are enqueued in that
+        transaction too."""
         batch = self.ctx.repo.mark_committed(
             self.batch_id,
             self.owner,
             row_counts=row_counts,
             publication_steps=self.ctx.publication_steps(),
             patch={"summary": summary},
+            lineage=self._lineage_events(row_counts, summary),
         )
         failpoints.hit("after_operational_commit")
         self.ctx.events(
@@ -128,6 +131,23 @@ class LeasedBatch:
         )
         return Committed(self.batch_id, self.scope, row_counts, summary, recovered)
 
+    def _lineage_events(
+        self, row_counts: dict[str, int], summary: dict[str, Any]
+    ) -> list[LineageEvent]:
+        """The commit's OpenLineage events; none (logged) if they cannot be built: lineage
+        never stands between a slice and its commit record."""
+        if self.ctx.lineage is None:
+            return []
+        from fleet_import.publication.lineage import committed_events
+
+        try:
+            return committed_events(
+                self.read(), row_counts, summary, self.ctx.contracts, self.ctx.lineage.naming
+            )
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            log.warning("the OpenLineage events of batch %s were not built: %s", self.batch_id, exc)
+            return []
+
     def fail(self, kind: FailureKind, error: str, facts: Mapping[str, Any] | None = None) -> Failed:
         """Fail the batch as `kind` (facts kept in its failure record and told), and tell."""
         fail_and_tell(
@@ -140,7 +160,15 @@ class LeasedBatch:
         return Failed(self.batch_id, kind, error)
 
     def publish(self, committed: Committed) -> ImportOutcome:
-        """Steps 7-8: drain the batch's outbox, then succeed it (the Publisher does)."""
+        """Steps 7-8: drain the batch's outbox, then succeed it (the Publisher does); then
+        deliver its lineage, whatever came of publication and whether or not the endpoint
+        answers (undelivered events wait in the lineage outbox for the drain)."""
+        outcome = self._publish(committed)
+        if self.ctx.lineage is not None:
+            self.ctx.lineage.delivery.deliver_quietly(self.owner, self.batch_id)
+        return outcome
+
+    def _publish(self, committed: Committed) -> ImportOutcome:
         ctx = self.ctx
         if ctx.publisher is None:
             failpoints.hit("before_mark_succeeded")

@@ -1,0 +1,303 @@
+"""OpenLineage per slice (issue #29): events received over HTTP by a local receiver, the
+batch's success independent of the endpoint, and pending events delivered once each.
+
+The openlineage-python wheel ships no JSON schema file (only the generated attrs classes and
+the schema URLs they name), so `SPEC` below transcribes the required-field rules of the
+OpenLineage 2-0-2 spec for a RunEvent, its run, job, datasets and facets, and every event
+received is validated against it with jsonschema.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import jsonschema
+import pytest
+
+from fleet_cli.batch_views import batch_detail_record
+from fleet_import.checks.settings import SettingsInvalid, Uses, check_settings
+from fleet_import.config import Settings
+from fleet_import.importing.context import Committed, ImportContext
+from fleet_import.importing.driver import import_folder
+from fleet_import.publication.lineage import job_name, lineage_run_id
+from fleet_import.publication.lineage_delivery import (
+    Lineage,
+    LineageDelivery,
+    LineageNaming,
+    transport_emit,
+)
+from fleet_import.sample_data import fleet_delivery, today_folder
+from fleet_import.scope import Tenant, source_scope, split_folder
+from fleet_import.store.lineage_outbox import LineageOutbox
+from fleet_import.store.models import BatchStatus
+from tests.helpers import upload
+
+ACME = Tenant.named("acme")
+DATASETS = ("fuel_transactions", "trips", "vehicles")
+
+_FACET = {
+    "type": "object",
+    "required": ["_producer", "_schemaURL"],
+    "properties": {
+        "_producer": {"type": "string", "format": "uri"},
+        "_schemaURL": {"type": "string", "format": "uri"},
+    },
+}
+_DATASET = {
+    "type": "object",
+    "required": ["namespace", "name"],
+    "properties": {
+        "namespace": {"type": "string", "minLength": 1},
+        "name": {"type": "string", "minLength": 1},
+        "facets": {"type": "object", "additionalProperties": _FACET},
+        "inputFacets": {"type": "object", "additionalProperties": _FACET},
+        "outputFacets": {"type": "object", "additionalProperties": _FACET},
+    },
+}
+SPEC = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["eventTime", "producer", "schemaURL", "run", "job"],
+    "properties": {
+        "eventTime": {"type": "string", "format": "date-time"},
+        "producer": {"type": "string", "format": "uri"},
+        "schemaURL": {"type": "string", "format": "uri"},
+        "eventType": {"enum": ["START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER"]},
+        "run": {
+            "type": "object",
+            "required": ["runId"],
+            "properties": {
+                "runId": {"type": "string", "format": "uuid"},
+                "facets": {"type": "object", "additionalProperties": _FACET},
+            },
+        },
+        "job": {
+            "type": "object",
+            "required": ["namespace", "name"],
+            "properties": {
+                "namespace": {"type": "string", "minLength": 1},
+                "name": {"type": "string", "minLength": 1},
+                "facets": {"type": "object", "additionalProperties": _FACET},
+            },
+        },
+        "inputs": {"type": "array", "items": _DATASET},
+        "outputs": {"type": "array", "items": _DATASET},
+    },
+}
+_VALIDATOR = jsonschema.Draft202012Validator(
+    SPEC, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+)
+
+
+class Receiver:
+    """A lineage endpoint on 127.0.0.1 (Marquez's POST /api/v1/lineage) that can go down
+    (its socket closed: connection refused) and come back on the same port."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.port = 0
+        self._server: ThreadingHTTPServer | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        received = self.events
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.path != "/api/v1/lineage":
+                    self.send_response(404)
+                else:
+                    received.append(json.loads(body))
+                    self.send_response(201)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                return None
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        assert self._server is not None
+        self._server.shutdown()
+        self._server.server_close()
+        self._server = None
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    yield server
+    if server._server is not None:
+        server.stop()
+
+
+@pytest.fixture
+def lineage_ctx(publishing_ctx: ImportContext, database_url: str, receiver: Receiver):
+    """publishing_ctx with OpenLineage sent to the receiver, retried with no backoff."""
+    delivery = LineageDelivery(
+        LineageOutbox(database_url), transport_emit(receiver.url), backoff=lambda attempts: 0.0
+    )
+    naming = LineageNaming("fleet-import", "postgres://127.0.0.1:5432", "warehouse")
+    publishing_ctx.lineage = Lineage(naming, delivery)
+    return publishing_ctx
+
+
+def _etags(s3, folder: str) -> dict[str, str]:
+    bucket, prefix = split_folder(folder)
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]
+    return {item["Key"]: item["ETag"].strip('"') for item in listed}
+
+
+def test_each_slice_is_a_run_whose_events_name_its_objects_and_counts(
+    lineage_ctx: ImportContext, s3, landing_bucket: str, receiver: Receiver
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=300, fuel=120, vehicles=25, bad_rows=True))
+    outcome = import_folder(lineage_ctx, ACME, folder, "delivery-1")
+    assert isinstance(outcome, Committed) and outcome.published, outcome
+
+    events = receiver.events
+    assert len(events) == 2 * len(DATASETS)
+    for event in events:
+        errors = sorted(_VALIDATOR.iter_errors(event), key=str)
+        assert not errors, [e.message for e in errors]
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for event in events:
+        runs.setdefault(event["job"]["name"], []).append(event)
+    assert sorted(runs) == sorted(job_name("acme", d) for d in DATASETS)
+
+    etags = _etags(s3, folder)
+    for dataset in DATASETS:
+        start, complete = runs[job_name("acme", dataset)]
+        assert [start["eventType"], complete["eventType"]] == ["START", "COMPLETE"]
+        run_id = str(lineage_run_id(outcome.batch_id, dataset))
+        assert start["run"]["runId"] == complete["run"]["runId"] == run_id
+        assert start["eventTime"] <= complete["eventTime"]
+        inputs = complete["inputs"]
+        assert inputs and all(i["namespace"] == f"s3://{landing_bucket}" for i in inputs)
+        for item in inputs:  # each input pinned to the content that was loaded
+            assert item["facets"]["version"]["datasetVersion"] == etags[item["name"]]
+            assert item["facets"]["fleetImportObject"]["etag"] == etags[item["name"]]
+        (output,) = complete["outputs"]
+        contract = lineage_ctx.contracts[dataset]
+        assert output["name"] == f"warehouse.{contract.target_table}"
+        rows = output["outputFacets"]["outputStatistics"]["rowCount"]
+        assert rows == outcome.row_counts[dataset]
+        slice_facet = output["facets"]["fleetImportSlice"]
+        assert slice_facet["tenant"] == "acme"
+        assert slice_facet["scope"] == source_scope(folder)
+        assert slice_facet["batch"] == str(outcome.batch_id)
+        schema = [f["name"] for f in output["facets"]["schema"]["fields"]]
+        assert schema == [c.name for c in contract.columns]
+    keys = {i["name"] for r in runs.values() for e in r for i in e["inputs"]}
+    assert keys == set(etags)
+    trips = runs[job_name("acme", "trips")][1]["outputs"][0]["facets"]["fleetImportSlice"]
+    assert trips["rejectCount"] == 3  # the three bad rows of trips-1.csv
+    fuel = runs[job_name("acme", "fuel_transactions")][1]["outputs"][0]["facets"]
+    assert fuel["fleetImportSlice"]["rejectCount"] == 0
+
+
+def test_a_lineage_endpoint_down_leaves_the_batch_succeeded_and_its_events_pending(
+    lineage_ctx: ImportContext, s3, landing_bucket: str, receiver: Receiver, database_url: str
+) -> None:
+    receiver.stop()
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=40, fuel=10, vehicles=5))
+    outcome = import_folder(lineage_ctx, ACME, folder, "delivery-1")
+    assert isinstance(outcome, Committed) and outcome.published, outcome
+    batch = lineage_ctx.repo.get(outcome.batch_id)
+    assert batch.status == BatchStatus.SUCCEEDED
+
+    shown = batch_detail_record(batch, [], LineageOutbox(database_url).of_batch(outcome.batch_id))[
+        "lineage"
+    ]
+    assert len(shown) == 2 * len(DATASETS)
+    assert {e["status"] for e in shown} == {"pending"}
+    tried = [e for e in shown if e["attempts"]]  # the run stopped at the first refusal
+    assert len(tried) == 1 and "ConnectionError" in tried[0]["last_error"]
+    assert tried[0]["event_type"] == "START"
+
+    receiver.start()  # back, on the same port
+    delivery = lineage_ctx.lineage.delivery
+    assert delivery.deliver("drain").sent == 2 * len(DATASETS)
+    assert delivery.deliver("drain").sent == 0  # a second drain finds nothing to send
+    keys = [(e["run"]["runId"], e["eventType"], e["eventTime"]) for e in receiver.events]
+    assert len(keys) == len(set(keys)) == 2 * len(DATASETS)
+    for run_id in {k[0] for k in keys}:  # each run's START reached the receiver first
+        types = [e["eventType"] for e in receiver.events if e["run"]["runId"] == run_id]
+        assert types == ["START", "COMPLETE"]
+    rows = LineageOutbox(database_url).of_batch(outcome.batch_id)
+    assert {r.status for r in rows} == {"delivered"}
+
+
+def test_a_forced_reload_is_a_new_run_and_the_first_keeps_its_events(
+    lineage_ctx: ImportContext, s3, landing_bucket: str, receiver: Receiver
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=20, fuel=4, vehicles=3))
+    first = import_folder(lineage_ctx, ACME, folder, "d1")
+    again = import_folder(lineage_ctx, ACME, folder, "d2", force=True)
+    assert isinstance(again, Committed) and again.batch_id != first.batch_id
+    run_ids = {e["run"]["runId"] for e in receiver.events}
+    expected = {
+        str(lineage_run_id(b, d)) for b in (first.batch_id, again.batch_id) for d in DATASETS
+    }
+    assert run_ids == expected and len(receiver.events) == 4 * len(DATASETS)
+
+
+def test_the_file_transport_appends_one_event_a_line(
+    publishing_ctx: ImportContext, s3, landing_bucket: str, database_url: str, tmp_path
+) -> None:
+    path = tmp_path / "lineage" / "events.jsonl"
+    path.parent.mkdir()
+    delivery = LineageDelivery(LineageOutbox(database_url), transport_emit(f"file://{path}"))
+    naming = LineageNaming("fleet-import", "postgres://127.0.0.1:5432", "warehouse")
+    publishing_ctx.lineage = Lineage(naming, delivery)
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=10, fuel=2, vehicles=2))
+    outcome = import_folder(publishing_ctx, ACME, folder, "d1")
+    assert isinstance(outcome, Committed) and outcome.published
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == 2 * len(DATASETS)
+    assert not [e for line in lines for e in _VALIDATOR.iter_errors(line)]
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("http://marquez:5000", True),
+        ("https://lineage.example.com/base", True),
+        ("file:///var/log/fleet/lineage.jsonl", True),
+        ("marquez:5000", False),
+        ("file://relative/path.jsonl", False),
+        ("kafka://broker:9092", False),
+    ],
+)
+def test_the_openlineage_setting_is_checked(value: str, ok: bool) -> None:
+    settings = Settings(database_url="postgresql://u@h:5432/d", openlineage=value)
+    if ok:
+        check_settings({Uses.WAREHOUSE}, settings=settings, env={})
+        return
+    with pytest.raises(SettingsInvalid) as raised:
+        check_settings({Uses.WAREHOUSE}, settings=settings, env={})
+    assert [p.variable for p in raised.value.problems] == ["FLEET_OPENLINEAGE"]
+    assert value not in str(raised.value)  # values are never echoed
+
+
+def test_lineage_run_ids_are_derived_from_the_batch() -> None:
+    batch = uuid.UUID("01890000-0000-7000-8000-000000000001")
+    assert lineage_run_id(batch, "trips") == lineage_run_id(uuid.UUID(str(batch)), "trips")
+    assert lineage_run_id(batch, "trips") != lineage_run_id(batch, "vehicles")
