@@ -1,6 +1,6 @@
 """`lineage_outbox`: OpenLineage RunEvents waiting to be delivered (issue #29).
 
-Why a table of its own and not `publication_outbox` rows: publication steps run in order
+Why: a table of its own, not `publication_outbox` rows: publication steps run in order
 and the batch succeeds only once every step is done, while a lineage endpoint that is down
 must never hold a batch back or fail it. These rows are written in the transaction that
 records the warehouse commit (so no committed slice goes untold) and delivered by the run
