@@ -1,22 +1,15 @@
-"""OpenLineage per slice (issue #29): events received over HTTP by a local receiver, the
-batch's success independent of the endpoint, and pending events delivered once each.
-
-The openlineage-python wheel ships no JSON schema file (only the generated attrs classes and
-the schema URLs they name), so `SPEC` below transcribes the required-field rules of the
-OpenLineage 2-0-2 spec for a RunEvent, its run, job, datasets and facets, and every event
-received is validated against it with jsonschema.
-"""
+"""OpenLineage per slice (issue #29): events received over HTTP by a local receiver and
+validated against the spec's rules (tests.lineage_receiver: the client wheel ships no JSON
+schema file), the batch's success independent of the endpoint, and pending events
+delivered once each."""
 
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import jsonschema
 import pytest
 
 from fleet_cli.batch_views import batch_detail_record
@@ -36,111 +29,17 @@ from fleet_import.scope import Tenant, source_scope, split_folder
 from fleet_import.store.lineage_outbox import LineageOutbox
 from fleet_import.store.models import BatchStatus
 from tests.helpers import upload
+from tests.lineage_receiver import VALIDATOR, Receiver
 
 ACME = Tenant.named("acme")
 DATASETS = ("fuel_transactions", "trips", "vehicles")
-
-_FACET = {
-    "type": "object",
-    "required": ["_producer", "_schemaURL"],
-    "properties": {
-        "_producer": {"type": "string", "format": "uri"},
-        "_schemaURL": {"type": "string", "format": "uri"},
-    },
-}
-_DATASET = {
-    "type": "object",
-    "required": ["namespace", "name"],
-    "properties": {
-        "namespace": {"type": "string", "minLength": 1},
-        "name": {"type": "string", "minLength": 1},
-        "facets": {"type": "object", "additionalProperties": _FACET},
-        "inputFacets": {"type": "object", "additionalProperties": _FACET},
-        "outputFacets": {"type": "object", "additionalProperties": _FACET},
-    },
-}
-SPEC = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "required": ["eventTime", "producer", "schemaURL", "run", "job"],
-    "properties": {
-        "eventTime": {"type": "string", "format": "date-time"},
-        "producer": {"type": "string", "format": "uri"},
-        "schemaURL": {"type": "string", "format": "uri"},
-        "eventType": {"enum": ["START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER"]},
-        "run": {
-            "type": "object",
-            "required": ["runId"],
-            "properties": {
-                "runId": {"type": "string", "format": "uuid"},
-                "facets": {"type": "object", "additionalProperties": _FACET},
-            },
-        },
-        "job": {
-            "type": "object",
-            "required": ["namespace", "name"],
-            "properties": {
-                "namespace": {"type": "string", "minLength": 1},
-                "name": {"type": "string", "minLength": 1},
-                "facets": {"type": "object", "additionalProperties": _FACET},
-            },
-        },
-        "inputs": {"type": "array", "items": _DATASET},
-        "outputs": {"type": "array", "items": _DATASET},
-    },
-}
-_VALIDATOR = jsonschema.Draft202012Validator(
-    SPEC, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
-)
-
-
-class Receiver:
-    """A lineage endpoint on 127.0.0.1 (Marquez's POST /api/v1/lineage) that can go down
-    (its socket closed: connection refused) and come back on the same port."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.port = 0
-        self._server: ThreadingHTTPServer | None = None
-        self.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        received = self.events
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if self.path != "/api/v1/lineage":
-                    self.send_response(404)
-                else:
-                    received.append(json.loads(body))
-                    self.send_response(201)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                return None
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        assert self._server is not None
-        self._server.shutdown()
-        self._server.server_close()
-        self._server = None
 
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     server = Receiver()
     yield server
-    if server._server is not None:
+    if server.running:
         server.stop()
 
 
@@ -172,7 +71,7 @@ def test_each_slice_is_a_run_whose_events_name_its_objects_and_counts(
     events = receiver.events
     assert len(events) == 2 * len(DATASETS)
     for event in events:
-        errors = sorted(_VALIDATOR.iter_errors(event), key=str)
+        errors = sorted(VALIDATOR.iter_errors(event), key=str)
         assert not errors, [e.message for e in errors]
     runs: dict[str, list[dict[str, Any]]] = {}
     for event in events:
@@ -272,7 +171,7 @@ def test_the_file_transport_appends_one_event_a_line(
     assert isinstance(outcome, Committed) and outcome.published
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(lines) == 2 * len(DATASETS)
-    assert not [e for line in lines for e in _VALIDATOR.iter_errors(line)]
+    assert not [e for line in lines for e in VALIDATOR.iter_errors(line)]
 
 
 @pytest.mark.parametrize(
