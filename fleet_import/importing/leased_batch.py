@@ -149,15 +149,37 @@ class LeasedBatch:
             return []
 
     def fail(self, kind: FailureKind, error: str, facts: Mapping[str, Any] | None = None) -> Failed:
-        """Fail the batch as `kind` (facts kept in its failure record and told), and tell."""
+        """Fail the batch as `kind` (facts kept in its failure record and told), and tell.
+        A batch whose slice reached the warehouse gets its OpenLineage FAIL events."""
+        lineage = self._failed_lineage(kind, error)
         fail_and_tell(
             self.ctx.events,
-            lambda: self.ctx.repo.mark_failed(self.batch_id, self.owner, kind, error, facts),
+            lambda: self.ctx.repo.mark_failed(
+                self.batch_id, self.owner, kind, error, facts, lineage=lineage
+            ),
             kind,
             error,
             **dict(facts or {}),
         )
+        if lineage and self.ctx.lineage is not None:
+            self.ctx.lineage.delivery.deliver_quietly(self.owner, self.batch_id)
         return Failed(self.batch_id, kind, error)
+
+    def _failed_lineage(self, kind: FailureKind, error: str) -> list[LineageEvent]:
+        """FAIL events for a batch that opened its slice in the warehouse (a session was
+        recorded) and failed before committing; none for one that never got that far."""
+        if self.ctx.lineage is None or kind != FailureKind.FAILED_PRE_COMMIT:
+            return []
+        from fleet_import.publication.lineage import failed_events
+
+        try:
+            batch = self.read()
+            if "warehouse_session" not in batch.details:
+                return []
+            return failed_events(batch, error, self.ctx.contracts, self.ctx.lineage.naming)
+        except Exception as exc:  # noqa: BLE001 - lineage never stands between a batch and its end
+            log.warning("the OpenLineage events of batch %s were not built: %s", self.batch_id, exc)
+            return []
 
     def publish(self, committed: Committed) -> ImportOutcome:
         """Steps 7-8: drain the batch's outbox, then succeed it (the Publisher does); then

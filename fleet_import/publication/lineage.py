@@ -21,6 +21,7 @@ from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, R
 from openlineage.client.facet_v2 import (
     DatasetFacet,
     dataset_version_dataset,
+    error_message_run,
     job_type_job,
     output_statistics_output_dataset,
     schema_dataset,
@@ -84,12 +85,49 @@ def committed_events(
     now: dt.datetime | None = None,
 ) -> list[LineageEvent]:
     """START and COMPLETE of every dataset the batch committed, to enqueue with its commit."""
+    return _run_events(
+        batch, sorted(row_counts), row_counts, summary, contracts, naming, RunState.COMPLETE, now
+    )
+
+
+def failed_events(
+    batch: Batch,
+    error: str,
+    contracts: ContractSet,
+    naming: LineageNaming,
+    now: dt.datetime | None = None,
+) -> list[LineageEvent]:
+    """START and FAIL of every dataset of a batch that reached the warehouse but committed
+    nothing (the slice transaction rolled back), with the failure as `errorMessage`."""
+    datasets = sorted(_objects_by_dataset(batch.details.get("manifest") or {}))
+    summary = batch.details.get("summary") or {}
+    return _run_events(
+        batch, datasets, None, summary, contracts, naming, RunState.FAIL, now, error=error
+    )
+
+
+def _run_events(
+    batch: Batch,
+    datasets: list[str],
+    row_counts: Mapping[str, int] | None,
+    summary: Mapping[str, Any],
+    contracts: ContractSet,
+    naming: LineageNaming,
+    end: RunState,
+    now: dt.datetime | None,
+    error: str | None = None,
+) -> list[LineageEvent]:
     now = now or dt.datetime.now(dt.UTC)
     objects = _objects_by_dataset(batch.details.get("manifest") or {})
     rejects = _rejects_by_dataset(summary)
     versions = dict(batch.details.get("contract_versions") or {})
+    run_facets: dict[str, Any] = {}
+    if error is not None:
+        run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
+            message=error, programmingLanguage="python", producer=PRODUCER
+        )
     events: list[LineageEvent] = []
-    for dataset in sorted(row_counts):
+    for dataset in datasets:
         run_id = lineage_run_id(batch.id, dataset)
         name = job_name(batch.tenant_id, dataset)
         job = Job(
@@ -105,16 +143,16 @@ def committed_events(
             },
         )
         inputs = [_input(obj, versions.get(dataset)) for obj in objects.get(dataset, [])]
-        output = _output(batch, dataset, contracts, naming, row_counts[dataset], rejects)
-        started = _iso(batch.created_at)
-        for state, at, outs in (
-            (RunState.START, started, []),
-            (RunState.COMPLETE, _iso(now), [output]),
+        rows = None if row_counts is None else row_counts[dataset]
+        output = _output(batch, dataset, contracts, naming, rows, rejects)
+        for state, at, outs, facets in (
+            (RunState.START, _iso(batch.created_at), [], {}),
+            (end, _iso(now), [output], run_facets),
         ):
             event = RunEvent(
                 eventType=state,
                 eventTime=at,
-                run=Run(runId=str(run_id)),
+                run=Run(runId=str(run_id), facets=facets),
                 job=job,
                 inputs=inputs,
                 outputs=outs,
@@ -156,7 +194,7 @@ def _output(
     dataset: str,
     contracts: ContractSet,
     naming: LineageNaming,
-    rows: int,
+    rows: int | None,
     rejects: Mapping[str, int],
 ) -> OutputDataset:
     contract = contracts[dataset]
@@ -178,7 +216,9 @@ def _output(
                 producer=PRODUCER,
             ),
         },
-        outputFacets={
+        outputFacets={}
+        if rows is None  # nothing was committed
+        else {
             "outputStatistics": output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
                 rowCount=int(rows), producer=PRODUCER
             )

@@ -16,12 +16,14 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from fleet_import.errors import ConfigurationError
 from fleet_import.explain import with_next_step
-from fleet_import.store.lineage_outbox import LineageOutbox
+
+if TYPE_CHECKING:  # the settings check imports this module: it must not load the store
+    from fleet_import.store.lineage_outbox import LineageOutbox
 
 log = logging.getLogger(__name__)
 

@@ -238,19 +238,22 @@ class BatchRepository(SqlStore):
         kind: FailureKind,
         error: str,
         facts: Mapping[str, Any] | None = None,
+        lineage: Sequence[LineageEvent] = (),
     ) -> Batch:
         """Fail a running batch and free its scope. owner=None for a batch never leased.
-        `facts` are kept in the failure record beside kind, error and time."""
-        row = self._one(
-            "mark_failed",
-            {
-                "batch_id": batch_id,
-                "owner": owner,
-                "kind": str(FailureKind(kind)),
-                "error": _without_nul(error),
-                "facts": _jsonb(dict(facts or {})),
-            },
-        )
+        `facts` are kept in the failure record beside kind, error and time; `lineage` (its
+        OpenLineage FAIL events) is enqueued in the same transaction."""
+        params = {
+            "batch_id": batch_id,
+            "owner": owner,
+            "kind": str(FailureKind(kind)),
+            "error": _without_nul(error),
+            "facts": _jsonb(dict(facts or {})),
+        }
+        with self._transaction() as conn:
+            row = conn.execute(QUERIES["mark_failed"], params).fetchone()
+            if row is not None and lineage:
+                conn.execute(LINEAGE_QUERIES["enqueue_lineage"], enqueue_params(batch_id, lineage))
         if row is None:
             raise self._lease_lost(batch_id, owner)
         return Batch.from_row(row)

@@ -15,7 +15,7 @@ import pytest
 from fleet_cli.batch_views import batch_detail_record
 from fleet_import.checks.settings import SettingsInvalid, Uses, check_settings
 from fleet_import.config import Settings
-from fleet_import.importing.context import Committed, ImportContext
+from fleet_import.importing.context import Committed, Failed, ImportContext
 from fleet_import.importing.driver import import_folder
 from fleet_import.publication.lineage import job_name, lineage_run_id
 from fleet_import.publication.lineage_delivery import (
@@ -27,7 +27,7 @@ from fleet_import.publication.lineage_delivery import (
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant, source_scope, split_folder
 from fleet_import.store.lineage_outbox import LineageOutbox
-from fleet_import.store.models import BatchStatus
+from fleet_import.store.models import BatchStatus, FailureKind
 from tests.helpers import upload
 from tests.lineage_receiver import VALIDATOR, Receiver
 
@@ -200,3 +200,33 @@ def test_lineage_run_ids_are_derived_from_the_batch() -> None:
     batch = uuid.UUID("01890000-0000-7000-8000-000000000001")
     assert lineage_run_id(batch, "trips") == lineage_run_id(uuid.UUID(str(batch)), "trips")
     assert lineage_run_id(batch, "trips") != lineage_run_id(batch, "vehicles")
+
+
+def test_a_slice_rolled_back_in_the_warehouse_is_a_failed_run(
+    lineage_ctx: ImportContext, s3, landing_bucket: str, receiver: Receiver
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=6, fuel=4, vehicles=3, bad_rows=True))
+    outcome = import_folder(lineage_ctx, ACME, folder, "d1")
+    assert isinstance(outcome, Failed) and outcome.kind == FailureKind.FAILED_PRE_COMMIT
+    assert "reject" in outcome.error
+    events = receiver.events
+    assert not [e for event in events for e in VALIDATOR.iter_errors(event)]
+    assert sorted((e["job"]["name"], e["eventType"]) for e in events) == sorted(
+        (job_name("acme", d), t) for d in DATASETS for t in ("START", "FAIL")
+    )
+    for fail in (e for e in events if e["eventType"] == "FAIL"):
+        assert fail["run"]["facets"]["errorMessage"]["message"] == outcome.error
+        (output,) = fail["outputs"]
+        assert "outputStatistics" not in output.get("outputFacets", {})  # nothing committed
+
+
+def test_a_batch_that_never_reached_the_warehouse_tells_no_lineage(
+    lineage_ctx: ImportContext, s3, landing_bucket: str, receiver: Receiver, database_url: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, {"trips-1.csv": b"not,a,trips,header\n1,2,3,4\n"})
+    outcome = import_folder(lineage_ctx, ACME, folder, "d1")
+    assert isinstance(outcome, Failed), outcome
+    assert receiver.events == []
+    assert LineageOutbox(database_url).of_batch(outcome.batch_id) == []
