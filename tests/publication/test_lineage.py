@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from rich.console import Console
 
-from fleet_cli.batch_views import batch_detail_record
+from fleet_cli.batch_views import batch_detail_record, batch_views
 from fleet_import.checks.settings import SettingsInvalid, Uses, check_settings
 from fleet_import.config import Settings
 from fleet_import.importing.context import Committed, Failed, ImportContext
@@ -128,6 +129,12 @@ def test_a_lineage_endpoint_down_leaves_the_batch_succeeded_and_its_events_pendi
     tried = [e for e in shown if e["attempts"]]  # the run stopped at the first refusal
     assert len(tried) == 1 and "ConnectionError" in tried[0]["last_error"]
     assert tried[0]["event_type"] == "START"
+    console = Console(record=True, width=200)
+    for view in batch_views(batch, [], LineageOutbox(database_url).of_batch(batch.id)):
+        console.print(view)
+    text = console.export_text()
+    assert "lineage" in text and "fleet-import.acme.trips" in text
+    assert text.count("pending") == 2 * len(DATASETS) and "ConnectionError" in text
 
     receiver.start()  # back, on the same port
     delivery = lineage_ctx.lineage.delivery
