@@ -6,6 +6,7 @@ delivered once each."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -237,3 +238,30 @@ def test_a_batch_that_never_reached_the_warehouse_tells_no_lineage(
     assert isinstance(outcome, Failed), outcome
     assert receiver.events == []
     assert LineageOutbox(database_url).of_batch(outcome.batch_id) == []
+
+
+def test_drains_racing_send_each_event_once_and_every_start_before_its_complete(
+    lineage_ctx: ImportContext, s3, landing_bucket: str, receiver: Receiver
+) -> None:
+    receiver.stop()
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=20, fuel=4, vehicles=3))
+    assert isinstance(import_folder(lineage_ctx, ACME, folder, "d1"), Committed)
+    receiver.start()
+    delivery = lineage_ctx.lineage.delivery
+    barrier = threading.Barrier(4)
+    sent: list[int] = []
+
+    def drain(worker: str) -> None:
+        barrier.wait()
+        sent.append(delivery.deliver(worker).sent)
+
+    threads = [threading.Thread(target=drain, args=(f"drain-{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    keys = [(e["run"]["runId"], e["eventType"]) for e in receiver.events]
+    assert sum(sent) == len(keys) == len(set(keys)) == 2 * len(DATASETS)
+    for run_id in {k[0] for k in keys}:
+        assert [t for r, t in keys if r == run_id] == ["START", "COMPLETE"]
