@@ -19,6 +19,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from fleet_import.scope import folder_leaf
+from fleet_import.store.lineage_outbox import LineageRow
 from fleet_import.store.models import Batch, warehouse_committed
 from fleet_import.store.outbox import OutboxStep
 
@@ -179,12 +180,30 @@ def _step_record(step: OutboxStep) -> dict[str, Any]:
     }
 
 
-def batch_detail_record(batch: Batch, steps: Sequence[OutboxStep]) -> dict[str, Any]:
-    """`batches show --json`: the list's record plus the details as stored and the steps."""
+def _lineage_record(row: LineageRow) -> dict[str, Any]:
+    return {
+        "job": row.job_name,
+        "run_id": str(row.run_id),
+        "event_type": row.event_type,
+        "event_time": _iso(row.event_time),
+        "status": row.status,
+        "attempts": row.attempts,
+        "last_error": row.last_error,
+        "available_at": _iso(row.available_at),
+        "delivered_at": _iso(row.delivered_at),
+    }
+
+
+def batch_detail_record(
+    batch: Batch, steps: Sequence[OutboxStep], lineage: Sequence[LineageRow] = ()
+) -> dict[str, Any]:
+    """`batches show --json`: the list's record plus the details as stored, the steps and
+    the OpenLineage events (pending until delivered)."""
     return {
         **batch_record(batch),
         "details": batch.details,
         "publication": [_step_record(step) for step in steps],
+        "lineage": [_lineage_record(row) for row in lineage],
     }
 
 
@@ -230,8 +249,11 @@ def _data_table(title: str | Text, *headers: str) -> Table:
     return Table(*(Column(header, overflow="fold") for header in headers), title=title)
 
 
-def batch_views(batch: Batch, steps: Sequence[OutboxStep]) -> list[RenderableType]:
-    """`batches show`: the facts, then publication steps, files and first rejects."""
+def batch_views(
+    batch: Batch, steps: Sequence[OutboxStep], lineage: Sequence[LineageRow] = ()
+) -> list[RenderableType]:
+    """`batches show`: the facts, then publication steps, lineage events, files and first
+    rejects."""
     details = batch.details
     facts = Table.grid(padding=(0, 2))
     facts.add_column(no_wrap=True)
@@ -265,6 +287,12 @@ def batch_views(batch: Batch, steps: Sequence[OutboxStep]) -> list[RenderableTyp
             error = (s.last_error or "")[:_SHOW_STEP_ERROR]
             outbox.add_row(*_cells(s.seq, s.step, s.status, s.attempts, error))
         views.append(outbox)
+    if lineage:
+        events = _data_table("lineage", "job", "event", "status", "attempts", "last error")
+        for e in lineage:
+            error = (e.last_error or "")[:_SHOW_STEP_ERROR]
+            events.add_row(*_cells(e.job_name, e.event_type, e.status, e.attempts, error))
+        views.append(events)
     summary = details.get("summary") or {}
     if summary.get("files"):
         files = _data_table("files", "file", "dataset", "rows", "rejects", "cache hit")

@@ -201,6 +201,7 @@ def batches_show(
     """
     url = _database_url(database_url)
     from fleet_cli.batch_views import batch_detail_record, batch_views
+    from fleet_import.store.lineage_outbox import LineageOutbox
     from fleet_import.store.outbox import OutboxRepository
     from fleet_import.store.repository import BatchRepository
 
@@ -209,12 +210,13 @@ def batches_show(
         parsed = resolve_batch_id(batch_id, repo)
         batch = repo.get(parsed)
         steps = OutboxRepository(url).steps(parsed) if batch else []
+        lineage = LineageOutbox(url).of_batch(parsed) if batch else []
     if batch is None:
         raise _fail(f"no batch {batch_id}")
     if as_json:
-        typer.echo(json.dumps(batch_detail_record(batch, steps), indent=2))
+        typer.echo(json.dumps(batch_detail_record(batch, steps, lineage), indent=2))
         return
-    for view in batch_views(batch, steps):
+    for view in batch_views(batch, steps, lineage):
         console.print(view)
 
 

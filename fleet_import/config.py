@@ -124,6 +124,13 @@ class Settings(BaseSettings):
         None,
         description="freshness SLO file (fleet_import.freshness.policies); none: no check",
     )
+    openlineage: str | None = Field(
+        None,
+        description="OpenLineage transport: http(s)://host:5000 or file:///path.jsonl; none: off",
+    )
+    openlineage_namespace: str = Field(
+        "fleet-import", description="OpenLineage job namespace of the slice runs"
+    )
     landing_prefix: str = Field("", description="key prefix above the tenant folders")
     landing_pattern: str = Field(
         DEFAULT_LANDING_PATTERN, description="tenant folder layout after the landing prefix"

@@ -21,7 +21,8 @@ def drain_publications(limit: int = 50) -> dict[str, int]:
     exactly one drain. Failed publications wait for an explicit resume. A batch whose
     tenant the registry no longer enables (or whose folder no longer binds) publishes
     nothing: it ends failed_publication, counted as PublicationRefused, with a
-    `fleet.delivery.refused` event (fleet_import.publication.refusal).
+    `fleet.delivery.refused` event (fleet_import.publication.refusal). Last, OpenLineage
+    events still pending (FLEET_OPENLINEAGE) are delivered, counted as LineageDelivered.
 
     Args:
         limit: At most this many batches per run.
@@ -36,6 +37,9 @@ def drain_publications(limit: int = 50) -> dict[str, int]:
     counts: dict[str, int] = {}
     for outcome in outcomes:
         counts[type(outcome).__name__] = counts.get(type(outcome).__name__, 0) + 1
+    if rt.ctx.lineage is not None:  # OpenLineage events the runs could not deliver
+        delivered = rt.ctx.lineage.delivery.deliver_quietly(owner)
+        counts["LineageDelivered"] = delivered.sent
     get_run_logger().info("drained %d batches: %s", len(outcomes), counts)
     if outcomes:
         create_table_artifact(

@@ -129,6 +129,8 @@ def settings_problems(
         problems += _dask(settings.dask_address)
     if Uses.FRESHNESS in uses and (settings.freshness or settings.tenants):
         problems += _freshness(settings)
+    if Uses.WAREHOUSE in uses and settings.openlineage:
+        problems += _openlineage(settings.openlineage)
     if Uses.PREFECT in uses and env.get("PREFECT_API_URL"):
         problems += _http_url("PREFECT_API_URL", env["PREFECT_API_URL"], "http://host:4200/api")
     return problems
@@ -279,3 +281,10 @@ def _freshness(settings: Settings) -> list[SettingProblem]:
         variable = "FLEET_FRESHNESS" if settings.freshness else "FLEET_TENANTS"
         return [SettingProblem(variable, " ".join(str(exc).split()))]
     return []
+
+
+def _openlineage(target: str) -> list[SettingProblem]:
+    from fleet_import.publication.lineage_delivery import transport_problem
+
+    problem = transport_problem(target)
+    return [SettingProblem("FLEET_OPENLINEAGE", problem)] if problem else []

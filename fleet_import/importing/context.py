@@ -21,6 +21,7 @@ from fleet_import.config import (
 from fleet_import.contracts.fleet import FLEET_DATASETS
 from fleet_import.contracts.model import ContractSet
 from fleet_import.publication.events import EventSink
+from fleet_import.publication.lineage_delivery import Lineage
 from fleet_import.publication.publisher import Publisher
 from fleet_import.retry import Backoff, spanning
 from fleet_import.s3.staging import StagingArea
@@ -56,6 +57,7 @@ class ImportContext:
     normalize_workers: int = DEFAULT_NORMALIZE_WORKERS
     publisher: Publisher | None = None  # None: nothing to publish, succeed after commit
     events: EventSink = no_event
+    lineage: Lineage | None = None  # None: no OpenLineage events (FLEET_OPENLINEAGE unset)
     progress: Progress = no_progress  # called from the loading and the COPY reader threads
     workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "fleet-import")
     # The Settings it was built from (runtime.build_runtime): what a job (importing.jobs)

@@ -22,6 +22,7 @@ from fleet_import.publication.events import event_payload, expired_publication, 
 from fleet_import.publication.outcomes import PublicationExpired, PublicationFailed, Published
 from fleet_import.scope import Tenant
 from fleet_import.store.heartbeat import Heartbeat
+from fleet_import.store.lineage_outbox import LineageEvent
 from fleet_import.store.models import Batch, FailureKind
 from fleet_import.warehouse.base import Warehouse
 
@@ -107,13 +108,15 @@ class LeasedBatch:
     ) -> Committed:
         """Step 6: the warehouse commit recorded and the outbox enqueued, in one operational
         transaction. If this fails, the batch stays running and a rerun finds the stamp and
-        redoes only this."""
+        redoes only this. With OpenLineage on, the batch's RunEvents are enqueued in that
+        transaction too."""
         batch = self.ctx.repo.mark_committed(
             self.batch_id,
             self.owner,
             row_counts=row_counts,
             publication_steps=self.ctx.publication_steps(),
             patch={"summary": summary},
+            lineage=self._lineage_events(row_counts, summary),
         )
         failpoints.hit("after_operational_commit")
         self.ctx.events(
@@ -128,19 +131,66 @@ class LeasedBatch:
         )
         return Committed(self.batch_id, self.scope, row_counts, summary, recovered)
 
+    def _lineage_events(
+        self, row_counts: dict[str, int], summary: dict[str, Any]
+    ) -> list[LineageEvent]:
+        """The commit's OpenLineage events; none (logged) if they cannot be built: lineage
+        never stands between a slice and its commit record."""
+        if self.ctx.lineage is None:
+            return []
+        from fleet_import.publication.lineage import committed_events
+
+        try:
+            return committed_events(
+                self.read(), row_counts, summary, self.ctx.contracts, self.ctx.lineage.naming
+            )
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            log.warning("the OpenLineage events of batch %s were not built: %s", self.batch_id, exc)
+            return []
+
     def fail(self, kind: FailureKind, error: str, facts: Mapping[str, Any] | None = None) -> Failed:
-        """Fail the batch as `kind` (facts kept in its failure record and told), and tell."""
+        """Fail the batch as `kind` (facts kept in its failure record and told), and tell.
+        A batch whose slice reached the warehouse gets its OpenLineage FAIL events."""
+        lineage = self._failed_lineage(kind, error)
         fail_and_tell(
             self.ctx.events,
-            lambda: self.ctx.repo.mark_failed(self.batch_id, self.owner, kind, error, facts),
+            lambda: self.ctx.repo.mark_failed(
+                self.batch_id, self.owner, kind, error, facts, lineage=lineage
+            ),
             kind,
             error,
             **dict(facts or {}),
         )
+        if lineage and self.ctx.lineage is not None:
+            self.ctx.lineage.delivery.deliver_quietly(self.owner, self.batch_id)
         return Failed(self.batch_id, kind, error)
 
+    def _failed_lineage(self, kind: FailureKind, error: str) -> list[LineageEvent]:
+        """FAIL events for a batch that opened its slice in the warehouse (a session was
+        recorded) and failed before committing; none for one that never got that far."""
+        if self.ctx.lineage is None or kind != FailureKind.FAILED_PRE_COMMIT:
+            return []
+        from fleet_import.publication.lineage import failed_events
+
+        try:
+            batch = self.read()
+            if "warehouse_session" not in batch.details:
+                return []
+            return failed_events(batch, error, self.ctx.contracts, self.ctx.lineage.naming)
+        except Exception as exc:  # noqa: BLE001 - lineage never stands between a batch and its end
+            log.warning("the OpenLineage events of batch %s were not built: %s", self.batch_id, exc)
+            return []
+
     def publish(self, committed: Committed) -> ImportOutcome:
-        """Steps 7-8: drain the batch's outbox, then succeed it (the Publisher does)."""
+        """Steps 7-8: drain the batch's outbox, then succeed it (the Publisher does); then
+        deliver its lineage, whatever came of publication and whether or not the endpoint
+        answers (undelivered events wait in the lineage outbox for the drain)."""
+        outcome = self._publish(committed)
+        if self.ctx.lineage is not None:
+            self.ctx.lineage.delivery.deliver_quietly(self.owner, self.batch_id)
+        return outcome
+
+    def _publish(self, committed: Committed) -> ImportOutcome:
         ctx = self.ctx
         if ctx.publisher is None:
             failpoints.hit("before_mark_succeeded")

@@ -8,17 +8,25 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from fleet_import.config import Settings
+from fleet_import.config import Settings, libpq_url
 from fleet_import.contracts.files import contracts_in_force
 from fleet_import.errors import ConfigurationError
 from fleet_import.importing.context import ImportContext, Progress, no_event, no_progress
 from fleet_import.publication.events import EventSink
+from fleet_import.publication.lineage_delivery import (
+    Lineage,
+    LineageDelivery,
+    LineageNaming,
+    transport_emit,
+)
 from fleet_import.publication.publisher import Publisher
 from fleet_import.publication.retention import Retention
 from fleet_import.retry import spanning
 from fleet_import.s3.client import s3_client
 from fleet_import.s3.staging import StagingArea
+from fleet_import.store.lineage_outbox import LineageOutbox
 from fleet_import.store.outbox import OutboxRepository
 from fleet_import.store.repository import BatchRepository
 from fleet_import.store.review_repository import ReviewRepository
@@ -138,11 +146,36 @@ def build_runtime(
         normalize_workers=settings.normalize_workers,
         publisher=publisher,
         events=events,
+        lineage=build_lineage(settings),
         progress=progress,
         workdir=workdir,
         settings=settings,
     )
     return Runtime(settings, ctx, outbox, publisher)
+
+
+def build_lineage(settings: Settings) -> Lineage | None:
+    """OpenLineage as `FLEET_OPENLINEAGE` names it; None when it is unset. The warehouse's
+    namespace carries host and port only, never its credentials."""
+    if not settings.openlineage:
+        return None
+    if settings.warehouse == "redshift":
+        kwargs = settings.redshift_connect_kwargs()
+        where = f"redshift://{kwargs.get('host')}:{kwargs.get('port', 5439)}"
+        database = str(kwargs.get("database") or "dev")
+    else:
+        url = urlsplit(libpq_url(settings.effective_warehouse_url))
+        where = f"postgres://{url.hostname or 'localhost'}:{url.port or 5432}"
+        database = url.path.lstrip("/") or "postgres"
+    registry = registry_in_force(settings.tenants)
+    naming = LineageNaming(
+        settings.openlineage_namespace,
+        where,
+        database,
+        lambda tenant_id: own_database(settings, tenant_id, registry),
+    )
+    outbox = LineageOutbox(settings.database_url)
+    return Lineage(naming, LineageDelivery(outbox, transport_emit(settings.openlineage)))
 
 
 _REMOTE_CONTEXTS: dict[str, ImportContext] = {}

@@ -24,6 +24,8 @@ from fleet_import.errors import (
 from fleet_import.scope import SOURCE_SCOPE_MAX_LENGTH, Tenant
 from fleet_import.sqlfiles import load_queries
 from fleet_import.store.connection import ScopeTaken, SqlStore
+from fleet_import.store.lineage_outbox import QUERIES as LINEAGE_QUERIES
+from fleet_import.store.lineage_outbox import LineageEvent, enqueue_params
 from fleet_import.store.models import (
     FLEET_MODE,
     FLEET_PIPELINE_STAGE,
@@ -202,8 +204,10 @@ class BatchRepository(SqlStore):
         row_counts: Mapping[str, int],
         publication_steps: Sequence[str] = (),
         patch: Mapping[str, Any] | None = None,
+        lineage: Sequence[LineageEvent] = (),
     ) -> Batch:
-        """Record the warehouse commit and enqueue publication in one transaction. An
+        """Record the warehouse commit and enqueue publication (and the batch's
+        OpenLineage events, `lineage`) in one transaction. An
         approval's batch (details `approves`) decides the held batch in that transaction
         too, so whoever records the commit (the run, a rerun, the drain, resume) settles
         the review, once."""
@@ -217,6 +221,8 @@ class BatchRepository(SqlStore):
             row = conn.execute(QUERIES["mark_committed"], params).fetchone()
             if row is not None and publication_steps:
                 conn.execute(QUERIES["enqueue_publication"], params)
+            if row is not None and lineage:
+                conn.execute(LINEAGE_QUERIES["enqueue_lineage"], enqueue_params(batch_id, lineage))
             if row is not None and row["details"].get("approves"):
                 held = uuid.UUID(row["details"]["approves"])
                 approval = review_params(held, "approved", row["id"])
@@ -232,19 +238,22 @@ class BatchRepository(SqlStore):
         kind: FailureKind,
         error: str,
         facts: Mapping[str, Any] | None = None,
+        lineage: Sequence[LineageEvent] = (),
     ) -> Batch:
         """Fail a running batch and free its scope. owner=None for a batch never leased.
-        `facts` are kept in the failure record beside kind, error and time."""
-        row = self._one(
-            "mark_failed",
-            {
-                "batch_id": batch_id,
-                "owner": owner,
-                "kind": str(FailureKind(kind)),
-                "error": _without_nul(error),
-                "facts": _jsonb(dict(facts or {})),
-            },
-        )
+        `facts` are kept in the failure record beside kind, error and time; `lineage` (its
+        OpenLineage FAIL events) is enqueued in the same transaction."""
+        params = {
+            "batch_id": batch_id,
+            "owner": owner,
+            "kind": str(FailureKind(kind)),
+            "error": _without_nul(error),
+            "facts": _jsonb(dict(facts or {})),
+        }
+        with self._transaction() as conn:
+            row = conn.execute(QUERIES["mark_failed"], params).fetchone()
+            if row is not None and lineage:
+                conn.execute(LINEAGE_QUERIES["enqueue_lineage"], enqueue_params(batch_id, lineage))
         if row is None:
             raise self._lease_lost(batch_id, owner)
         return Batch.from_row(row)

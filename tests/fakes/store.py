@@ -220,7 +220,9 @@ class MemoryBatchRepository:
         row_counts: Mapping[str, int],
         publication_steps: Sequence[str] = (),
         patch: Mapping[str, Any] | None = None,
+        lineage: Sequence[Any] = (),
     ) -> Batch:
+        _no_lineage(lineage)
         with self.store.transaction("mark_committed"):
             details = {**(patch or {}), "row_counts": dict(row_counts)}
             details |= {"phase": "committed", "warehouse_committed": True}
@@ -254,7 +256,9 @@ class MemoryBatchRepository:
         kind: FailureKind,
         error: str,
         facts: Mapping[str, Any] | None = None,
+        lineage: Sequence[Any] = (),
     ) -> Batch:
+        _no_lineage(lineage)
         with self.store.transaction("mark_failed"):
             failure = {
                 **as_json(dict(facts or {})),
@@ -357,3 +361,9 @@ class MemoryBatchRepository:
             rows.sort(key=lambda row: row["id"])
             rows.sort(key=lambda row: row["created_at"], reverse=True)
             return [batch_of(row) for row in rows[: int(limit)]]
+
+
+def _no_lineage(lineage: Sequence[Any]) -> None:
+    """The fakes hold no lineage outbox: a test that turns OpenLineage on uses PostgreSQL."""
+    if lineage:
+        raise NotImplementedError("the in-memory store has no lineage outbox")
