@@ -45,11 +45,11 @@ def round_ratio(results: dict[str, list[Measurement]], top: str, bottom: str) ->
 def _table(results: dict[str, list[Measurement]]) -> None:
     print(
         f"\n  {'part':38s} {'rows':>10s} {'seconds':>8s} {'rows/s':>10s} {'peak RSS MB':>12s}"
-        f"   CPU s: {'client':>6s} {'db':>5s} {'s3':>5s}   host busy"
+        f"   CPU s: {'client':>6s} {'db':>5s} {'s3':>5s}   host busy  WAL MB  ckpts"
     )
     for part, runs in results.items():
         for number, measured in enumerate(runs, 1):
-            cpu = measured.details["cpu_seconds"]
+            cpu, server = measured.details["cpu_seconds"], measured.details.get("server", {})
             label = part if len(runs) == 1 else f"{part} #{number}"
             rate = measured.rows_per_second if measured.rows else 0.0
             print(
@@ -57,6 +57,7 @@ def _table(results: dict[str, list[Measurement]]) -> None:
                 f" {measured.peak_rss_mb:>12.0f}          {cpu['client']:>6.2f}"
                 f" {cpu['database']:>5.2f} {cpu['s3']:>5.2f}"
                 f"   {measured.details['host_cpu_busy']:>9.0%}"
+                f"  {server.get('wal_mb', 0):>6.0f}  {server.get('checkpoints', 0):>5.0f}"
             )
 
 

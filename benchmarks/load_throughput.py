@@ -96,6 +96,18 @@ def server_version(url: str) -> str:
         return str(conn.execute("SHOW server_version").fetchone()[0]).split()[0]  # type: ignore[index]
 
 
+def server_counters(url: str) -> dict[str, float]:
+    """WAL written (MB) and checkpoints started, server-wide: around a child they include
+    its start-up and, on a shared server, other sessions' work."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0') / 1048576.0,"
+            " checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
+        ).fetchone()
+    assert row is not None
+    return {"wal_mb": float(row[0]), "checkpoints": float(row[1])}
+
+
 class Bench:
     """One run's shared state: the database, the S3 server, the buckets, the results."""
 
@@ -117,7 +129,10 @@ class Bench:
         progress(f"measuring {part}")
         spec = {"database_url": self.url, "endpoint": self.endpoint, "label": part, **spec}
         argv = [str(Path(__file__).resolve()), "--child", role, "--spec", json.dumps(spec)]
+        before = server_counters(self.url)
         measured = run_child(argv, CHILD_TIMEOUT_SECONDS)
+        after = server_counters(self.url)
+        measured.details["server"] = {k: after[k] - before[k] for k in after}
         progress(f"{part}: {measured.rows:,} rows in {measured.seconds:.2f} s")
         if measured.rows != rows:
             raise RuntimeError(f"{part} loaded {measured.rows} rows, expected {rows}")
