@@ -32,6 +32,44 @@ _PHASES = (
 )
 
 
+_RSS_SAMPLE_SECONDS = 0.05
+
+
+class RssTrace:
+    """Samples this process's RSS while the import runs and remembers where the peak was:
+    the seconds since the start and the last progress message seen before it."""
+
+    def __init__(self) -> None:
+        self.last_message = "start"
+        self.peak_mb, self.peak_at, self.peak_after = 0.0, 0.0, "start"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-trace", daemon=True)
+
+    def _run(self) -> None:
+        started = time.perf_counter()
+        while not self._stop.wait(_RSS_SAMPLE_SECONDS):
+            status = Path("/proc/self/status").read_text()
+            rss = int(status.split("VmRSS:")[1].split()[0]) / 1024
+            if rss > self.peak_mb:
+                self.peak_mb, self.peak_after = rss, self.last_message
+                self.peak_at = time.perf_counter() - started
+
+    def __enter__(self) -> RssTrace:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "rss_peak_sampled_mb": round(self.peak_mb),
+            "rss_peak_at_s": round(self.peak_at, 2),
+            "rss_peak_after": self.peak_after,
+        }
+
+
 class TimedStaging(StagingArea):
     """The staging area, adding up the seconds spent uploading (summed over workers)."""
 
@@ -60,12 +98,14 @@ def measure_ours(spec: dict[str, Any]) -> Measurement:
     staging = TimedStaging(spec["staging_uri"], s3)
     marks: dict[str, float] = {}
     label = spec["label"]
+    trace = RssTrace()
 
     def on_progress(message: str, fraction: float | None) -> None:
         now = time.perf_counter()
         kind = message.split(" ", 1)[0]
         marks.setdefault(f"first {kind}", now)
         marks[f"last {kind}"] = now
+        trace.last_message = message
         if kind != "loaded":
             progress(f"{label}: {message}")
 
@@ -80,7 +120,7 @@ def measure_ours(spec: dict[str, Any]) -> Measurement:
         workdir=Path(spec["workdir"]),
         progress=on_progress,
     )
-    with Window() as window:
+    with Window() as window, trace:
         marks["start"] = time.perf_counter()
         outcome = import_folder(
             ctx,
@@ -114,4 +154,5 @@ def measure_ours(spec: dict[str, Any]) -> Measurement:
         phases=phases,
         stage_upload_seconds_summed=round(staging.put_seconds, 3),
         staged_mib=round(staging.put_bytes / 2**20, 1),
+        **trace.details(),
     )

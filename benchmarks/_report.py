@@ -96,7 +96,13 @@ def report(bench: Any) -> None:
             f"fleet-import run against a Prefect server: {cli:.2f} s, import_folder "
             f"{core:.2f} s: +{cli - core:.2f} s (target <= +1.5 s)"
         )
-    for part in _PHASE_PARTS:
+    for part in ("ours parquet", "ours parquet large"):
+        if part in results and "rss_peak_after" in (found := median(results[part]).details):
+            print(
+                f"{part}: sampled peak RSS {found['rss_peak_sampled_mb']} MB at "
+                f"{found['rss_peak_at_s']} s, after {found['rss_peak_after']!r}"
+            )
+    for part in (*_PHASE_PARTS, "ours parquet large"):
         if part not in results:
             continue
         print(f"{part} by phase (median run, wall seconds):")
