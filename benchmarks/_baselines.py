@@ -7,8 +7,14 @@ fastest configuration when the `bench` extra is installed.
   `COPY (FORMAT BINARY)` on one connection, in one transaction, into a plain table.
 - CSV baseline: each object's bytes as S3 sends them straight into `COPY (FORMAT CSV, HEADER)`
   (the server parses; no Python touches a row).
+- Curated-shape baseline: the Parquet baseline into a table of the curated table's shape
+  (the three stamp columns, NOT NULL as ours are, stamped in the COPY stream; the btree on
+  the batch id): the limit for a loader that keeps our slice's guarantees.
 - dlt: an Arrow source reading the same objects as `read_parquet(use_pyarrow=True)` does,
-  `loader_file_format="parquet"`, loaded through ADBC into a dataset of its own.
+  `loader_file_format="parquet"`, loaded through ADBC into a dataset of its own: its fastest
+  append, or (`slice`) `merge` with the `delete-insert` strategy on a `merge_key` of tenant
+  and scope replacing the slice a first, untimed run loaded (the job a dlt user replacing
+  one tenant's slice configures).
 """
 
 from __future__ import annotations
@@ -32,8 +38,15 @@ from psycopg import sql
 
 from fleet_import.config import libpq_url
 from fleet_import.contracts.fleet import TRIPS
-from fleet_import.warehouse.postgres.binary_copy import SIGNATURE, TRAILER, CopyEncoder
-from fleet_import.warehouse.postgres.ddl import pg_type
+from fleet_import.warehouse.base import STAMP_COLUMNS
+from fleet_import.warehouse.postgres.binary_copy import (
+    SIGNATURE,
+    TRAILER,
+    CopyEncoder,
+    text_field,
+    uuid_field,
+)
+from fleet_import.warehouse.postgres.ddl import pg_type, table_identifier
 
 # Arrow batches of 64k rows, S3 reads in 1 MiB chunks, a few encoded chunks in flight
 # between the reader thread and the COPY.
@@ -56,6 +69,13 @@ def baseline_table_sql(table: str) -> sql.Composed:
     )
 
 
+def curated_table_sql(table: str) -> sql.Composed:
+    """A table of the curated trips table's shape: its columns, NOT NULLs and index."""
+    return sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(
+        sql.Identifier(table), table_identifier(TRIPS.target_table)
+    )
+
+
 def csv_chunks(s3: Any, bucket: str, keys: list[str]) -> Iterator[tuple[int, bytes]]:
     """Each object's bytes as S3 sends them: no parsing in Python."""
     for index, key in enumerate(keys):
@@ -70,9 +90,12 @@ def arrow_batches(s3: Any, bucket: str, keys: list[str]) -> Iterator[pa.RecordBa
         yield from pq.ParquetFile(pa.BufferReader(data)).iter_batches(batch_size=BATCH_ROWS)
 
 
-def binary_chunks(s3: Any, bucket: str, keys: list[str]) -> Iterator[Any]:
-    """Each object's batches as COPY BINARY tuples, encoded whole-column (no per-row Python)."""
-    encoder = CopyEncoder(TRIPS.arrow_schema)
+def binary_chunks(
+    s3: Any, bucket: str, keys: list[str], stamps: tuple[bytes, ...] = ()
+) -> Iterator[Any]:
+    """Each object's batches as COPY BINARY tuples, encoded whole-column (no per-row Python),
+    each row ending in the constant `stamps` fields."""
+    encoder = CopyEncoder(TRIPS.arrow_schema, stamps)
     for batch in arrow_batches(s3, bucket, keys):
         yield encoder.encode(batch)
 
@@ -81,7 +104,13 @@ def measure_baseline(spec: dict[str, Any]) -> Measurement:
     s3 = boto3.client("s3", endpoint_url=spec["endpoint"])
     bucket, keys, variant = spec["bucket"], spec["keys"], spec["variant"]
     table = sql.Identifier(spec["table"])
-    columns = sql.SQL(", ").join(map(sql.Identifier, TRIPS.column_names))
+    names = list(TRIPS.column_names)
+    stamps: tuple[bytes, ...] = ()
+    if variant == "curated":
+        names += STAMP_COLUMNS
+        tenant, scope = spec["slice"]
+        stamps = (text_field(tenant), text_field(scope), uuid_field(uuid.uuid4()))
+    columns = sql.SQL(", ").join(map(sql.Identifier, names))
     rows = 0
     with (
         Window() as window,
@@ -101,7 +130,8 @@ def measure_baseline(spec: dict[str, Any]) -> Measurement:
             statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)")
             with cursor.copy(statement.format(table, columns)) as copy:
                 copy.write(SIGNATURE)
-                for data in prefetch(lambda: binary_chunks(s3, bucket, keys), _PREFETCH_DEPTH):
+                encoded = lambda: binary_chunks(s3, bucket, keys, stamps)  # noqa: E731
+                for data in prefetch(encoded, _PREFETCH_DEPTH):
                     copy.write(memoryview(data))
                 copy.write(TRAILER)
             rows = cursor.rowcount
@@ -129,7 +159,9 @@ def _with_password(url: str) -> str:
 
 
 def measure_dlt(spec: dict[str, Any]) -> Measurement:
-    """dlt's fastest path: Arrow tables in, Parquet load files, ADBC into PostgreSQL."""
+    """dlt's fastest path: Arrow tables in, Parquet load files, ADBC into PostgreSQL. With
+    `slice` (tenant, scope), a first untimed run loads the rows as that slice, then the timed
+    run replaces it: `merge`, strategy `delete-insert`, `merge_key` tenant and scope."""
     workdir = tempfile.mkdtemp(prefix="fleet-bench-dlt-")
     os.environ.setdefault("RUNTIME__DLTHUB_TELEMETRY", "false")
     os.environ.setdefault("RUNTIME__LOG_LEVEL", "WARNING")
@@ -138,15 +170,27 @@ def measure_dlt(spec: dict[str, Any]) -> Measurement:
 
     s3 = boto3.client("s3", endpoint_url=spec["endpoint"])
     bucket, keys = spec["bucket"], spec["keys"]
+    scope = spec.get("slice")
+    disposition: Any = "append"
+    if scope is not None:
+        disposition = {"disposition": "merge", "strategy": "delete-insert"}
 
-    @dlt.resource(name="trips", write_disposition="append")
+    @dlt.resource(
+        name="trips",
+        write_disposition=disposition,
+        merge_key=["tenant_id", "source_scope"] if scope else None,
+    )
     def trips() -> Iterator[pa.Table]:
         # What dlt.sources.filesystem.read_parquet(use_pyarrow=True) does with each file.
         for key in keys:
             data = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
             parquet = pq.ParquetFile(pa.BufferReader(data))
             for batch in parquet.iter_batches(batch_size=_DLT_CHUNK_ROWS):
-                yield pa.Table.from_batches([batch])
+                table = pa.Table.from_batches([batch])
+                if scope is not None:
+                    for name, value in zip(("tenant_id", "source_scope"), scope, strict=True):
+                        table = table.append_column(name, pa.array([value] * len(table)))
+                yield table
 
     pipeline = dlt.pipeline(
         pipeline_name=f"fleet_bench_{uuid.uuid4().hex[:8]}",
@@ -155,6 +199,8 @@ def measure_dlt(spec: dict[str, Any]) -> Measurement:
         pipelines_dir=workdir,
     )
     try:
+        if scope is not None:
+            pipeline.run(trips(), loader_file_format="parquet").raise_on_failed_jobs()
         with Window() as window:
             info = pipeline.run(trips(), loader_file_format="parquet")
     finally:

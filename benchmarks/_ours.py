@@ -32,6 +32,44 @@ _PHASES = (
 )
 
 
+_RSS_SAMPLE_SECONDS = 0.05
+
+
+class RssTrace:
+    """Samples this process's RSS while the import runs and remembers where the peak was:
+    the seconds since the start and the last progress message seen before it."""
+
+    def __init__(self) -> None:
+        self.last_message = "start"
+        self.peak_mb, self.peak_at, self.peak_after = 0.0, 0.0, "start"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-trace", daemon=True)
+
+    def _run(self) -> None:
+        started = time.perf_counter()
+        while not self._stop.wait(_RSS_SAMPLE_SECONDS):
+            status = Path("/proc/self/status").read_text()
+            rss = int(status.split("VmRSS:")[1].split()[0]) / 1024
+            if rss > self.peak_mb:
+                self.peak_mb, self.peak_after = rss, self.last_message
+                self.peak_at = time.perf_counter() - started
+
+    def __enter__(self) -> RssTrace:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "rss_peak_sampled_mb": round(self.peak_mb),
+            "rss_peak_at_s": round(self.peak_at, 2),
+            "rss_peak_after": self.peak_after,
+        }
+
+
 class TimedStaging(StagingArea):
     """The staging area, adding up the seconds spent uploading (summed over workers)."""
 
@@ -52,18 +90,22 @@ class TimedStaging(StagingArea):
 
 
 def measure_ours(spec: dict[str, Any]) -> Measurement:
-    """One `import_folder`: a cold load (`expect` "committed") or the rerun of an unchanged
-    folder (`expect` "already_loaded": no batch, no warehouse work)."""
+    """One `import_folder`: a cold load (`expect` "committed"), the rerun of an unchanged
+    folder (`expect` "already_loaded": no batch, no warehouse work), or its forced rerun
+    (`force`, `expect` "cache_hits": every file from the normalised-file cache, nothing
+    parsed, the slice replaced by the same rows under a new batch)."""
     s3 = s3_client(spec["endpoint"])
     staging = TimedStaging(spec["staging_uri"], s3)
     marks: dict[str, float] = {}
     label = spec["label"]
+    trace = RssTrace()
 
     def on_progress(message: str, fraction: float | None) -> None:
         now = time.perf_counter()
         kind = message.split(" ", 1)[0]
         marks.setdefault(f"first {kind}", now)
         marks[f"last {kind}"] = now
+        trace.last_message = message
         if kind != "loaded":
             progress(f"{label}: {message}")
 
@@ -78,9 +120,15 @@ def measure_ours(spec: dict[str, Any]) -> Measurement:
         workdir=Path(spec["workdir"]),
         progress=on_progress,
     )
-    with Window() as window:
+    with Window() as window, trace:
         marks["start"] = time.perf_counter()
-        outcome = import_folder(ctx, Tenant.named(TENANT), spec["folder"], spec["delivery_key"])
+        outcome = import_folder(
+            ctx,
+            Tenant.named(TENANT),
+            spec["folder"],
+            spec["delivery_key"],
+            force=bool(spec.get("force")),
+        )
         marks["end"] = time.perf_counter()
     if spec.get("expect") == "already_loaded":
         if not isinstance(outcome, AlreadyLoaded) or warehouse.copies:
@@ -89,7 +137,11 @@ def measure_ours(spec: dict[str, Any]) -> Measurement:
     if not isinstance(outcome, Committed) or not outcome.published:
         raise RuntimeError(f"import did not succeed: {outcome}")
     files = outcome.summary["files"]
-    if any(entry["cache_hit"] for entry in files):
+    hits = [bool(entry["cache_hit"]) for entry in files]
+    if spec.get("expect") == "cache_hits":
+        if not all(hits):
+            raise RuntimeError("a forced rerun parsed a file: every file should be a cache hit")
+    elif any(hits):
         raise RuntimeError("a normalised file came from the cache: measure the cold path")
     phases = {
         name: round(marks[end] - marks[begin], 3)
@@ -102,4 +154,5 @@ def measure_ours(spec: dict[str, Any]) -> Measurement:
         phases=phases,
         stage_upload_seconds_summed=round(staging.put_seconds, 3),
         staged_mib=round(staging.put_bytes / 2**20, 1),
+        **trace.details(),
     )

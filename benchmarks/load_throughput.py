@@ -1,24 +1,29 @@
-"""End-to-end load throughput: our `import_folder` against the strongest plain loaders and dlt.
+"""End-to-end load throughput: our `import_folder` against its anchors, in the same run.
 
-Generates a deterministic trips delivery (CSV and Parquet variants of the same rows) into a
-moto S3 server, then measures in one run, each part in a child process of its own, on the
-same objects:
+Generates a deterministic trips delivery (Parquet, and with `--csv` CSV, of the same rows)
+into a moto S3 server, then measures in one run, each part in a child process of its own,
+on the same objects:
 
 - ours: `import_folder` end to end (reserve, lease, list, normalise to typed Parquet, stage
   it in S3, duplicate check, one slice transaction of DELETE + COPY BINARY, record);
-- the baselines (_baselines.py): Parquet through a vectorised Arrow -> COPY BINARY encoder,
-  CSV bytes straight into COPY CSV, both into a plain table; dlt's fastest configuration
-  when the `bench` extra is installed;
+- the anchors (_baselines.py): a vectorised Arrow -> COPY BINARY loader into a table of the
+  curated shape (stamps, NOT NULL, the batch-id index: the limit for our guarantees) and
+  into a plain table; dlt's fastest append, and dlt's `merge`/`delete-insert` on a
+  `merge_key` of tenant and scope replacing one slice, when the `bench` extra is installed;
 - on the Parquet folder, after the first load: the rerun of the unchanged folder (it must
-  end AlreadyLoaded), then the replacement of the slice by different content;
-- a run at `--large-rows` (5M) for peak RSS; with `--prefect-server`, `fleet-import run`
-  against a `prefect server start` of its own.
+  end AlreadyLoaded), its forced rerun (every file a cache hit: the slice replaced by the
+  same rows), then the replacement of the slice by different content;
+- a run at `--large-rows` (5M) for rows/s and peak RSS at scale; with `--prefect-server`,
+  `fleet-import run` against a `prefect server start` of its own.
 
 The last line is exactly
-`ratio parquet=X.XX csv=Y.YY dlt=Z.ZZ rerun=R.RR replace=P.PP rss_5m_over_1m=M.MM`.
+`ratio curated=X plain=Y dlt_append=Z dlt_slice=W replace=R rss_5m_over_1m=M`: ours over
+each anchor (rows/s; dlt_slice against our replacement of the slice), replace = the forced
+rerun's time over the cold first load's, rss = the 5M peak over the 1M peak. With
+`--repeat`, each is the median of the per-round ratios.
 
     .venv/bin/python benchmarks/load_throughput.py [--rows 1000000] [--files 8]
-        [--repeat 1] [--large-rows 5000000] [--prefect-server] [--database-url URL]
+        [--repeat 1] [--large-rows 5000000] [--csv] [--prefect-server] [--database-url URL]
 """
 
 from __future__ import annotations
@@ -38,7 +43,13 @@ from typing import Any
 import boto3
 import psycopg
 import pyarrow as pa
-from _baselines import baseline_table_sql, dlt_missing, measure_baseline, measure_dlt
+from _baselines import (
+    baseline_table_sql,
+    curated_table_sql,
+    dlt_missing,
+    measure_baseline,
+    measure_dlt,
+)
 from _delivery import TENANT, replaced_only, replacement_bodies, same_rows, upload_delivery
 from _harness import (
     REPO,
@@ -51,6 +62,7 @@ from _harness import (
     run_child,
 )
 from _ours import measure_ours
+from _report import report
 from psycopg import sql
 
 from fleet_import.config import libpq_url
@@ -60,8 +72,6 @@ from fleet_import.scope import source_scope, split_folder
 from fleet_import.warehouse.postgres.ddl import table_identifier
 from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
-VARIANTS = ("parquet", "csv")
-TARGETS = {"parquet": 0.85, "csv": 1.0}
 LEASE_TTL_SECONDS = 120.0
 CHILD_TIMEOUT_SECONDS = 600.0
 
@@ -74,15 +84,28 @@ def empty_tables(url: str) -> None:
     cost of the next load, so one variant must not pay for the other's rows."""
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         conn.execute(
-            sql.SQL("TRUNCATE {}, curated.ingestion_slices, baseline_parquet, baseline_csv").format(
-                table_identifier(TRIPS.target_table)
-            )
+            sql.SQL(
+                "TRUNCATE {}, curated.ingestion_slices, baseline_parquet, baseline_csv,"
+                " baseline_curated"
+            ).format(table_identifier(TRIPS.target_table))
         )
 
 
 def server_version(url: str) -> str:
     with psycopg.connect(libpq_url(url)) as conn:
         return str(conn.execute("SHOW server_version").fetchone()[0]).split()[0]  # type: ignore[index]
+
+
+def server_counters(url: str) -> dict[str, float]:
+    """WAL written (MB) and checkpoints started, server-wide: around a child they include
+    its start-up and, on a shared server, other sessions' work."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0') / 1048576.0,"
+            " checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
+        ).fetchone()
+    assert row is not None
+    return {"wal_mb": float(row[0]), "checkpoints": float(row[1])}
 
 
 class Bench:
@@ -106,7 +129,10 @@ class Bench:
         progress(f"measuring {part}")
         spec = {"database_url": self.url, "endpoint": self.endpoint, "label": part, **spec}
         argv = [str(Path(__file__).resolve()), "--child", role, "--spec", json.dumps(spec)]
+        before = server_counters(self.url)
         measured = run_child(argv, CHILD_TIMEOUT_SECONDS)
+        after = server_counters(self.url)
+        measured.details["server"] = {k: after[k] - before[k] for k in after}
         progress(f"{part}: {measured.rows:,} rows in {measured.seconds:.2f} s")
         if measured.rows != rows:
             raise RuntimeError(f"{part} loaded {measured.rows} rows, expected {rows}")
@@ -115,12 +141,15 @@ class Bench:
 
     def ours(self, part: str, folder: str, rows: int, **spec: Any) -> Measurement:
         name = f"{part}-{uuid.uuid4().hex[:6]}"
+        # One staging area per folder, as a deployment has one: a forced rerun finds the
+        # normalised files its first load staged (the cache's hits).
+        area = folder.rstrip("/").rsplit("/", 1)[-1]
         return self.measure(
             part,
             "ours",
             {
                 "folder": folder,
-                "staging_uri": f"s3://{self.stage}/{name}/",
+                "staging_uri": f"s3://{self.stage}/{area}/",
                 "delivery_key": f"bench-{name}",
                 "workdir": str(Path(self.workdir) / name),
                 **spec,
@@ -128,9 +157,16 @@ class Bench:
             rows,
         )
 
-    def baseline(self, part: str, variant: str, keys: list[str], rows: int) -> Measurement:
-        spec = {"variant": variant, "bucket": self.landing, "keys": keys}
+    def baseline(
+        self, part: str, variant: str, keys: list[str], rows: int, **spec: Any
+    ) -> Measurement:
+        spec = {"variant": variant, "bucket": self.landing, "keys": keys, **spec}
         return self.measure(part, "baseline", {**spec, "table": f"baseline_{variant}"}, rows)
+
+    def dlt(self, part: str, keys: list[str], dataset: str, rows: int, **spec: Any) -> None:
+        spec = {"bucket": self.landing, "keys": keys, "dataset": dataset, **spec}
+        self.measure(part, "dlt", spec, rows)
+        same_rows(self.url, (sql.Identifier(dataset, "trips"), None), PLAIN)
 
 
 def run(args: argparse.Namespace) -> Bench:
@@ -146,48 +182,65 @@ def run(args: argparse.Namespace) -> Bench:
         bench = Bench(args, url, endpoint, workdir)
         # A folder per variant and repetition: the first import of a folder is the cold path
         # (the normalised-file cache is keyed by object), and each folder is imported once.
+        variants = ("parquet", "csv") if args.csv else ("parquet",)
         folders = {
             (variant, repeat): bench.folder(f"{variant}-{repeat}")
             for repeat in range(args.repeat)
-            for variant in VARIANTS
+            for variant in variants
         }
         progress(f"generating {args.rows:,} trips in {args.files} files per folder")
         keys = upload_delivery(bench.s3, folders, args.rows, args.files)
         replacement = replacement_bodies(args.rows, args.files)
         PostgresWarehouse(url).ensure_tables([TRIPS])  # not timed, for anyone
         with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-            for variant in VARIANTS:
+            for variant in ("parquet", "csv"):
                 conn.execute(baseline_table_sql(f"baseline_{variant}"))
+            conn.execute(curated_table_sql("baseline_curated"))
         bench.extra["dlt_missing"] = dlt_missing()
-        curated = table_identifier(TRIPS.target_table)
         for (variant, repeat), folder in folders.items():
             progress(f"-- {variant}, run {repeat + 1} of {args.repeat}")
             empty_tables(url)
-            bench.baseline(f"baseline {variant}", variant, keys[(variant, repeat)], args.rows)
-            bench.ours(f"ours {variant}", folder, args.rows)
-            same_rows(url, (curated, source_scope(folder)), sql.Identifier(f"baseline_{variant}"))
-            if variant != "parquet":
-                continue
-            if bench.extra["dlt_missing"] is None:
-                dataset = f"dlt_{repeat}"
-                spec = {"bucket": bench.landing, "keys": keys[(variant, repeat)]}
-                bench.measure("dlt", "dlt", {**spec, "dataset": dataset}, args.rows)
-                same_rows(
-                    url,
-                    (sql.Identifier(dataset, "trips"), None),
-                    sql.Identifier("baseline_parquet"),
-                )
-            bench.ours("rerun unchanged", folder, 0, expect="already_loaded")
-            for key, body in zip(keys[(variant, repeat)], replacement, strict=True):
-                bench.s3.put_object(Bucket=bench.landing, Key=key, Body=body)
-            bench.ours("replace slice", folder, args.rows)
-            replaced_only(url, source_scope(folder), args.rows)
+            if variant == "csv":
+                bench.baseline("baseline csv", variant, keys[(variant, repeat)], args.rows)
+                bench.ours("ours csv", folder, args.rows)
+                same_rows(url, (CURATED, source_scope(folder)), sql.Identifier("baseline_csv"))
+            else:
+                measure_parquet(bench, folder, keys[(variant, repeat)], replacement, repeat)
         progress("ours, the baselines and dlt loaded the same values in every run")
         if args.prefect_server:
             measure_prefect(bench)
         if args.large_rows:
             measure_large(bench)
     return bench
+
+
+CURATED = table_identifier(TRIPS.target_table)
+PLAIN = sql.Identifier("baseline_parquet")
+
+
+def measure_parquet(
+    bench: Bench, folder: str, keys: list[str], replacement: list[bytes], repeat: int
+) -> None:
+    """One round of the Parquet parts, on one folder, in this order: the plain and curated
+    anchors, our cold first load, dlt's append, the unchanged rerun, its forced rerun (cache
+    hits), dlt's slice replace, our replacement of the slice by other content."""
+    rows, scope = bench.args.rows, source_scope(folder)
+    bench.baseline("baseline parquet", "parquet", keys, rows)
+    bench.baseline("baseline curated", "curated", keys, rows, slice=[TENANT, scope])
+    same_rows(bench.url, (sql.Identifier("baseline_curated"), None), PLAIN)
+    bench.ours("ours parquet", folder, rows)
+    same_rows(bench.url, (CURATED, scope), PLAIN)
+    if bench.extra["dlt_missing"] is None:
+        bench.dlt("dlt", keys, f"dlt_{repeat}", rows)
+    bench.ours("rerun unchanged", folder, 0, expect="already_loaded")
+    bench.ours("replace unchanged (cache hits)", folder, rows, force=True, expect="cache_hits")
+    same_rows(bench.url, (CURATED, scope), PLAIN)
+    if bench.extra["dlt_missing"] is None:
+        bench.dlt("dlt slice", keys, f"dlt_slice_{repeat}", rows, slice=[TENANT, scope])
+    for key, body in zip(keys, replacement, strict=True):
+        bench.s3.put_object(Bucket=bench.landing, Key=key, Body=body)
+    bench.ours("replace slice", folder, rows)
+    replaced_only(bench.url, scope, rows)
 
 
 def measure_large(bench: Bench) -> None:
@@ -244,77 +297,6 @@ def measure_prefect(bench: Bench) -> None:
     progress(f"fleet-import run: {seconds:.2f} s (import_folder beside it: {core.seconds:.2f} s)")
 
 
-def median(runs: list[Measurement]) -> Measurement:
-    """The run of median wall time (the lower middle one of an even count)."""
-    return sorted(runs, key=lambda run: run.seconds)[(len(runs) - 1) // 2]
-
-
-def report(bench: Bench) -> None:
-    results = bench.results
-    print(
-        f"\n  {'part':38s} {'rows':>10s} {'seconds':>8s} {'rows/s':>10s} {'peak RSS MB':>12s}"
-        f"   CPU s: {'client':>6s} {'db':>5s} {'s3':>5s}   host busy"
-    )
-    for part, runs in results.items():
-        for number, measured in enumerate(runs, 1):
-            cpu = measured.details["cpu_seconds"]
-            label = part if len(runs) == 1 else f"{part} #{number}"
-            rate = measured.rows_per_second if measured.rows else 0.0
-            print(
-                f"  {label:38s} {measured.rows:>10,} {measured.seconds:>8.2f} {rate:>10,.0f}"
-                f" {measured.peak_rss_mb:>12.0f}          {cpu['client']:>6.2f}"
-                f" {cpu['database']:>5.2f} {cpu['s3']:>5.2f}"
-                f"   {measured.details['host_cpu_busy']:>9.0%}"
-            )
-    seconds = {part: median(runs).seconds for part, runs in results.items()}
-    of = " (medians)" if bench.args.repeat > 1 else ""
-    ratio = {v: seconds[f"baseline {v}"] / seconds[f"ours {v}"] for v in VARIANTS}
-    print(
-        f"\nours / baseline{of}: "
-        + ", ".join(f"{v} {ratio[v]:.2f} (target >= {TARGETS[v]:.2f})" for v in VARIANTS)
-    )
-    figures = {f"{v}": f"{ratio[v]:.2f}" for v in VARIANTS}
-    if "dlt" in results:
-        dlt = seconds["baseline parquet"] / seconds["dlt"]
-        print(
-            f"dlt / Parquet baseline {dlt:.2f}; ours / dlt {ratio['parquet'] / dlt:.2f}"
-            " (target >= 2)"
-        )
-        figures["dlt"] = f"{dlt:.2f}"
-    else:
-        print(f"dlt: not measured, {bench.extra['dlt_missing']}")
-        figures["dlt"] = "n/a"
-    for part, key in (("rerun unchanged", "rerun"), ("replace slice", "replace")):
-        figures[key] = f"{seconds[part] / seconds['ours parquet']:.2f}"
-    print(
-        f"rerun / first load {figures['rerun']} (target <= 0.10), replace / first load "
-        f"{figures['replace']} (target <= 1.20)"
-    )
-    if "ours parquet large" in results:
-        large, small = median(results["ours parquet large"]), median(results["ours parquet"])
-        rss = large.peak_rss_mb / small.peak_rss_mb
-        at_large = seconds["baseline parquet large"] / seconds["ours parquet large"]
-        print(
-            f"at {large.rows:,} rows: ours / baseline {at_large:.2f}, peak RSS "
-            f"{large.peak_rss_mb:.0f} MB = {rss:.2f}x the {small.rows:,}-row peak "
-            "(target <= 1.05 and <= 400 MB)"
-        )
-        figures["rss_5m_over_1m"] = f"{rss:.2f}"
-    else:
-        figures["rss_5m_over_1m"] = "n/a"
-    if "prefect" in bench.extra:
-        cli, core = bench.extra["prefect"]["cli_seconds"], bench.extra["prefect"]["core_seconds"]
-        print(
-            f"fleet-import run against a Prefect server: {cli:.2f} s, import_folder "
-            f"{core:.2f} s: +{cli - core:.2f} s (target <= +1.5 s)"
-        )
-    for part in ("ours parquet", "ours csv", "replace slice"):
-        print(f"{part} by phase{of} (wall seconds):")
-        for name, value in median(results[part]).details["phases"].items():
-            print(f"    {name:55s} {value:7.2f}")
-    print("ratio " + " ".join(f"{k}={v}" for k, v in figures.items()))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="trips per variant")
@@ -330,6 +312,9 @@ def main() -> None:
         type=int,
         default=5_000_000,
         help="rows of the peak-RSS run, in files of the default run's size (0: skip it)",
+    )
+    parser.add_argument(
+        "--csv", action="store_true", help="also load a CSV delivery against COPY CSV"
     )
     parser.add_argument(
         "--prefect-server",

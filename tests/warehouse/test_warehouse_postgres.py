@@ -543,3 +543,57 @@ def test_readers_see_the_old_slice_or_the_new_one_never_a_mix(
     seen = {batch for _, _, batch in observations}
     assert len(seen) >= 2, "the reader never saw a replacement happen"
     assert len(observations) >= 3 * rounds
+
+
+# -- a replace's full-page images (issue 30) ------------------------------------------------
+
+
+def _wal_compression(writer: Any) -> str:
+    """The setting in the writer's own open transaction."""
+    return str(writer._conn.execute("SHOW wal_compression").fetchone()[0])
+
+
+def test_a_replace_compresses_its_full_page_images_a_first_load_does_not(
+    warehouse: PostgresWarehouse, tmp_path: Path
+) -> None:
+    """The test server's role is a superuser, as the benchmark's is: a replace (which deletes
+    the old slice) sets lz4 for its own transaction; a first load, and what comes after the
+    replace's transaction, keep the server's setting."""
+    loads = fleet_loads(tmp_path, {"trips": 10})
+    opened = {"tenant_id": ACME, "source_scope": SCOPE, "contracts": [TRIPS]}
+    with warehouse.open_slice(batch_id=uuid.uuid4(), **opened) as first:
+        assert _wal_compression(first) == "off"
+        first.load_files(TRIPS, loads[0].files)
+        first.commit()
+    with warehouse.open_slice(batch_id=uuid.uuid4(), **opened) as replace:
+        assert _wal_compression(replace) == "lz4"
+        replace.load_files(TRIPS, loads[0].files)
+        replace.commit()
+    assert warehouse.slice_counts(ACME, SCOPE) == {"trips": 10}
+    with psycopg.connect(libpq_url(warehouse._conninfo)) as conn:
+        assert conn.execute("SHOW wal_compression").fetchone() == ("off",)
+
+
+def test_a_role_that_may_not_set_wal_compression_replaces_as_before(
+    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    PostgresWarehouse(database_url).ensure_tables([TRIPS])
+    role = f"fleet_loader_{uuid.uuid4().hex[:8]}"
+    db.execute(f"CREATE ROLE {role} LOGIN")
+    db.execute(f"GRANT USAGE ON SCHEMA curated TO {role}")
+    db.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA curated TO {role}")
+    try:
+        warehouse = PostgresWarehouse(database_url.replace("postgres@", f"{role}@", 1))
+        warehouse._ensured.add((TRIPS.target_table, TRIPS.contract_version))
+        commit(warehouse, fleet_loads(tmp_path / "1", {"trips": 10}))
+        opened = {"tenant_id": ACME, "source_scope": SCOPE, "contracts": [TRIPS]}
+        with warehouse.open_slice(batch_id=uuid.uuid4(), **opened) as replace:
+            assert _wal_compression(replace) == "off"
+            replace.load_files(TRIPS, fleet_loads(tmp_path / "2", {"trips": 4})[0].files)
+            replaced = replace.commit()
+        assert warehouse.slice_owner(ACME, SCOPE) == replaced.batch_id
+        assert warehouse.slice_counts(ACME, SCOPE) == {"trips": 4}
+    finally:
+        db.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA curated FROM {role}")
+        db.execute(f"REVOKE USAGE ON SCHEMA curated FROM {role}")
+        db.execute(f"DROP ROLE {role}")

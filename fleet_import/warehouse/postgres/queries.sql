@@ -38,3 +38,14 @@ SELECT pid, backend_start AS started FROM pg_stat_activity WHERE pid = pg_backen
 SELECT pg_terminate_backend(pid, %(timeout_ms)s) AS ended
 FROM pg_stat_activity
 WHERE pid = %(pid)s AND backend_start = %(started)s::timestamptz
+
+-- may_compress_full_pages --
+-- Whether this session may compress the full-page images of its WAL with lz4 (a superuser,
+-- or a role granted SET ON PARAMETER wal_compression, PostgreSQL 15+), and the server was
+-- built with lz4 and does not compress already.
+SELECT s.setting = 'off' AND 'lz4' = ANY (s.enumvals) AND has_parameter_privilege('wal_compression', 'SET')
+FROM pg_settings AS s
+WHERE s.name = 'wal_compression'
+
+-- compress_full_pages --
+SET LOCAL wal_compression = lz4

@@ -50,6 +50,26 @@ Connect = Callable[[], psycopg.Connection[Any]]
 """A new connection to the warehouse, driver errors already translated."""
 
 
+# has_parameter_privilege and GRANT SET ON PARAMETER came with PostgreSQL 15.
+_PARAMETER_PRIVILEGES_VERSION = 150_000
+
+
+def compress_full_pages(conn: psycopg.Connection[Any]) -> bool:
+    """lz4 for this transaction's full-page images, where the session may set it: a replace
+    deletes the old slice's rows, and the first change of each of its pages after a
+    checkpoint writes the whole page to WAL (the old slice's heap again, 166 MB per 1M
+    trips). lz4 halves those bytes at no measurable CPU, while the rows' own WAL records,
+    the COPY's included, are never compressed. Readers and locks are untouched: it is a
+    setting of this transaction's WAL only. True if it applies."""
+    if conn.info.server_version < _PARAMETER_PRIVILEGES_VERSION:
+        return False
+    row = conn.execute(QUERIES["may_compress_full_pages"]).fetchone()
+    if not (row and row[0]):
+        return False
+    conn.execute(QUERIES["compress_full_pages"])
+    return True
+
+
 class PostgresSliceWriter(OpenSlice):
     """One slice replacement in progress: an open transaction holding the scope's lock, with
     the previous rows already deleted. Closing it without `commit()` rolls everything back."""
@@ -77,8 +97,12 @@ class PostgresSliceWriter(OpenSlice):
                     "lock_class": SCOPE_LOCK_CLASS,
                 },
             )
-            registered = registered_slices_sql(*request.scope, for_update=True)
-            self._clear_previous(conn, conn.execute(*registered).fetchall())
+            registered = conn.execute(
+                *registered_slices_sql(*request.scope, for_update=True)
+            ).fetchall()
+            if registered:
+                compress_full_pages(conn)
+            self._clear_previous(conn, registered)
 
     @contextmanager
     def _guard(self) -> Iterator[psycopg.Connection[Any]]:
