@@ -181,7 +181,7 @@ class TransientDiscoveryError(DiscoveryError, TransientError):
 def _s3_errors(action: str, terminal: type[PreCommitError]) -> Iterator[None]:
     """The one place botocore errors become ours: a `terminal` (terminal or configuration),
     or its transient variant (a TransientError too), as the classification table sorts them
-    by code, never by text."""
+    by code, never by text. botocore has retried it already (s3.client): marked `retried`."""
     try:
         yield
     except ClientError as exc:
@@ -192,11 +192,13 @@ def _s3_errors(action: str, terminal: type[PreCommitError]) -> Iterator[None]:
         else:
             reason = _REASONS.get(code, f"S3 refused the request (HTTP {status})")
             message = f"{reason} ({code or status})"
-        raise error_of_kind(
-            kind, f"cannot {action}: {message}", terminal, code=code or None
-        ) from exc
+        error = error_of_kind(kind, f"cannot {action}: {message}", terminal, code=code or None)
+        error.retried = True
+        raise error from exc
     except BotoCoreError as exc:
-        raise error_of_kind(classify(exc), f"cannot {action}: {exc}", terminal) from exc
+        error = error_of_kind(classify(exc), f"cannot {action}: {exc}", terminal)
+        error.retried = True
+        raise error from exc
 
 
 def _names(names: Sequence[str]) -> str:
