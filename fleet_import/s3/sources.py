@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 from botocore.exceptions import BotoCoreError, ClientError
 
 from fleet_import.contracts.model import FORMAT_SUFFIXES, ContractError, ContractSet, file_format
-from fleet_import.error_table import classify, client_error_code
+from fleet_import.error_table import classify, client_error_code, s3_no_answer
 from fleet_import.errors import (
     DetailsInvalid,
     ErrorKind,
@@ -35,6 +35,7 @@ from fleet_import.errors import (
     error_of_kind,
     transient_variant_of,
 )
+from fleet_import.explain import S3_NO_ANSWER
 from fleet_import.s3.client import Children, S3Client, list_children
 from fleet_import.scope import canonical_folder, split_folder
 
@@ -196,7 +197,8 @@ def _s3_errors(action: str, terminal: type[PreCommitError]) -> Iterator[None]:
         error.retried = True
         raise error from exc
     except BotoCoreError as exc:
-        error = error_of_kind(classify(exc), f"cannot {action}: {exc}", terminal)
+        what = f"{S3_NO_ANSWER} ({exc})" if s3_no_answer(exc) else str(exc)
+        error = error_of_kind(classify(exc), f"cannot {action}: {what}", terminal)
         error.retried = True
         raise error from exc
 

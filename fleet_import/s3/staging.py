@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from boto3.exceptions import S3UploadFailedError
 from botocore.exceptions import BotoCoreError, ClientError
 
-from fleet_import.error_table import classify, s3_error_code
+from fleet_import.error_table import classify, s3_error_code, s3_no_answer
 from fleet_import.errors import (
     ErrorKind,
     FleetImportError,
@@ -19,6 +19,7 @@ from fleet_import.errors import (
     error_of_kind,
     transient_variant_of,
 )
+from fleet_import.explain import S3_NO_ANSWER
 from fleet_import.s3.client import TRANSFER_CONFIG
 
 
@@ -112,7 +113,10 @@ class StagingArea:
             return fn(*args, **kwargs)
         except (ClientError, BotoCoreError, S3UploadFailedError) as exc:
             code = s3_error_code(exc)
-            message = f"staging {what} failed in {self._uri}: {code or type(exc).__name__}"
+            reason = code or type(exc).__name__
+            if s3_no_answer(exc):
+                reason = f"{S3_NO_ANSWER} ({reason})"
+            message = f"staging {what} failed in {self._uri}: {reason}"
             error = error_of_kind(classify(exc), message, StagingError, code=code)
             error.retried = True  # by botocore, the one layer that retries S3 (s3.client)
             raise error from None

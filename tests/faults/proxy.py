@@ -16,12 +16,17 @@ It sits in front of one host:port and the test tells it what the network does ne
   its exchange, the server's whole reply up to its ReadyForQuery is swallowed, the
   connection is cut, and new connections are refused for `then_refuse` seconds;
 - `reset_on(match, after=...)`, `stall_on(match, seconds, after=...)`: armed once the same
-  way, cut the connection before the matching message reaches the server, or hold it.
+  way, cut the connection before the matching message reaches the server, or hold it;
+- `dark_on(match, seconds)`: armed once, a black hole for `seconds` from the matching
+  message (an outage that starts at a chosen point);
+- `throttle_on(match, times)` (HTTP only): the next `times` matching requests are answered
+  503 SlowDown by the proxy, as S3 throttles, and their connection closed.
 
 It speaks just enough of the PostgreSQL wire protocol to find message boundaries; it
 answers SSLRequest / GSSENCRequest with "N" itself, so clients talk in clear text to it.
-For other protocols (S3, the Prefect API) the byte-level faults work and `lose_reply`
-does not apply. Threads, not asyncio: a test drives it from plain code.
+With `protocol="http"` (S3 through moto, the Prefect API) a message is an HTTP request,
+matched by its head (request line and headers: tests/faults/httpwire.py); `lose_reply`
+does not apply there. Threads, not asyncio: a test drives it from plain code.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from tests.faults import httpwire
 from tests.faults.pgwire import GSSENC_REQUEST, SSL_REQUEST, Messages, cstrings
 
 _CHUNK = 65536
@@ -50,8 +56,8 @@ _SWALLOW_SECONDS = 5.0
 class _Trigger:
     match: re.Pattern[bytes]
     after: re.Pattern[bytes] | None
-    action: str  # "lose_reply" | "reset" | "stall"
-    seconds: float  # lose_reply: refuse new connections this long after; stall: hold this long
+    action: str  # "lose_reply" | "reset" | "stall" | "dark" | "throttle"
+    seconds: float  # lose_reply: refuse this long after; stall, dark: this long; throttle: times
     fired: threading.Event = field(default_factory=threading.Event)
 
 
@@ -72,7 +78,7 @@ class _Connection:
         threading.Thread(target=self._run, daemon=True, name="fault-proxy-conn").start()
 
     def _run(self) -> None:
-        if self.proxy.mode == "black_hole":
+        if self.proxy.dark:
             self._sink()
             return
         try:
@@ -88,6 +94,8 @@ class _Connection:
         """Read and discard until the client gives up or the proxy stops."""
         while not self.closed.is_set():
             if not self._readable(self.client):
+                if not self.proxy.dark:  # the outage is over: new connections go through
+                    break
                 continue
             try:
                 if not self.client.recv(_CHUNK):
@@ -108,7 +116,7 @@ class _Connection:
         """Wait out a stall, a delay or a black hole; False once the connection closed."""
         proxy = self.proxy
         while not self.closed.is_set():
-            if proxy.mode == "black_hole" or time.monotonic() < proxy.stalled_until:
+            if proxy.dark or time.monotonic() < proxy.stalled_until:
                 time.sleep(_POLL)
                 continue
             if proxy.latency:
@@ -117,7 +125,8 @@ class _Connection:
         return False
 
     def _pump_client(self) -> None:
-        messages = Messages(startup=True)
+        http = self.proxy.protocol == "http"
+        messages = httpwire.Requests() if http else Messages(startup=True)
         assert self.upstream is not None
         while not self.closed.is_set():
             if not self._readable(self.client):
@@ -130,7 +139,7 @@ class _Connection:
                 break
             out = bytearray()
             for kind, message in messages.feed(data):
-                if kind == b"" and len(message) == 8:
+                if not http and kind == b"" and len(message) == 8:
                     (code,) = struct.unpack("!I", message[4:8])
                     if code in (SSL_REQUEST, GSSENC_REQUEST):
                         self._send(self.client, b"N")  # no encryption: stay readable
@@ -141,6 +150,10 @@ class _Connection:
                     return
                 if fired is not None and fired.action == "stall":
                     time.sleep(fired.seconds)
+                if fired is not None and fired.action == "throttle":
+                    self._send(self.client, httpwire.slow_down())
+                    self.close()  # what followed the request goes nowhere
+                    return
                 out += message
             if out and (not self._hold() or not self._send(self.upstream, bytes(out))):
                 break
@@ -148,25 +161,35 @@ class _Connection:
 
     def _watch(self, kind: bytes, message: bytes) -> _Trigger | None:
         """The trigger, if this message fires it (then a lost reply starts swallowing)."""
-        sql = self._sql_of(kind, message[5:])
+        sql = self._sql_of(kind, message)
         if sql is None:
             return None
         trigger = self.proxy.trigger
-        if trigger is None or trigger.fired.is_set() or self.swallowing:
+        if trigger is None or self.swallowing:
+            return None
+        if trigger.fired.is_set() and trigger.action != "throttle":  # throttle: `times` times
             return None
         if trigger.after is not None and not self.seen_after:
             self.seen_after = bool(trigger.after.search(sql))
             return None
         if not trigger.match.search(sql):
             return None
-        self.proxy.trigger = None
+        if trigger.action == "throttle" and trigger.seconds > 1:
+            trigger.seconds -= 1  # armed for the next matching request too
+        else:
+            self.proxy.trigger = None
         trigger.fired.set()
+        if trigger.action == "dark":
+            self.proxy.go_dark(trigger.seconds)
         if trigger.action == "lose_reply":
             self.trigger = trigger
             self.swallowing = True
         return trigger
 
-    def _sql_of(self, kind: bytes, body: bytes) -> bytes | None:
+    def _sql_of(self, kind: bytes, message: bytes) -> bytes | None:
+        if self.proxy.protocol == "http":
+            return message if kind == httpwire.HEAD else None
+        body = message[5:]
         if kind == b"Q":
             return body.rstrip(b"\0")
         if kind == b"P":  # remembered; it runs at its Bind (a Parse may go alone, synced)
@@ -202,7 +225,8 @@ class _Connection:
                     self._cut_after_trigger()
                     return
                 continue
-            list(messages.feed(data))  # keep the message boundaries in step
+            if self.proxy.protocol != "http":
+                list(messages.feed(data))  # keep the message boundaries in step
             if not self._hold() or not self._send(self.client, data):
                 break
         self.close()
@@ -246,9 +270,13 @@ class FaultProxy:
     """A TCP proxy in front of `upstream` (host, port), listening on 127.0.0.1:`port`
     (0: any free port). Use as a context manager, or start() / stop()."""
 
-    def __init__(self, upstream: tuple[str, int], port: int = 0) -> None:
+    def __init__(
+        self, upstream: tuple[str, int], port: int = 0, *, protocol: str = "postgres"
+    ) -> None:
         self.upstream = upstream
+        self.protocol = protocol  # "postgres" | "http"
         self.mode = "pass"
+        self.dark_until = 0.0
         self.latency = 0.0
         self.stalled_until = 0.0
         self.trigger: _Trigger | None = None
@@ -289,7 +317,7 @@ class FaultProxy:
 
     def pass_through(self) -> None:
         """Forward again; a closed door is open again when this returns."""
-        self.mode, self.latency, self.stalled_until = "pass", 0.0, 0.0
+        self.mode, self.latency, self.stalled_until, self.dark_until = "pass", 0.0, 0.0, 0.0
         self._refusing_until = 0.0
         self.trigger = None
         deadline = time.monotonic() + 5
@@ -304,6 +332,14 @@ class FaultProxy:
 
     def black_hole(self) -> None:
         self.mode = "black_hole"
+
+    def go_dark(self, seconds: float) -> None:
+        """A black hole for `seconds` from now, then forwarding again."""
+        self.dark_until = time.monotonic() + seconds
+
+    @property
+    def dark(self) -> bool:
+        return self.mode == "black_hole" or time.monotonic() < self.dark_until
 
     def delay(self, seconds: float) -> None:
         self.latency = seconds
@@ -335,6 +371,14 @@ class FaultProxy:
     ) -> threading.Event:
         """Armed once: hold the matching message `seconds` before forwarding it."""
         return self._arm("stall", match, after, seconds)
+
+    def dark_on(self, match: str | bytes, seconds: float) -> threading.Event:
+        """Armed once: a black hole for `seconds` from the matching message (held too)."""
+        return self._arm("dark", match, None, seconds)
+
+    def throttle_on(self, match: str | bytes, times: int) -> threading.Event:
+        """HTTP: answer the next `times` matching requests 503 SlowDown, unforwarded."""
+        return self._arm("throttle", match, None, float(times))
 
     def _arm(
         self, action: str, match: str | bytes, after: str | bytes | None, seconds: float
