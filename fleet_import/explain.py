@@ -129,10 +129,7 @@ def advise_s3(exc: BaseException, bucket_variable: str = "FLEET_STAGING_URI") ->
                 "rerun later; if it persists, spread the load or raise FLEET_S3_MAX_ATTEMPTS",
             )
         if s3_no_answer(cause):
-            return Advice(
-                S3_NO_ANSWER,
-                "check FLEET_S3_ENDPOINT_URL (or the network to AWS); how long a call waits "
-                "is FLEET_S3_MAX_ATTEMPTS x FLEET_S3_*_TIMEOUT_SECONDS (README: Faults)",
-            )
+            # after FLEET_S3_MAX_ATTEMPTS attempts of the FLEET_S3_*_TIMEOUT_SECONDS (s3.client)
+            return Advice(S3_NO_ANSWER, "check FLEET_S3_ENDPOINT_URL (or the network to AWS)")
         cause, seen = cause.__cause__ or cause.__context__, seen + 1
     return None

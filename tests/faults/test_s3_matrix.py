@@ -58,7 +58,7 @@ PHASES = {
     "upload": r"^PUT [^?\s]*/stage/",
 }
 FAULTS = ("reset", "stall", "outage", "black_hole", "throttle")
-SAMPLED = {("get", "throttle"), ("discover", "black_hole")}
+SAMPLED = {("get", "throttle"), ("upload", "outage")}
 """The cells `make test` runs too; `make test-faults` runs them all."""
 ACME = Tenant.named("acme")
 
