@@ -74,7 +74,7 @@ PHASES = {
 RETIRE = r"^POST [^\s]*\?delete"
 """retire_superseded's DeleteObjects of the files only the replaced batch used."""
 FAULTS = ("reset", "stall", "outage", "black_hole", "throttle")
-SAMPLED = {("get", "throttle"), ("upload", "outage")}
+SAMPLED = {("get", "throttle")}
 """The cells `make test` runs too; `make test-faults` runs them all."""
 ACME = Tenant.named("acme")
 
