@@ -52,9 +52,12 @@ def run_checks(landing_bucket: str, queue_url: str | None) -> Iterator[Check]:
     yield settings_check
     yield from services.check_operational_database(settings.database_url)
     yield from services.check_warehouse(settings)
-    from fleet_import.s3.client import s3_client
+    from dataclasses import replace
 
-    s3 = s3_client(settings.s3_endpoint_url, max_attempts=2)
+    from fleet_import.s3.client import S3Limits, s3_client
+
+    # Two attempts: a doctor answers soon; an import gets the full settings.
+    s3 = s3_client(settings.s3_endpoint_url, replace(S3Limits.of(settings), max_attempts=2))
     yield services.check_landing_bucket(s3, landing_bucket)
     yield services.check_staging(settings.staging_uri, lambda: s3)
     from fleet_cli.doctor_prefect import check_prefect

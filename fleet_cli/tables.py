@@ -57,9 +57,9 @@ def chosen_database(settings: Settings, tenant: str | None, database: str | None
 
 def database_warehouse(settings: Settings, database: str | None) -> Warehouse:
     from fleet_import.importing.runtime import warehouse_of
-    from fleet_import.s3.client import s3_client
+    from fleet_import.s3.client import settings_s3_client
 
-    s3 = s3_client(settings.s3_endpoint_url) if settings.warehouse == "redshift" else None
+    s3 = settings_s3_client(settings) if settings.warehouse == "redshift" else None
     return warehouse_of(settings, s3, database)
 
 

@@ -27,6 +27,12 @@ DEFAULT_TENANT_LOAD_SLOTS = 2
 # The landing layout every import checks a folder against (fleet_import.intake.landing's
 # DEFAULT_PATTERN; the relay and the sweep take theirs from their own options).
 DEFAULT_LANDING_PATTERN = "{tenant}/fleet/{yyyy-mm-dd}/"
+# S3 is retried by botocore alone (fleet_import.s3.client): these bound one S3 call, and so
+# how soon a run against an S3 that stopped answering ends (fleet_import.s3.client.call_bound:
+# 63 s with these; README "Faults").
+DEFAULT_S3_CONNECT_TIMEOUT_SECONDS = 5.0
+DEFAULT_S3_READ_TIMEOUT_SECONDS = 15.0
+DEFAULT_S3_MAX_ATTEMPTS = 3
 
 
 class Settings(BaseSettings):
@@ -41,6 +47,21 @@ class Settings(BaseSettings):
         None, description="warehouse PostgreSQL; defaults to the operational database"
     )
     s3_endpoint_url: str | None = Field(None, description="S3 endpoint (moto, MinIO); AWS if unset")
+    s3_connect_timeout_seconds: float = Field(
+        DEFAULT_S3_CONNECT_TIMEOUT_SECONDS, gt=0, description="S3: wait this long to connect"
+    )
+    s3_read_timeout_seconds: float = Field(
+        DEFAULT_S3_READ_TIMEOUT_SECONDS,
+        gt=0,
+        description="S3: wait this long for each read of an answer (not for the whole body)",
+    )
+    s3_max_attempts: int = Field(
+        DEFAULT_S3_MAX_ATTEMPTS,
+        ge=1,
+        le=10,
+        description="S3: attempts of one call, the first included (botocore's standard "
+        "retries: throttling, 5xx, timeouts, dropped connections); nothing above retries S3",
+    )
     staging_uri: str | None = Field(
         None, description="s3://bucket/prefix/ for normalised Parquet and rejects"
     )

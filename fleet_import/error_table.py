@@ -226,6 +226,12 @@ def s3_error_code(exc: BaseException) -> str | None:
     return (client_error_code(exc)[0] or None) if isinstance(exc, boto.ClientError) else None
 
 
+def s3_no_answer(exc: BaseException) -> bool:
+    """botocore never got an answer (refused, unreachable, timed out, cut mid-answer), after
+    its own attempts: one thing to an operator, "S3 does not answer"."""
+    return isinstance(_unwrapped(exc), _BOTOCORE_TRANSIENT)
+
+
 def network_kind(exc: OSError) -> ErrorKind:
     """A socket-level failure (refused, reset, timed out, unreachable, a name that did not
     resolve, a TLS stream cut short or corrupted mid-session: any `ssl.SSLError`) is

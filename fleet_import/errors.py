@@ -44,6 +44,9 @@ class FleetImportError(Exception):
         self.kind = kind or self.default_kind
         self.code = code
         """The driver's own code for what happened (SQLSTATE, S3 error code), if any."""
+        self.retried = False
+        """The client below already retried it within its stated bound (S3: botocore is the
+        one layer that retries S3): transient still, but no layer above retries it again."""
 
     @property
     def transient(self) -> bool:
@@ -64,6 +67,12 @@ class ConfigurationError(InvalidInput):
 def is_transient(exc: BaseException) -> bool:
     """Worth another try: the kind the boundary gave the error (the step runners' rule)."""
     return isinstance(exc, FleetImportError) and exc.kind is ErrorKind.TRANSIENT
+
+
+def should_retry(exc: BaseException) -> bool:
+    """What a step runner (CoreSteps, the flow's Prefect tasks) retries: a transient error
+    that no layer below has retried already, so each dependency has one retry layer."""
+    return is_transient(exc) and not getattr(exc, "retried", False)
 
 
 class OperationalStoreError(FleetImportError):

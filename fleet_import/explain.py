@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import botocore.exceptions as boto
 
-from fleet_import.error_table import s3_error_code
+from fleet_import.error_table import s3_error_code, s3_no_answer
 from fleet_import.errors import (
     ErrorKind,
     FleetImportError,
@@ -24,10 +24,12 @@ _NO_DATABASE = "3D000"
 _LOGIN_REFUSED = frozenset({"28P01", "28000"})
 _NO_BUCKET = "NoSuchBucket"
 _ACCESS_DENIED = frozenset({"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"})
+_THROTTLED = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded"})
 
 _CAUSES_FOLLOWED = 5
 
 DB_UPGRADE_HINT = "run `fleet-import db upgrade`"
+S3_NO_ANSWER = "S3 does not answer"
 
 
 @dataclass(frozen=True)
@@ -121,9 +123,13 @@ def advise_s3(exc: BaseException, bucket_variable: str = "FLEET_STAGING_URI") ->
             )
         if isinstance(cause, boto.NoRegionError):
             return Advice("no AWS region", "set AWS_DEFAULT_REGION")
-        if isinstance(cause, boto.EndpointConnectionError | boto.ConnectTimeoutError):
+        if code in _THROTTLED:
             return Advice(
-                "S3 does not answer", "check FLEET_S3_ENDPOINT_URL (or the network to AWS)"
+                "S3 kept throttling the requests",
+                "rerun later; if it persists, spread the load or raise FLEET_S3_MAX_ATTEMPTS",
             )
+        if s3_no_answer(cause):
+            # after FLEET_S3_MAX_ATTEMPTS attempts of the FLEET_S3_*_TIMEOUT_SECONDS (s3.client)
+            return Advice(S3_NO_ANSWER, "check FLEET_S3_ENDPOINT_URL (or the network to AWS)")
         cause, seen = cause.__cause__ or cause.__context__, seen + 1
     return None

@@ -20,7 +20,7 @@ from prefect.states import State
 
 from fleet_import.checks.settings import IMPORTS, check_settings
 from fleet_import.config import Settings
-from fleet_import.errors import is_transient
+from fleet_import.errors import should_retry
 from fleet_import.importing.driver import STEP_BACKOFF
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.runtime import Runtime, build_runtime
@@ -32,8 +32,9 @@ T = TypeVar("T")
 # out (Prefect's minimum is 60 s); a live one renews it in the background.
 LOAD_SLOT_LEASE_SECONDS = 60.0
 
-# Exponential backoff with jitter for transient failures (S3 throttling, dropped
-# connections, serialisation conflicts); contract violations are never retried.
+# Exponential backoff with jitter for transient failures (dropped database connections,
+# serialisation conflicts); contract violations are never retried, nor S3's errors, which
+# botocore retried already (fleet_import.s3.client: one retry layer for S3).
 # The core's step retry policy (fleet_import.importing.driver), so a step is retried alike under the
 # CLI's core path and as a Prefect task.
 TASK_RETRY_DELAYS = list(STEP_BACKOFF.delays)
@@ -42,11 +43,12 @@ TASK_RETRY_JITTER = STEP_BACKOFF.jitter
 
 
 def retry_if_transient(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:
-    """retry_condition_fn: retry only errors that may pass on their own."""
+    """retry_condition_fn: retry only errors that may pass on their own and that no layer
+    below retried already (S3's: botocore is their one retry layer)."""
     try:
         state.result(raise_on_failure=True)
     except BaseException as exc:  # noqa: BLE001 - we classify, not handle
-        return is_transient(exc)
+        return should_retry(exc)
     return False
 
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.states import Completed, Failed, State
 
-from fleet_import.errors import FleetImportError
+from fleet_import.errors import FleetImportError, should_retry
 from fleet_import.explain import explain
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.runtime import Runtime
@@ -138,7 +138,7 @@ def foreseen_as_state(fn: Callable[..., T], *, retried: bool = True) -> Callable
         try:
             return fn(*args, **kwargs)
         except FleetImportError as exc:
-            if exc.transient and retried:
+            if should_retry(exc) and retried:
                 raise
             return Failed(message=f"{type(exc).__name__}: {exc}", data=exc)
 

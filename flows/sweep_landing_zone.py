@@ -31,7 +31,7 @@ from fleet_import.intake.completion import (
     completion_rule,
 )
 from fleet_import.intake.landing import DEFAULT_PATTERN, LandingLayout
-from fleet_import.s3.client import s3_client
+from fleet_import.s3.client import settings_s3_client
 from fleet_import.store.sweep_repository import SweepRepository
 from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT
 from flows.common import (
@@ -64,7 +64,7 @@ def find_ready_folders(
 ) -> sweep.Scan:
     """List the landing zone's folders of the window and fingerprint the complete ones."""
     settings = load_settings()
-    s3 = s3_client(settings.s3_endpoint_url)
+    s3 = settings_s3_client(settings)
     contracts = contracts_in_force(settings.contracts)
     contracts_of = None
     if any(adds_columns(contract) for contract in contracts.values()):

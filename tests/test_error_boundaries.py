@@ -19,7 +19,13 @@ from botocore.stub import Stubber
 
 from fleet_import.contracts.fleet import FLEET_DATASETS, TRIPS
 from fleet_import.error_table import s3_kind
-from fleet_import.errors import ErrorKind, FleetImportError, OperationalStoreError, TransientError
+from fleet_import.errors import (
+    ErrorKind,
+    FleetImportError,
+    OperationalStoreError,
+    TransientError,
+    should_retry,
+)
 from fleet_import.s3.client import s3_client
 from fleet_import.s3.sources import DiscoveryError, TransientDiscoveryError, discover
 from fleet_import.s3.staging import StagingArea, StagingError, TransientStagingError
@@ -364,9 +370,16 @@ def test_an_s3_error_gets_the_same_kind_in_sources_and_staging(
     # each boundary's own class, transient or not (`except StagingError` catches both)
     assert isinstance(caught[0], DiscoveryError) and isinstance(caught[1], StagingError)
     assert [isinstance(error, TransientError) for error in caught] == [transient] * 2
+    # botocore retried it (the one layer that retries S3): no step runner retries it again
+    assert [(error.retried, should_retry(error)) for error in caught] == [(True, False)] * 2
 
 
 # -- the flows' retry rule --------------------------------------------------------------------
+
+
+def _retried_below(error: FleetImportError) -> FleetImportError:
+    error.retried = True
+    return error
 
 
 @pytest.mark.parametrize(
@@ -379,10 +392,11 @@ def test_an_s3_error_gets_the_same_kind_in_sources_and_staging(
         (WarehouseError("syntax"), False),
         (DiscoveryError("empty folder"), False),
         (ValueError("not ours"), False),
+        (_retried_below(TransientError("SlowDown after botocore's retries")), False),
     ],
     ids=lambda value: repr(value)[:40] if isinstance(value, Exception) else str(value),
 )
 def test_the_flows_retry_what_the_kind_calls_transient(error: Exception, retried: bool) -> None:
-    from flows.common import is_transient
+    from flows.common import should_retry
 
-    assert is_transient(error) is retried
+    assert should_retry(error) is retried

@@ -18,7 +18,7 @@ from fleet_import.freshness.check import (
 from fleet_import.freshness.policies import FreshnessPolicy, load_policy
 from fleet_import.intake.landing import LandingLayout
 from fleet_import.publication.events import EventSink
-from fleet_import.s3.client import s3_client
+from fleet_import.s3.client import settings_s3_client
 from fleet_import.store.freshness_repository import FreshnessRepository
 from fleet_import.tenants.registry import registry_in_force
 
@@ -48,7 +48,7 @@ def freshness_runtime(settings: Settings) -> FreshnessRuntime:
         t.tenant_id for t in (registry.tenants.values() if registry else ()) if t.landing_prefixes
     )
     landing = Landing(
-        s3_client(settings.s3_endpoint_url) if policy.bucket else None,
+        settings_s3_client(settings) if policy.bucket else None,
         LandingLayout(settings.landing_prefix, settings.landing_pattern),
         elsewhere,
     )

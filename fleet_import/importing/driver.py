@@ -12,13 +12,14 @@ load), settle.py (a commit recovered from the stamp, or a failure before commit)
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 from fleet_import import failpoints
-from fleet_import.errors import LeaseLost, is_transient
+from fleet_import.errors import LeaseLost, should_retry
 from fleet_import.importing.claim import claim, new_owner
 from fleet_import.importing.context import (
     AlreadyLoaded,
@@ -105,10 +106,11 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Step:
     """How a step may be retried. The runner is the one retry layer for a step: transient
-    errors (S3 throttling, dropped connections) of the retried steps are tried again with
-    backoff. The slice load is never retried whole (it consumes the normalisation stream;
-    it retries its own transaction, replaying the files), nor is publication (its outbox
-    steps carry their own attempts and backoff)."""
+    errors (a dropped database connection) of the retried steps are tried again with
+    backoff, but not S3's, which botocore retried already within its bound (s3.client).
+    The slice load is never retried whole (it consumes the normalisation stream; it retries
+    its own transaction, replaying the files), nor is publication (its outbox steps carry
+    their own attempts and backoff)."""
 
     name: str
     retried: bool
@@ -145,11 +147,32 @@ class CoreSteps:
 
     def run(self, step: Step, fn: Callable[..., T], *args: Any) -> T:
         backoff = (self._backoff or STEP_BACKOFF) if step.retried else NO_RETRY
-        return backoff.call(lambda: fn(*args), retryable=is_transient, what=step.name, log=log)
+        return backoff.call(lambda: fn(*args), retryable=should_retry, what=step.name, log=log)
 
     def map(self, step: Step, fn: Callable[..., T], args: Sequence[tuple]) -> Iterator[T]:
-        with ThreadPoolExecutor(max_workers=self._workers) as pool:
-            yield from pool.map(lambda item: self.run(step, fn, *item), args)
+        """Once an item failed, the items not yet started are not started: the run ends
+        when the ones under way do (an S3 that stopped answering costs one call's bound,
+        not one per file). The failed item comes first in order, so it is what is raised."""
+        failed = threading.Event()
+
+        def one(item: tuple) -> T:
+            if failed.is_set():
+                raise _NotStarted(step.name)
+            try:
+                return self.run(step, fn, *item)
+            except BaseException:
+                failed.set()
+                raise
+
+        pool = ThreadPoolExecutor(max_workers=self._workers)
+        try:
+            yield from pool.map(one, args)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _NotStarted(Exception):
+    """An item of a map not started because an earlier one failed (never the one raised)."""
 
 
 def import_folder(

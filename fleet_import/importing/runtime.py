@@ -24,7 +24,7 @@ from fleet_import.publication.lineage_delivery import (
 from fleet_import.publication.publisher import Publisher
 from fleet_import.publication.retention import Retention
 from fleet_import.retry import spanning
-from fleet_import.s3.client import s3_client
+from fleet_import.s3.client import settings_s3_client
 from fleet_import.s3.staging import StagingArea
 from fleet_import.store.lineage_outbox import LineageOutbox
 from fleet_import.store.outbox import OutboxRepository
@@ -111,7 +111,7 @@ def build_runtime(
             "FLEET_STAGING_URI is not set: name an s3://bucket/prefix/ (or a local directory) "
             "for normalised files and rejects"
         )
-    s3 = s3_client(settings.s3_endpoint_url)
+    s3 = settings_s3_client(settings)
     repo = BatchRepository(settings.database_url)
     outbox = OutboxRepository(settings.database_url)
     warehouse = build_warehouse(settings, s3)

@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 from botocore.exceptions import BotoCoreError, ClientError
 
 from fleet_import.contracts.model import FORMAT_SUFFIXES, ContractError, ContractSet, file_format
-from fleet_import.error_table import classify, client_error_code
+from fleet_import.error_table import classify, client_error_code, s3_no_answer
 from fleet_import.errors import (
     DetailsInvalid,
     ErrorKind,
@@ -35,6 +35,7 @@ from fleet_import.errors import (
     error_of_kind,
     transient_variant_of,
 )
+from fleet_import.explain import S3_NO_ANSWER
 from fleet_import.s3.client import Children, S3Client, list_children
 from fleet_import.scope import canonical_folder, split_folder
 
@@ -181,7 +182,7 @@ class TransientDiscoveryError(DiscoveryError, TransientError):
 def _s3_errors(action: str, terminal: type[PreCommitError]) -> Iterator[None]:
     """The one place botocore errors become ours: a `terminal` (terminal or configuration),
     or its transient variant (a TransientError too), as the classification table sorts them
-    by code, never by text."""
+    by code, never by text. botocore has retried it already (s3.client): marked `retried`."""
     try:
         yield
     except ClientError as exc:
@@ -192,11 +193,14 @@ def _s3_errors(action: str, terminal: type[PreCommitError]) -> Iterator[None]:
         else:
             reason = _REASONS.get(code, f"S3 refused the request (HTTP {status})")
             message = f"{reason} ({code or status})"
-        raise error_of_kind(
-            kind, f"cannot {action}: {message}", terminal, code=code or None
-        ) from exc
+        error = error_of_kind(kind, f"cannot {action}: {message}", terminal, code=code or None)
+        error.retried = True
+        raise error from exc
     except BotoCoreError as exc:
-        raise error_of_kind(classify(exc), f"cannot {action}: {exc}", terminal) from exc
+        what = f"{S3_NO_ANSWER} ({exc})" if s3_no_answer(exc) else str(exc)
+        error = error_of_kind(classify(exc), f"cannot {action}: {what}", terminal)
+        error.retried = True
+        raise error from exc
 
 
 def _names(names: Sequence[str]) -> str:

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from boto3.exceptions import S3UploadFailedError
 from botocore.exceptions import BotoCoreError, ClientError
 
-from fleet_import.error_table import classify, s3_error_code
+from fleet_import.error_table import classify, s3_error_code, s3_no_answer
 from fleet_import.errors import (
     ErrorKind,
     FleetImportError,
@@ -19,6 +19,8 @@ from fleet_import.errors import (
     error_of_kind,
     transient_variant_of,
 )
+from fleet_import.explain import S3_NO_ANSWER
+from fleet_import.s3.client import TRANSFER_CONFIG
 
 
 class StagingError(FleetImportError):
@@ -57,7 +59,12 @@ class StagingArea:
     def put_file(self, local: Path, name: str) -> str:
         if self._is_s3:
             self._call(
-                "upload", self._s3.upload_file, str(local), self._bucket, self._prefix + name
+                "upload",
+                self._s3.upload_file,
+                str(local),
+                self._bucket,
+                self._prefix + name,
+                Config=TRANSFER_CONFIG,
             )
         else:
             target = self._root / name
@@ -70,7 +77,12 @@ class StagingArea:
         local.parent.mkdir(parents=True, exist_ok=True)
         if self._is_s3:
             self._call(
-                "download", self._s3.download_file, self._bucket, self._prefix + name, str(local)
+                "download",
+                self._s3.download_file,
+                self._bucket,
+                self._prefix + name,
+                str(local),
+                Config=TRANSFER_CONFIG,
             )
         else:
             source = self._root / name
@@ -95,10 +107,16 @@ class StagingArea:
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """The boundary: what boto3 and botocore raise leaves as TransientStagingError or
-        StagingError, of the kind the classification table gives it."""
+        StagingError, of the kind the classification table gives it; transfers take
+        TRANSFER_CONFIG, so that botocore's attempts are the only ones."""
         try:
             return fn(*args, **kwargs)
         except (ClientError, BotoCoreError, S3UploadFailedError) as exc:
             code = s3_error_code(exc)
-            message = f"staging {what} failed in {self._uri}: {code or type(exc).__name__}"
-            raise error_of_kind(classify(exc), message, StagingError, code=code) from None
+            reason = code or type(exc).__name__
+            if s3_no_answer(exc):
+                reason = f"{S3_NO_ANSWER} ({reason})"
+            message = f"staging {what} failed in {self._uri}: {reason}"
+            error = error_of_kind(classify(exc), message, StagingError, code=code)
+            error.retried = True  # by botocore, the one layer that retries S3 (s3.client)
+            raise error from None

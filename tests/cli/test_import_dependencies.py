@@ -80,10 +80,9 @@ def no_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_an_s3_endpoint_that_does_not_answer(
     flow_env: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import fleet_import.s3.client
     from flows.import_s3_folder import import_s3_folder
 
-    monkeypatch.setattr(fleet_import.s3.client, "_MAX_ATTEMPTS", 1)  # botocore's own retries
+    monkeypatch.setenv("FLEET_S3_MAX_ATTEMPTS", "1")  # botocore's own retries
     monkeypatch.setenv("FLEET_S3_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     state = import_s3_folder(
         tenant_id="acme", folder=today_folder("fleet-landing", "acme"), return_state=True

@@ -16,245 +16,47 @@ It sits in front of one host:port and the test tells it what the network does ne
   its exchange, the server's whole reply up to its ReadyForQuery is swallowed, the
   connection is cut, and new connections are refused for `then_refuse` seconds;
 - `reset_on(match, after=...)`, `stall_on(match, seconds, after=...)`: armed once the same
-  way, cut the connection before the matching message reaches the server, or hold it.
+  way, cut the connection before the matching message reaches the server, or hold it;
+- `dark_on(match, seconds)`: armed once, a black hole for `seconds` from the matching
+  message (an outage that starts at a chosen point);
+- `throttle_on(match, times)` (HTTP only): the next `times` matching requests are answered
+  503 SlowDown by the proxy, as S3 throttles, and their connection closed.
 
 It speaks just enough of the PostgreSQL wire protocol to find message boundaries; it
 answers SSLRequest / GSSENCRequest with "N" itself, so clients talk in clear text to it.
-For other protocols (S3, the Prefect API) the byte-level faults work and `lose_reply`
-does not apply. Threads, not asyncio: a test drives it from plain code.
+With `protocol="http"` (S3 through moto, the Prefect API) a message is an HTTP request,
+matched by its head (request line and headers: tests/faults/httpwire.py); `lose_reply`
+does not apply there. Threads, not asyncio: a test drives it from plain code.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 import select
 import socket
-import struct
 import threading
 import time
-from dataclasses import dataclass, field
 
-from tests.faults.pgwire import GSSENC_REQUEST, SSL_REQUEST, Messages, cstrings
-
-_CHUNK = 65536
-_POLL = 0.05
-_REPLY_ENDS = (b"Z", b"G", b"W")
-"""Where a swallowed reply ends: ReadyForQuery, or CopyIn/CopyBoth (the server waits for
-the client's rows then: nothing more comes until the client, which heard nothing, sends)."""
-_SWALLOW_SECONDS = 5.0
-"""A reply that never ends (a long query) is cut after this long anyway."""
-
-
-@dataclass
-class _Trigger:
-    match: re.Pattern[bytes]
-    after: re.Pattern[bytes] | None
-    action: str  # "lose_reply" | "reset" | "stall"
-    seconds: float  # lose_reply: refuse new connections this long after; stall: hold this long
-    fired: threading.Event = field(default_factory=threading.Event)
-
-
-class _Connection:
-    """One client connection and its upstream, pumped by two threads."""
-
-    def __init__(self, proxy: FaultProxy, client: socket.socket) -> None:
-        self.proxy = proxy
-        self.client = client
-        self.upstream: socket.socket | None = None
-        self.closed = threading.Event()
-        self.swallowing = False  # the trigger went: drop the server's reply up to "Z"
-        self.seen_after = False
-        self.statements: dict[bytes, bytes] = {}  # prepared statement name -> its SQL
-        self.trigger: _Trigger | None = None
-
-    def start(self) -> None:
-        threading.Thread(target=self._run, daemon=True, name="fault-proxy-conn").start()
-
-    def _run(self) -> None:
-        if self.proxy.mode == "black_hole":
-            self._sink()
-            return
-        try:
-            self.upstream = socket.create_connection(self.proxy.upstream, timeout=10)
-            self.upstream.settimeout(None)
-        except OSError:
-            self.reset()
-            return
-        threading.Thread(target=self._pump_server, daemon=True).start()
-        self._pump_client()
-
-    def _sink(self) -> None:
-        """Read and discard until the client gives up or the proxy stops."""
-        while not self.closed.is_set():
-            if not self._readable(self.client):
-                continue
-            try:
-                if not self.client.recv(_CHUNK):
-                    break
-            except OSError:
-                break
-        self.close()
-
-    def _readable(self, sock: socket.socket) -> bool:
-        try:
-            ready, _, _ = select.select([sock], [], [], _POLL)
-        except (OSError, ValueError):
-            self.closed.set()
-            return False
-        return bool(ready)
-
-    def _hold(self) -> bool:
-        """Wait out a stall, a delay or a black hole; False once the connection closed."""
-        proxy = self.proxy
-        while not self.closed.is_set():
-            if proxy.mode == "black_hole" or time.monotonic() < proxy.stalled_until:
-                time.sleep(_POLL)
-                continue
-            if proxy.latency:
-                time.sleep(proxy.latency)
-            return not self.closed.is_set()
-        return False
-
-    def _pump_client(self) -> None:
-        messages = Messages(startup=True)
-        assert self.upstream is not None
-        while not self.closed.is_set():
-            if not self._readable(self.client):
-                continue
-            try:
-                data = self.client.recv(_CHUNK)
-            except OSError:
-                break
-            if not data:
-                break
-            out = bytearray()
-            for kind, message in messages.feed(data):
-                if kind == b"" and len(message) == 8:
-                    (code,) = struct.unpack("!I", message[4:8])
-                    if code in (SSL_REQUEST, GSSENC_REQUEST):
-                        self._send(self.client, b"N")  # no encryption: stay readable
-                        continue
-                fired = self._watch(kind, message)
-                if fired is not None and fired.action == "reset":
-                    self.reset()  # the message and what follows never reach the server
-                    return
-                if fired is not None and fired.action == "stall":
-                    time.sleep(fired.seconds)
-                out += message
-            if out and (not self._hold() or not self._send(self.upstream, bytes(out))):
-                break
-        self.close()
-
-    def _watch(self, kind: bytes, message: bytes) -> _Trigger | None:
-        """The trigger, if this message fires it (then a lost reply starts swallowing)."""
-        sql = self._sql_of(kind, message[5:])
-        if sql is None:
-            return None
-        trigger = self.proxy.trigger
-        if trigger is None or trigger.fired.is_set() or self.swallowing:
-            return None
-        if trigger.after is not None and not self.seen_after:
-            self.seen_after = bool(trigger.after.search(sql))
-            return None
-        if not trigger.match.search(sql):
-            return None
-        self.proxy.trigger = None
-        trigger.fired.set()
-        if trigger.action == "lose_reply":
-            self.trigger = trigger
-            self.swallowing = True
-        return trigger
-
-    def _sql_of(self, kind: bytes, body: bytes) -> bytes | None:
-        if kind == b"Q":
-            return body.rstrip(b"\0")
-        if kind == b"P":  # remembered; it runs at its Bind (a Parse may go alone, synced)
-            name, query = cstrings(body, 2)
-            self.statements[name] = query
-            return None
-        if kind == b"B":  # the statement's SQL, then its parameters as sent
-            _portal, name = cstrings(body, 2)
-            sql = self.statements.get(name)
-            return None if sql is None else sql + b"\n" + body
-        return None
-
-    def _pump_server(self) -> None:
-        messages = Messages(startup=False)
-        assert self.upstream is not None
-        swallow_started: float | None = None
-        while not self.closed.is_set():
-            if self.swallowing:
-                swallow_started = swallow_started or time.monotonic()
-                if time.monotonic() - swallow_started > _SWALLOW_SECONDS:
-                    self._cut_after_trigger()
-                    return
-            if not self._readable(self.upstream):
-                continue
-            try:
-                data = self.upstream.recv(_CHUNK)
-            except OSError:
-                break
-            if not data:
-                break
-            if self.swallowing:
-                if any(kind in _REPLY_ENDS for kind, _ in messages.feed(data)):
-                    self._cut_after_trigger()
-                    return
-                continue
-            list(messages.feed(data))  # keep the message boundaries in step
-            if not self._hold() or not self._send(self.client, data):
-                break
-        self.close()
-
-    def _cut_after_trigger(self) -> None:
-        trigger = self.trigger
-        if trigger is not None and trigger.seconds > 0:
-            self.proxy.refuse(trigger.seconds)
-        self.reset()
-
-    @staticmethod
-    def _send(sock: socket.socket, data: bytes) -> bool:
-        try:
-            sock.sendall(data)
-        except OSError:
-            return False
-        return True
-
-    def reset(self) -> None:
-        """Cut with a TCP reset (SO_LINGER 0), both sides."""
-        for sock in (self.client, self.upstream):
-            if sock is None:
-                continue
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        self.close()
-
-    def close(self) -> None:
-        if self.closed.is_set():
-            return
-        self.closed.set()
-        for sock in (self.client, self.upstream):
-            if sock is None:
-                continue
-            with contextlib.suppress(OSError):
-                sock.close()
-        self.proxy._forget(self)
+from tests.faults.proxy_connection import POLL, Connection, Trigger
 
 
 class FaultProxy:
     """A TCP proxy in front of `upstream` (host, port), listening on 127.0.0.1:`port`
     (0: any free port). Use as a context manager, or start() / stop()."""
 
-    def __init__(self, upstream: tuple[str, int], port: int = 0) -> None:
+    def __init__(
+        self, upstream: tuple[str, int], port: int = 0, *, protocol: str = "postgres"
+    ) -> None:
         self.upstream = upstream
+        self.protocol = protocol  # "postgres" | "http"
         self.mode = "pass"
+        self.dark_until = 0.0
         self.latency = 0.0
         self.stalled_until = 0.0
-        self.trigger: _Trigger | None = None
+        self.trigger: Trigger | None = None
         self._refusing_until = 0.0
         self._lock = threading.Lock()
-        self._connections: set[_Connection] = set()
+        self._connections: set[Connection] = set()
         self._stopped = threading.Event()
         self._listener: socket.socket | None = self._listen(port)
         self.port = self._listener.getsockname()[1]
@@ -289,12 +91,12 @@ class FaultProxy:
 
     def pass_through(self) -> None:
         """Forward again; a closed door is open again when this returns."""
-        self.mode, self.latency, self.stalled_until = "pass", 0.0, 0.0
+        self.mode, self.latency, self.stalled_until, self.dark_until = "pass", 0.0, 0.0, 0.0
         self._refusing_until = 0.0
         self.trigger = None
         deadline = time.monotonic() + 5
         while self._listener is None and time.monotonic() < deadline:
-            time.sleep(_POLL / 5)
+            time.sleep(POLL / 5)
 
     def reset_all(self) -> None:
         with self._lock:
@@ -304,6 +106,14 @@ class FaultProxy:
 
     def black_hole(self) -> None:
         self.mode = "black_hole"
+
+    def go_dark(self, seconds: float) -> None:
+        """A black hole for `seconds` from now, then forwarding again."""
+        self.dark_until = time.monotonic() + seconds
+
+    @property
+    def dark(self) -> bool:
+        return self.mode == "black_hole" or time.monotonic() < self.dark_until
 
     def delay(self, seconds: float) -> None:
         self.latency = seconds
@@ -336,6 +146,14 @@ class FaultProxy:
         """Armed once: hold the matching message `seconds` before forwarding it."""
         return self._arm("stall", match, after, seconds)
 
+    def dark_on(self, match: str | bytes, seconds: float) -> threading.Event:
+        """Armed once: a black hole for `seconds` from the matching message (held too)."""
+        return self._arm("dark", match, None, seconds)
+
+    def throttle_on(self, match: str | bytes, times: int) -> threading.Event:
+        """HTTP: answer the next `times` matching requests 503 SlowDown, unforwarded."""
+        return self._arm("throttle", match, None, float(times))
+
     def _arm(
         self, action: str, match: str | bytes, after: str | bytes | None, seconds: float
     ) -> threading.Event:
@@ -343,7 +161,7 @@ class FaultProxy:
             raw = text.encode() if isinstance(text, str) else text
             return re.compile(raw, re.IGNORECASE)
 
-        trigger = _Trigger(pattern(match), pattern(after) if after else None, action, seconds)
+        trigger = Trigger(pattern(match), pattern(after) if after else None, action, seconds)
         self.trigger = trigger
         return trigger.fired
 
@@ -362,28 +180,28 @@ class FaultProxy:
                 if self._listener is not None:  # closed: connections are refused outright
                     self._listener.close()
                     self._listener = None
-                time.sleep(_POLL)
+                time.sleep(POLL)
                 continue
             if self._listener is None:
                 try:
                     self._listener = self._listen(self.port)
                 except OSError:
-                    time.sleep(_POLL)
+                    time.sleep(POLL)
                     continue
-            ready, _, _ = select.select([self._listener], [], [], _POLL)
+            ready, _, _ = select.select([self._listener], [], [], POLL)
             if not ready:
                 continue
             try:
                 client, _ = self._listener.accept()
             except OSError:
                 continue
-            connection = _Connection(self, client)
+            connection = Connection(self, client)
             with self._lock:
                 self._connections.add(connection)
                 self.accepted += 1
             connection.start()
 
-    def _forget(self, connection: _Connection) -> None:
+    def _forget(self, connection: Connection) -> None:
         with self._lock:
             self._connections.discard(connection)
 

@@ -129,9 +129,22 @@ def test_an_empty_folder_fails_before_commit_and_frees_the_scope(world: World) -
     assert isinstance(world.repo.reserve(ACME, source_scope(folder), "d2"), Reserved)
 
 
-def test_a_transient_listing_error_is_retried(world: World) -> None:
+def test_an_s3_error_botocore_gave_up_on_is_not_retried_again(world: World) -> None:
+    """botocore is S3's one retry layer (s3.client): a SlowDown that reaches the driver has
+    had its retries, so the step runner fails the batch at once (the throttle botocore
+    rides out is tests/faults/test_s3_matrix.py's)."""
     folder = world.deliver()
     world.s3.faults["ListObjectsV2"] = client_error("SlowDown", 503, "ListObjectsV2")
+    outcome = import_folder(world.ctx, ACME, folder, "d1", steps=NO_WAIT)
+    assert isinstance(outcome, Failed) and outcome.kind == FailureKind.FAILED_PRE_COMMIT
+    assert "SlowDown" in outcome.error and "after retries" in outcome.error
+    assert "ListObjectsV2" not in world.s3.faults  # raised once, and the listing not tried again
+    assert world.warehouse.slice_owner("acme", source_scope(folder)) is None
+
+
+def test_a_transient_error_of_another_dependency_is_retried_by_the_step(world: World) -> None:
+    folder = world.deliver()
+    world.store.faults["update_details"] = OperationalStoreError("reset", kind=ErrorKind.TRANSIENT)
     outcome = import_folder(world.ctx, ACME, folder, "d1", steps=NO_WAIT)
     assert isinstance(outcome, Committed) and outcome.published
 

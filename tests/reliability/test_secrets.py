@@ -29,7 +29,7 @@ from fleet_import.importing.context import Committed, Failed
 from fleet_import.importing.driver import import_folder
 from fleet_import.importing.runtime import build_runtime
 from fleet_import.retry import Backoff
-from fleet_import.s3.client import s3_client
+from fleet_import.s3.client import S3Limits, s3_client
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant, split_folder
 from fleet_import.store.repository import BatchRepository
@@ -191,7 +191,9 @@ def test_failing_imports_leak_no_secret_in_process(
     os.environ["AWS_SHARED_CREDENTIALS_FILE"] = str(tmp_path / "no-such-credentials")
     try:
         no_s3 = runtime()
-        no_s3.ctx.s3 = s3_client(f"http://127.0.0.1:{_UNREACHABLE_PORT}", max_attempts=1)
+        no_s3.ctx.s3 = s3_client(
+            f"http://127.0.0.1:{_UNREACHABLE_PORT}", S3Limits(max_attempts=1)
+        )
         outcome = import_folder(no_s3.ctx, ACME, good, "no-s3")
         assert isinstance(outcome, Failed), outcome
         texts.append(("S3 unreachable", outcome.error))

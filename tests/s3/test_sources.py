@@ -18,7 +18,7 @@ from urllib3.exceptions import ProtocolError
 from fleet_import.contracts.fleet import FLEET_DATASETS
 from fleet_import.contracts.model import Column, ContractSet, DatasetContract
 from fleet_import.errors import DetailsInvalid, PreCommitError, TransientError
-from fleet_import.s3.client import s3_client
+from fleet_import.s3.client import S3Limits, s3_client
 from fleet_import.s3.sources import (
     DiscoveryError,
     Manifest,
@@ -488,7 +488,9 @@ def test_unreachable_endpoint_is_transient() -> None:
     with socket.socket() as probe:  # a port nothing listens on once the probe is closed
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    client = s3_client(f"http://127.0.0.1:{port}", max_attempts=2, connect_timeout=0.5)
+    client = s3_client(
+        f"http://127.0.0.1:{port}", S3Limits(connect_timeout=0.5, max_attempts=2)
+    )
     obj = unseen_trips_csv(size=1)
 
     with pytest.raises(
