@@ -124,6 +124,8 @@ def _run(bench: dict[str, Any], tenant: str) -> tuple[float, float, dict[str, in
     folder = today_folder(bench["landing"], tenant)
     _put_tiny(bench["s3"], folder)
     command = [str(Path(sys.executable).with_name("fleet-import")), "run", folder]
+    if bench.get("profile"):  # the same command under cProfile, its stats to that file
+        command = [sys.executable, "-m", "cProfile", "-o", bench["profile"], *command]
     command += ["--tenant", tenant]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
@@ -144,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folders", type=int, default=None, help="per worker round")
     parser.add_argument("--no-workers", action="store_true", help="skip the worker rounds")
     parser.add_argument("--database-url", default=None, help="PostgreSQL server (admin URL)")
+    parser.add_argument("--profile", default=None, help="cProfile stats of fleet-import run")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -190,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         logs = root / "logs"
         logs.mkdir()
         bench = {
+            "profile": args.profile,
             "s3": s3,
             "landing": landing,
             "spec": {
