@@ -169,8 +169,9 @@ def tag_flow_run(*tags: str) -> None:
     if run_id is None:
         return
     try:
+        # The run's own tags from its context (one API call fewer); read only outside it.
+        current = flow_run.get_tags()
         with get_client(sync_client=True) as client:
-            current = client.read_flow_run(run_id)
-            client.update_flow_run(run_id, tags=sorted({*current.tags, *tags}))
+            client.update_flow_run(run_id, tags=sorted({*current, *tags}))
     except Exception as exc:  # noqa: BLE001 - tags are a convenience, never a failure
         log.warning("could not tag flow run %s: %s", run_id, exc)
