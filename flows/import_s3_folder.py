@@ -30,6 +30,7 @@ from flows.common import (
     TASK_RETRIES,
     TASK_RETRY_DELAYS,
     TASK_RETRY_JITTER,
+    freeze_startup_heap,
     holding_load_slots,
     lease_owner,
     load_settings,
@@ -168,6 +169,7 @@ def import_s3_folder(
         min_rows_ratio: For this run, every dataset's `min_rows_ratio` (0..1) instead of
             its contract's.
     """
+    freeze_startup_heap()  # in a worker's process for this run: imports done, GC spared
     logger = get_run_logger()
     settings = load_settings()
     try:
