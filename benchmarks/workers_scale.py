@@ -99,10 +99,11 @@ def _round(
     workers: int,
     folders: int,
     logs: Path,
+    tenants: list[str] | None = None,
 ) -> tuple[float, list[Any]]:
     from prefect.deployments import run_deployment
 
-    tenants = [f"w{workers}t{index:02d}" for index in range(folders)]
+    tenants = tenants or [f"w{workers}t{index:02d}" for index in range(folders)]
     runs = [(tenant, today_folder(landing, tenant)) for tenant in tenants]
     for _, folder in runs:
         prefix = folder.removeprefix(f"s3://{landing}/")

@@ -255,8 +255,10 @@ def run(
     """
     ready_to_run()
     with foreseen_errors():
+        from flows.common import freeze_startup_heap
         from flows.import_s3_folder import import_s3_folder
 
+        freeze_startup_heap(owned=True)  # this process runs one flow, then exits
         state = import_s3_folder(
             tenant_id=tenant, folder=folder, delivery_key=delivery_key, force=force,
             no_guard=no_guard, min_rows_ratio=min_rows_ratio, return_state=True,

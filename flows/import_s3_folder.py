@@ -8,6 +8,7 @@ artifacts a data engineer reads in the UI.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -29,6 +30,7 @@ from flows.common import (
     TASK_RETRIES,
     TASK_RETRY_DELAYS,
     TASK_RETRY_JITTER,
+    freeze_startup_heap,
     holding_load_slots,
     lease_owner,
     load_settings,
@@ -51,6 +53,7 @@ from flows.task_runner import SettingsTaskRunner
 T = TypeVar("T")
 # Task run names: the normalise step's shows the file it reads.
 _RUN_NAMES = {"normalise": "normalise/{job.obj.name}"}
+_PROGRESS_EVERY_SECONDS = 1.0
 
 
 def _run_name() -> str:
@@ -118,9 +121,14 @@ def _progress_artifact(scope: str) -> pipeline.Progress:
     artifact_id = create_progress_artifact(
         0.0, key="normalise-progress", description=f"normalising {scope}"
     )
+    sent = [time.monotonic()]
 
     def progress(message: str, fraction: float | None) -> None:
-        if fraction is not None:
+        # At most one update a _PROGRESS_EVERY_SECONDS, and always the last (100%): a
+        # delivery of small files costs one API call, not one per file.
+        now = time.monotonic()
+        if fraction is not None and (fraction >= 1.0 or now - sent[0] >= _PROGRESS_EVERY_SECONDS):
+            sent[0] = now
             update_progress_artifact(artifact_id, 100.0 * fraction)
 
     return progress
@@ -161,6 +169,7 @@ def import_s3_folder(
         min_rows_ratio: For this run, every dataset's `min_rows_ratio` (0..1) instead of
             its contract's.
     """
+    freeze_startup_heap()  # in a worker's process for this run: imports done, GC spared
     logger = get_run_logger()
     settings = load_settings()
     try:

@@ -66,11 +66,9 @@ def _connection_failure(name: str, exc: psycopg.Error, variable: str) -> Check:
 
 def check_operational_database(url: str) -> Iterator[Check]:
     """Reachable, then migrated to the head revision of migrations/."""
-    from alembic.script import ScriptDirectory
+    from fleet_import.store.migrate import head_revision
 
-    from fleet_import.store.migrate import alembic_config
-
-    head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+    head = head_revision()
     try:
         with _connect(url) as conn:
             yield passed("operational database reachable", _version(conn))

@@ -32,6 +32,14 @@ def test_one_head() -> None:
         assert revision.doc and "Why:" in (revision.module.__doc__ or "")
 
 
+def test_head_revision_is_alembics() -> None:
+    """The services check's cheap head (no Alembic import) is the one Alembic computes."""
+    from fleet_import.store.migrate import head_revision
+
+    script = ScriptDirectory.from_config(pgtools.alembic_config("postgresql://unused/x"))
+    assert head_revision() == script.get_current_head()
+
+
 def legacy_rows(url: str) -> list[tuple]:
     rows = [
         (uuid.uuid4(), "acme", "brink_pos", dt.date(2026, 7, 20), "succeeded", True),

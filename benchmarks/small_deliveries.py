@@ -1,0 +1,260 @@
+"""What a tiny delivery costs end to end: the core, `fleet-import run` against a server, and
+folders per minute on one process worker (issue 30, deliverable 1).
+
+One private `prefect server` (on PostgreSQL), the deployments from prefect.yaml, one moto S3
+in this process (its CPU is not counted in what is measured). Per round, interleaved:
+
+- `core`: `import_folder` of a tiny delivery (20 vehicles, 200 trips, 80 fuel rows,
+  `fleet_import.sample_data.fleet_delivery()`, every Fleet dataset) in a child process,
+  timed from just before it starts to its return (imports and interpreter start not timed);
+- `run`: `fleet-import run` of a twin folder (another tenant) against the server, timed from
+  the command's start to its exit, with the CPU-seconds of its whole process tree
+  (`resource.getrusage(RUSAGE_CHILDREN)` around it); per flow run, the task runs and
+  artifacts the server holds;
+- `workers`: `benchmarks/workers_scale.py`'s round on one worker (its delivery, folder count
+  and worker limit), folders per minute.
+
+    .venv/bin/python benchmarks/small_deliveries.py [--repeat 1] [--folders 12]
+
+The last line is exactly
+`small core_s=A run_s=B run_cpu_s=C per_minute_1_worker=D` (medians over the rounds).
+Targets: B <= A + 1.5, C <= 1.5, D >= 3x the figure before issue 30 (benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import _harness
+
+TINY = {"vehicles": 20, "trips": 200, "fuel": 80}
+_CHILD_TIMEOUT_SECONDS = 300.0
+
+
+def measure_core(spec: dict[str, Any]) -> _harness.Measurement:
+    """In the child: one `import_folder` of the tiny folder, every Fleet dataset."""
+    from fleet_import.contracts.files import contracts_in_force
+    from fleet_import.importing.context import Committed, ImportContext
+    from fleet_import.importing.driver import import_folder
+    from fleet_import.s3.client import s3_client
+    from fleet_import.s3.staging import StagingArea
+    from fleet_import.scope import Tenant
+    from fleet_import.store.repository import BatchRepository
+    from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
+
+    s3 = s3_client(spec["endpoint"])
+    ctx = ImportContext(
+        repo=BatchRepository(spec["database_url"]),
+        warehouse=PostgresWarehouse(spec["database_url"]),
+        s3=s3,
+        staging=StagingArea(spec["staging_uri"], s3),
+        contracts=contracts_in_force(),
+        lease_ttl=120.0,
+        workdir=Path(spec["workdir"]),
+    )
+    with _harness.Window() as window:
+        outcome = import_folder(ctx, Tenant.named(spec["tenant"]), spec["folder"], "bench-core")
+    if not isinstance(outcome, Committed) or not outcome.published:
+        raise RuntimeError(f"import did not succeed: {outcome}")
+    return window.measurement("core", sum(outcome.row_counts.values()))
+
+
+def _put_tiny(s3: Any, folder: str) -> None:
+    from fleet_import.sample_data import fleet_delivery
+    from fleet_import.scope import split_folder
+
+    bucket, prefix = split_folder(folder)
+    for name, body in fleet_delivery(**TINY).items():
+        s3.put_object(Bucket=bucket, Key=prefix + name, Body=body)
+
+
+def _core(bench: dict[str, Any], tenant: str) -> float:
+    from fleet_import.sample_data import today_folder
+
+    folder = today_folder(bench["landing"], tenant)
+    _put_tiny(bench["s3"], folder)
+    spec = {**bench["spec"], "tenant": tenant, "folder": folder}
+    child = [str(Path(__file__).resolve()), "--child", json.dumps(spec)]
+    return _harness.run_child(child, _CHILD_TIMEOUT_SECONDS).seconds
+
+
+def _run_counts(tenant: str) -> dict[str, int]:
+    """Task runs and artifacts of the tenant's one flow run, as the server holds them."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        FlowRunFilterId,
+        FlowRunFilterTags,
+    )
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[f"tenant:{tenant}"]))
+        )
+        if not runs:
+            return {}
+        ids = [runs[0].id]
+        tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)))
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=ids))
+        )
+    return {"task_runs": len(tasks), "artifacts": len(artifacts)}
+
+
+def _run(bench: dict[str, Any], tenant: str) -> tuple[float, float, dict[str, int]]:
+    """`fleet-import run` of a fresh tiny folder: (wall s, CPU s of its process tree)."""
+    from fleet_import.sample_data import today_folder
+
+    folder = today_folder(bench["landing"], tenant)
+    _put_tiny(bench["s3"], folder)
+    command = [str(Path(sys.executable).with_name("fleet-import")), "run", folder]
+    profile = bench.get("profile") or ""
+    if profile.endswith(".prof"):  # the same command under cProfile, its stats to that file
+        command = [sys.executable, "-m", "cProfile", "-o", profile, *command]
+    elif profile:  # its imports (-X importtime), their report to that file
+        command = [sys.executable, "-X", "importtime", *command]
+    command += ["--tenant", tenant]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(
+        command, env=bench["run_env"], capture_output=True, text=True, check=False
+    )
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if profile and not profile.endswith(".prof"):
+        Path(profile).write_text(done.stderr)
+    if done.returncode != 0:
+        raise RuntimeError(f"fleet-import run failed ({done.returncode}): {done.stdout[-2000:]}")
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return seconds, cpu, _run_counts(tenant)
+
+
+def _warm(api_url: str) -> None:
+    """A fresh server answers its first version request seconds late (seen: 3.3 s): that is
+    the server's start, not a run's cost, so it is paid before anything is timed."""
+    import httpx
+
+    for path in ("health", "admin/version"):
+        httpx.get(f"{api_url}/{path}", timeout=60.0).raise_for_status()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--folders", type=int, default=None, help="per worker round")
+    parser.add_argument("--no-workers", action="store_true", help="skip the worker rounds")
+    parser.add_argument("--database-url", default=None, help="PostgreSQL server (admin URL)")
+    parser.add_argument(
+        "--profile",
+        default=None,
+        help="fleet-import run's cProfile stats (a .prof path) or -X importtime report (other)",
+    )
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        measure_core(json.loads(args.child)).emit()
+        return 0
+
+    import boto3
+
+    from benchmarks import workers_scale
+    from fleet_import.contracts.fleet import FLEET_DATASETS
+    from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
+
+    folders = args.folders or workers_scale.DEFAULT_FOLDERS
+    pgtools = _harness.pgtools()
+    cluster = _harness._tests_module("workers.cluster")
+    prefect_server = _harness._tests_module("prefect_server")
+    admin_url = args.database_url or pgtools.server_url()
+    prefect_db = pgtools.unique_name("bench_prefect")
+    figures: dict[str, list[float]] = {"core": [], "run": [], "cpu": [], "per_minute": []}
+    with ExitStack() as stack:
+        root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="small-")))
+        database_url = stack.enter_context(_harness.fresh_database(admin_url))
+        PostgresWarehouse(database_url).ensure_tables(FLEET_DATASETS.values())
+        endpoint = stack.enter_context(_harness.moto_s3())
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        landing, staging = "fleet-landing-bench", "fleet-staging-bench"
+        for bucket in (landing, staging):
+            s3.create_bucket(Bucket=bucket)
+        prefect_url = pgtools.create_database(admin_url, prefect_db)
+        stack.callback(pgtools.drop_database, admin_url, prefect_db)
+        _harness.progress("starting the Prefect server (PostgreSQL: its migrations first)")
+        server = stack.enter_context(
+            prefect_server.prefect_server(
+                root / "prefect",
+                PREFECT_SERVER_DATABASE_CONNECTION_URL=prefect_server.asyncpg_url(prefect_url),
+            )
+        )
+        env = cluster.flow_env(database_url, endpoint, staging)
+        if not args.no_workers:
+            cluster.deploy(server, env)
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api_url}))
+        logs = root / "logs"
+        logs.mkdir()
+        bench = {
+            "profile": args.profile,
+            "s3": s3,
+            "landing": landing,
+            "spec": {
+                "endpoint": endpoint,
+                "database_url": database_url,
+                "staging_uri": f"s3://{staging}/core/",
+                "workdir": str(root / "core-work"),
+            },
+            "run_env": server.env(
+                FLEET_DATABASE_URL=database_url,
+                FLEET_S3_ENDPOINT_URL=endpoint,
+                FLEET_STAGING_URI=f"s3://{staging}/run/",
+                FLEET_WORKDIR=str(root / "run-work"),
+                PREFECT_LOGGING_LEVEL="WARNING",
+            ),
+        }
+        _warm(server.api_url)
+        for number in range(args.repeat):
+            load = os.getloadavg()[0]
+            core = _core(bench, f"core{number:02d}")
+            seconds, cpu, counts = _run(bench, f"run{number:02d}")
+            line = f"round={number + 1} load={load:.1f} core_s={core:.2f} run_s={seconds:.2f}"
+            line += f" run_cpu_s={cpu:.2f} " + " ".join(f"{k}={v}" for k, v in counts.items())
+            figures["core"].append(core)
+            figures["run"].append(seconds)
+            figures["cpu"].append(cpu)
+            if not args.no_workers:
+                tenants = [f"r{number:02d}w{index:02d}" for index in range(folders)]
+                wall, _ = workers_scale._round(
+                    cluster, server, env, s3, landing, database_url, 1, folders, logs, tenants
+                )
+                figures["per_minute"].append(folders / wall * 60)
+                line += f" per_minute_1_worker={figures['per_minute'][-1]:.1f}"
+            print(line, flush=True)
+    per_minute = statistics.median(figures["per_minute"]) if figures["per_minute"] else 0.0
+    print(
+        f"small core_s={statistics.median(figures['core']):.2f} "
+        f"run_s={statistics.median(figures['run']):.2f} "
+        f"run_cpu_s={statistics.median(figures['cpu']):.2f} "
+        f"per_minute_1_worker={per_minute:.1f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
