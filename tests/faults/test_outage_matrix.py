@@ -63,14 +63,17 @@ CELLS = [
 """Each phase on PostgreSQL and on Redshift through the emulator (provisioned)."""
 
 
-def _wait_for(reached: Callable[[dict[str, Any]], bool], database_url: str) -> None:
+def _wait_for(
+    reached: Callable[[dict[str, Any]], bool], database_url: str, child: subprocess.Popen[str]
+) -> None:
     deadline = time.monotonic() + REACH_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and child.poll() is None:
         rows = batch_rows(database_url)
         if rows and reached(rows[0][3]):
             return
         time.sleep(0.1)
-    raise AssertionError(f"the child never reached its hold: {batch_rows(database_url)}")
+    out = child.communicate(timeout=CLI_TIMEOUT_SECONDS)[0] if child.poll() is not None else ""
+    raise AssertionError(f"the child never reached its hold: {batch_rows(database_url)}\n{out}")
 
 
 def _registry_owners(database_url: str, source: Source) -> list[str]:
@@ -100,11 +103,10 @@ def test_an_outage_longer_than_the_lease_fences_the_worker(
     proxy = warehouse_proxy  # the same server; here only the operational store goes through it
     point, reached = PHASES[phase]
     go = tmp_path / "go"
-    env = {
-        **cli_env,
-        "FLEET_DATABASE_URL": proxied_url(database_url, proxy),
-        "FLEET_WAREHOUSE_URL": database_url,  # direct (Redshift cells: the emulator's own)
-    }
+    env = {**cli_env, "FLEET_DATABASE_URL": proxied_url(database_url, proxy)}
+    env.pop("FLEET_WAREHOUSE_URL")  # direct: the database's own URL, or the emulator's settings
+    if env.get("FLEET_WAREHOUSE", "postgres") == "postgres":
+        env["FLEET_WAREHOUSE_URL"] = database_url
     child = subprocess.Popen(
         [sys.executable, "-m", "fleet_cli", "run", "--tenant", "acme", "--delivery-key", "d1"]
         + [source.folder],
@@ -115,7 +117,7 @@ def test_an_outage_longer_than_the_lease_fences_the_worker(
         text=True,
     )
     try:
-        _wait_for(reached, database_url)
+        _wait_for(reached, database_url, child)
         time.sleep(1.0)  # the delivery's few small files are normalised by now
         proxy.refuse(OUTAGE_SECONDS)
         proxy.reset_all()  # the cut: every open connection, and no new one for a while
