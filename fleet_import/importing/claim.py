@@ -173,12 +173,13 @@ def settle_abandoned_batches(
     `admission`: the tenant rule a recovered commit's publication must pass first."""
     outcomes: list[ImportOutcome | PublicationRefused] = []
     for batch_id in ctx.repo.abandoned_uncommitted(ctx.lease_ttl, limit):
+        sent = time.monotonic()  # ending the old session may take a while: fence from here
         lease = ctx.repo.take_over(batch_id, owner, ctx.lease_ttl)
         if not isinstance(lease, LeaseAcquired):
             continue  # renewed, finished or taken by another meanwhile
         try:
             batch = _taken_over(ctx, batch_id, owner, lease.previous_owner)
-            with leased(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
+            with leased(ctx.repo, batch_id, owner, ctx.lease_ttl, confirmed_at=sent) as heartbeat:
                 leased_batch = LeasedBatch.of(ctx, batch, owner).holding(heartbeat)
                 outcomes.append(_settle_abandoned(leased_batch, lease.previous_owner, admission))
         except FleetImportError as exc:  # the next drain tries again
