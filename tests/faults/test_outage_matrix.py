@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 OUTAGE_SECONDS = LEASE_TTL_SECONDS * 2.5
 """Longer than the lease TTL: the database's clock expires the lease meanwhile."""
-UNCONFIRMED_SECONDS = LEASE_TTL_SECONDS * 0.75 + 0.5
+UNCONFIRMED_SECONDS = LEASE_TTL_SECONDS * 0.8 + 1.0
 """How long the held worker is kept from renewing before it goes on: past its fence."""
 REACH_TIMEOUT_SECONDS = 120.0
 
