@@ -89,6 +89,11 @@ class LeaseLost(FleetImportError):
     default_kind = ErrorKind.LEASE_LOST
 
 
+class LeaseUnconfirmed(LeaseLost, OperationalStoreError):
+    """The operational database has not confirmed this worker's lease for so long that it
+    may have expired: the worker stops touching the warehouse (the fence, issue #26)."""
+
+
 class DetailsInvalid(FleetImportError):
     """The batch's details could not be parsed."""
 

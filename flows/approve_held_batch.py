@@ -14,6 +14,7 @@ from prefect import flow, get_run_logger
 from prefect.states import State
 
 from fleet_import.errors import LeaseLost
+from fleet_import.explain import explain
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.review import NotApproved, check_approval, claim_approval
 from fleet_import.intake.admission import admission
@@ -55,7 +56,7 @@ def approve_held_batch(batch_id: str) -> State:
         outcome = pipeline.import_batch(rt.ctx, approval.tenant, claimed, steps)
     except LeaseLost as exc:
         tell(rt, [claimed.batch_id, held_id])
-        return failed(f"lost the lease on batch {claimed.batch_id}: {exc}")
+        return failed(f"lost the lease on batch {claimed.batch_id}: {explain(exc)}")
     publish_artifacts(rt, claimed.batch_id)
     tell(rt, [claimed.batch_id, held_id])
     return state_for(outcome, crash=steps.crash)

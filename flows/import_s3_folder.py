@@ -20,6 +20,7 @@ from prefect.runtime import flow_run
 from prefect.states import State
 
 from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
+from fleet_import.explain import explain
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.guards import GuardOverride, record_override
 from fleet_import.importing.runtime import Runtime
@@ -199,7 +200,7 @@ def import_s3_folder(
         outcome = pipeline.import_batch(rt.ctx, tenant, claimed, steps)
     except LeaseLost as exc:
         tell(rt, [claimed.batch_id])
-        return failed(f"lost the lease on batch {claimed.batch_id}: {exc}")
+        return failed(f"lost the lease on batch {claimed.batch_id}: {explain(exc)}")
     publish_artifacts(rt, claimed.batch_id)
     tell(rt, [claimed.batch_id])
     return state_for(outcome, crash=steps.crash)

@@ -13,6 +13,7 @@ from prefect import flow, get_run_logger
 from prefect.states import State
 
 from fleet_import.errors import InvalidInput, LeaseLost
+from fleet_import.explain import explain
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.rollback import NotRolledBack, claim_rollback, plan_rollback
 from fleet_import.intake.admission import admission
@@ -66,7 +67,7 @@ def rollback_slice(tenant_id: str, folder: str, to_batch_id: str | None = None) 
         outcome = pipeline.import_batch(rt.ctx, tenant, claimed, steps)
     except LeaseLost as exc:
         tell(rt, [claimed.batch_id])
-        return failed(f"lost the lease on batch {claimed.batch_id}: {exc}")
+        return failed(f"lost the lease on batch {claimed.batch_id}: {explain(exc)}")
     publish_artifacts(rt, claimed.batch_id)
     tell(rt, [claimed.batch_id])
     return state_for(outcome, crash=steps.crash)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 
 from fleet_import import failpoints
@@ -105,6 +106,7 @@ def claim(
             event_payload(tenant.tenant_id, scope, batch.id, delivery_key=delivery_key),
         )
     failpoints.hit("after_reserve")
+    sent = time.monotonic()
     lease = ctx.repo.acquire_lease(batch.id, owner, ctx.lease_ttl)
     if isinstance(lease, LeaseHeld):
         return NotClaimed(batch.id, lease.owner, lease.expires_at)
@@ -113,7 +115,7 @@ def claim(
     if lease.previous_owner is not None:  # this delivery's own batch, after its executor died
         _taken_over(ctx, batch.id, owner, lease.previous_owner)
     failpoints.hit("after_lease")
-    return Claimed(batch.id, scope, owner)
+    return Claimed(batch.id, scope, owner, lease_confirmed_at=sent)
 
 
 def _take_over_holder(
@@ -122,6 +124,7 @@ def _take_over_holder(
     """Settle the scope's holder if it is abandoned. Claimed: a delivery of the same content
     continues it (the lease is ours now, the caller runs it); None: the holder is alive;
     otherwise how it was settled (the scope is free again, unless it stays unsettled)."""
+    sent = time.monotonic()
     lease = ctx.repo.take_over(holder_id, owner, ctx.lease_ttl)
     if not isinstance(lease, LeaseAcquired):
         return None
@@ -129,8 +132,8 @@ def _take_over_holder(
     if not _committed(ctx, batch) and _same_content(ctx, batch):
         log.warning("batch %s continues under %s: same content", holder_id, owner)
         assert batch.source_scope is not None
-        return Claimed(holder_id, batch.source_scope, owner)
-    with leased(ctx.repo, holder_id, owner, ctx.lease_ttl) as heartbeat:
+        return Claimed(holder_id, batch.source_scope, owner, lease_confirmed_at=sent)
+    with leased(ctx.repo, holder_id, owner, ctx.lease_ttl, confirmed_at=sent) as heartbeat:
         # The delivery taking it over was admitted for this very tenant and scope.
         held = LeasedBatch.of(ctx, batch, owner).holding(heartbeat)
         return _settle_abandoned(held, lease.previous_owner, None)
@@ -170,12 +173,13 @@ def settle_abandoned_batches(
     `admission`: the tenant rule a recovered commit's publication must pass first."""
     outcomes: list[ImportOutcome | PublicationRefused] = []
     for batch_id in ctx.repo.abandoned_uncommitted(ctx.lease_ttl, limit):
+        sent = time.monotonic()  # ending the old session may take a while: fence from here
         lease = ctx.repo.take_over(batch_id, owner, ctx.lease_ttl)
         if not isinstance(lease, LeaseAcquired):
             continue  # renewed, finished or taken by another meanwhile
         try:
             batch = _taken_over(ctx, batch_id, owner, lease.previous_owner)
-            with leased(ctx.repo, batch_id, owner, ctx.lease_ttl) as heartbeat:
+            with leased(ctx.repo, batch_id, owner, ctx.lease_ttl, confirmed_at=sent) as heartbeat:
                 leased_batch = LeasedBatch.of(ctx, batch, owner).holding(heartbeat)
                 outcomes.append(_settle_abandoned(leased_batch, lease.previous_owner, admission))
         except FleetImportError as exc:  # the next drain tries again

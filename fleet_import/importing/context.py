@@ -85,6 +85,9 @@ class Claimed:
     batch_id: uuid.UUID
     scope: str
     owner: str
+    lease_confirmed_at: float | None = None
+    """When the acquisition was sent, by this process's monotonic clock: where the lease's
+    fence starts counting (store.heartbeat); None: when the work starts."""
 
 
 @dataclass(frozen=True)

@@ -203,7 +203,13 @@ def import_batch(
     in load order), load the slice as files arrive, record the commit, publish. A batch
     found committed (or stamped) is only published; a failure before commit fails it; one
     whose commit outcome cannot be known now is left running for the next run (settle.py)."""
-    with leased(ctx.repo, claimed.batch_id, claimed.owner, ctx.lease_ttl) as heartbeat:
+    with leased(
+        ctx.repo,
+        claimed.batch_id,
+        claimed.owner,
+        ctx.lease_ttl,
+        confirmed_at=claimed.lease_confirmed_at,
+    ) as heartbeat:
         batch = LeasedBatch(ctx, tenant, claimed.batch_id, claimed.scope, claimed.owner, heartbeat)
         outcome: ImportOutcome | None
         try:

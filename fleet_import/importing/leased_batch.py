@@ -81,7 +81,8 @@ class LeasedBatch:
     # -- the lease ------------------------------------------------------------------------
 
     def check_lease(self) -> None:
-        """Raise LeaseLost once the heartbeat found the lease taken: stop before writing."""
+        """Raise LeaseLost once the heartbeat found the lease taken, or LeaseUnconfirmed
+        once it may have expired unconfirmed (the fence): stop before writing."""
         if self.heartbeat is not None:
             self.heartbeat.check()
 

@@ -195,6 +195,8 @@ def _load_slice_once(
         contracts=contracts,
         progress=lambda dataset, rows: ctx.progress(f"loaded {rows:,} {dataset} rows", None),
         on_session=lambda session: _record_session(batch, session),
+        # The lease's fence (store.heartbeat): before each warehouse step and the COMMIT.
+        fence=batch.check_lease,
     ) as writer:
         for dataset, group in groupby(arrivals, key=_dataset_of):
             writer.load_files(

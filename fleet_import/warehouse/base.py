@@ -50,6 +50,11 @@ SessionSink = Callable[[WarehouseSession], None]
 """on_session(session): called with each session a slice opens, before it locks anything;
 raising from it ends the slice."""
 
+Fence = Callable[[], None]
+"""fence(): called before each warehouse step of a slice and just before its COMMIT (each
+replay too); raising from it ends the slice, rolled back. The importer's fence is its lease
+(store.heartbeat): a worker whose lease may have expired stops touching the warehouse."""
+
 
 class CommitOutcomeUnknown(WarehouseError):
     """The slice's COMMIT was sent and no answer came (the connection was lost under it):
@@ -153,6 +158,7 @@ class Warehouse(Protocol):
         contracts: Sequence[DatasetContract],
         progress: Progress | None = None,
         on_session: SessionSink | None = None,
+        fence: Fence | None = None,
     ) -> SliceWriter:
         """Begin replacing the scope's slice with these datasets (see SliceWriter)."""
         ...

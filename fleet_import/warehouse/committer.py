@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Self, TypeVar
 from fleet_import.contracts.model import DatasetContract
 from fleet_import.warehouse.base import (
     DatasetLoad,
+    Fence,
     Progress,
     SessionSink,
     SliceCommit,
@@ -80,6 +81,12 @@ class SliceRequest:
     """The slice's datasets by name, in the order given."""
     progress: Progress | None = None
     on_session: SessionSink | None = None
+    fence: Fence | None = None
+
+    def check_fence(self) -> None:
+        """Before each warehouse step and the COMMIT: raises to end the slice (base.Fence)."""
+        if self.fence is not None:
+            self.fence()
 
     @property
     def scope(self) -> tuple[str, str]:
@@ -215,6 +222,7 @@ class SliceCommitter(CommitsThroughOpenSlice):
         contracts: Sequence[DatasetContract],
         progress: Progress | None = None,
         on_session: SessionSink | None = None,
+        fence: Fence | None = None,
     ) -> SliceWriter:
         """Start replacing the scope's slice: files are loaded one by one (as they are
         normalised), and only `commit()` makes the new slice visible (see SliceWriter)."""
@@ -225,7 +233,9 @@ class SliceCommitter(CommitsThroughOpenSlice):
         if missing:
             self.ensure_tables(missing)
         by_name = {c.name: c for c in contracts}
-        request = SliceRequest(tenant_id, source_scope, batch_id, by_name, progress, on_session)
+        request = SliceRequest(
+            tenant_id, source_scope, batch_id, by_name, progress, on_session, fence
+        )
         return self._begin(request)
 
     def _registry(self, cursor: Cursor, tenant_id: str, source_scope: str) -> list[tuple[Any, ...]]:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from fleet_import.contracts.model import DatasetContract
 from fleet_import.warehouse.base import (
     DatasetLoad,
+    Fence,
     Progress,
     SessionSink,
     SliceCommit,
@@ -97,6 +98,7 @@ class TenantWarehouses:
         contracts: Sequence[DatasetContract],
         progress: Progress | None = None,
         on_session: SessionSink | None = None,
+        fence: Fence | None = None,
     ) -> SliceWriter:
         return self.for_tenant(tenant_id).open_slice(
             tenant_id=tenant_id,
@@ -105,6 +107,7 @@ class TenantWarehouses:
             contracts=contracts,
             progress=progress,
             on_session=on_session,
+            fence=fence,
         )
 
     def end_session(self, session: WarehouseSession) -> bool:

@@ -26,6 +26,7 @@ from fleet_import.errors import ErrorKind
 from fleet_import.warehouse.base import (
     SOURCE_LINE_COLUMN,
     DatasetLoad,
+    Fence,
     LoadFile,
     Progress,
     SessionSink,
@@ -96,6 +97,7 @@ class MemoryWarehouse(CommitsThroughOpenSlice):
         contracts: Sequence[DatasetContract],
         progress: Progress | None = None,
         on_session: SessionSink | None = None,
+        fence: Fence | None = None,
     ) -> MemorySliceWriter:
         check_loads([DatasetLoad(c, ()) for c in contracts])
         self.ensure_tables(contracts)
@@ -105,6 +107,7 @@ class MemoryWarehouse(CommitsThroughOpenSlice):
             self.open_sessions.add(session)
         writer = MemorySliceWriter(self, (tenant_id, source_scope), batch_id, contracts, session)
         writer.progress = progress
+        writer.fence = fence
         if on_session is not None:
             try:
                 on_session(session)
@@ -185,6 +188,7 @@ class MemorySliceWriter:
         self._tables = {c.name: c.arrow_schema.empty_table() for c in contracts}
         self.row_counts: dict[str, int] = dict.fromkeys(self._contracts, 0)
         self.progress: Progress | None = None
+        self.fence: Fence | None = None
         self._open = True
 
     def __enter__(self) -> MemorySliceWriter:
@@ -249,6 +253,8 @@ class MemorySliceWriter:
     def commit(self) -> SliceCommit:
         self._check_open()
         try:
+            if self.fence is not None:
+                self.fence()
             self._warehouse.fault("commit")
         except BaseException:
             self.close()

@@ -129,6 +129,7 @@ class PostgresSliceWriter(OpenSlice):
             first = next(pending, None)  # a failure to take it ends the slice like any other
             if first is None:
                 return 0
+            self._request.check_fence()
             encoder = CopyEncoder(contract.arrow_schema, self._stamps)
             sources = (ParquetSource(f.path, f.excluded_lines) for f in chain([first], pending))
             self._counters.copies += 1
@@ -150,6 +151,7 @@ class PostgresSliceWriter(OpenSlice):
             return 0
         encoder = CopyEncoder(keys.schema)
         with self._guard() as conn, conn.cursor() as cursor:
+            self._request.check_fence()
             cursor.execute(create_keys_sql(contract))
             with cursor.copy(copy_keys_sql(contract)) as copy:
                 copy.write(encoder.header)
@@ -169,6 +171,7 @@ class PostgresSliceWriter(OpenSlice):
         with self._guard() as conn:
             for statement in self._register_sql(DIALECT, self._request.batch_id):
                 conn.execute(*statement)
+            self._request.check_fence()  # the last moment the lease can stop the COMMIT
             try:
                 conn.commit()
             except psycopg.Error as exc:

@@ -163,6 +163,7 @@ class RedshiftSliceWriter(OpenSlice):
             if runs:
                 self._counters.replays += 1
             runs += 1
+            self._request.check_fence()  # a replay after a backoff, too
             try:
                 return work()
             except driver.DRIVER_ERRORS as exc:
@@ -335,6 +336,9 @@ class RedshiftSliceWriter(OpenSlice):
                     run(cursor, slice_sql.insert_stamped_sql(contract, *self._stamps))
             for statement in self._register_sql(DIALECT, str(self._request.batch_id)):
                 run(cursor, statement)
+            # The LOCKs may have waited long for other writers: the last moment the lease
+            # can stop the COMMIT. Raising here rolls the transaction back (_attempts).
+            self._request.check_fence()
             try:
                 self._conn.commit()
             except driver.DRIVER_ERRORS as exc:
