@@ -30,9 +30,9 @@ from fleet_import.store.models import (
     NotResumable,
     ScopeBusy,
     SourceType,
+    resume_refusal,
 )
 from fleet_import.store.outbox import OutboxRepository
-from fleet_import.store.repository import resume_refusal
 from fleet_import.tenants.binding import Admission, Refused
 from fleet_import.warehouse.base import WarehouseError
 

@@ -205,3 +205,30 @@ class CachedFile:
     row_count: int
     reject_count: int
     details: dict[str, Any]
+
+
+def resume_refusal(batch: Batch, source_type: str, scope: str) -> str | None:
+    """Why `resume_publication` would refuse this batch as read, or None. A caller checks it
+    before its own costlier proofs (the warehouse stamp); the resume checks it again under
+    the row lock."""
+    if batch.source_type != source_type:
+        return f"batch {batch.id} is a {batch.source_type} batch, not {source_type}"
+    if batch.source_scope != scope:
+        return f"batch {batch.id} imports {batch.source_scope!r}, not {scope!r}"
+    if batch.status == BatchStatus.SUCCEEDED:
+        return f"batch {batch.id} already succeeded"
+    if batch.status == BatchStatus.RUNNING:
+        return f"batch {batch.id} is still running; its executor continues it"
+    try:
+        details = batch.parsed_details
+    except DetailsInvalid as exc:
+        return str(exc)
+    if not details.warehouse_committed:
+        return f"batch {batch.id} never committed its slice; recovery is a new batch"
+    if details.phase == "published":
+        return f"batch {batch.id} already finished its publication"
+    if details.superseded_by:
+        return f"batch {batch.id} was superseded by {details.superseded_by}"
+    if details.publication_expired:
+        return f"batch {batch.id}'s publication expired: a newer batch owns its slice"
+    return None

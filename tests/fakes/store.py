@@ -41,9 +41,10 @@ from fleet_import.store.models import (
     ResumeOutcome,
     ScopeBusy,
     SourceType,
+    resume_refusal,
     warehouse_committed,
 )
-from fleet_import.store.repository import InvalidTransition, resume_refusal
+from fleet_import.store.repository import InvalidTransition
 from tests.fakes.state import (
     MemoryStore,
     Row,
