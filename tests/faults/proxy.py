@@ -16,7 +16,12 @@ It sits in front of one host:port and the test tells it what the network does ne
   its exchange, the server's whole reply up to its ReadyForQuery is swallowed, the
   connection is cut, and new connections are refused for `then_refuse` seconds;
 - `reset_on(match, after=...)`, `stall_on(match, seconds, after=...)`: armed once the same
-  way, cut the connection before the matching message reaches the server, or hold it.
+  way, cut the connection before the matching message reaches the server, or hold it;
+- `black_hole_on(match, after=...)`: armed once the same way; from the matching message on,
+  the proxy is a black hole (that message never reaches the server, nothing comes back, new
+  connections are accepted and never answered) until `pass_through()`. The client's TCP
+  peer (this proxy) still acknowledges every packet, so only a client-side wait bound ends
+  the wait: what TCP keepalives end on a real network never fires here.
 
 It speaks just enough of the PostgreSQL wire protocol to find message boundaries; it
 answers SSLRequest / GSSENCRequest with "N" itself, so clients talk in clear text to it.
@@ -50,7 +55,7 @@ _SWALLOW_SECONDS = 5.0
 class _Trigger:
     match: re.Pattern[bytes]
     after: re.Pattern[bytes] | None
-    action: str  # "lose_reply" | "reset" | "stall"
+    action: str  # "lose_reply" | "reset" | "stall" | "black_hole"
     seconds: float  # lose_reply: refuse new connections this long after; stall: hold this long
     fired: threading.Event = field(default_factory=threading.Event)
 
@@ -141,6 +146,8 @@ class _Connection:
                     return
                 if fired is not None and fired.action == "stall":
                     time.sleep(fired.seconds)
+                if fired is not None and fired.action == "black_hole":
+                    self.proxy.mode = "black_hole"  # _hold keeps this message, and all after
                 out += message
             if out and (not self._hold() or not self._send(self.upstream, bytes(out))):
                 break
@@ -288,7 +295,11 @@ class FaultProxy:
     # -- what the network does next --------------------------------------------------------
 
     def pass_through(self) -> None:
-        """Forward again; a closed door is open again when this returns."""
+        """Forward again; a closed door is open again when this returns. Connections caught
+        in a black hole are cut first, what they held dropped (their clients gave up; on a
+        real network a late packet of theirs, the held COMMIT, never arrives either)."""
+        if self.mode == "black_hole":
+            self.reset_all()
         self.mode, self.latency, self.stalled_until = "pass", 0.0, 0.0
         self._refusing_until = 0.0
         self.trigger = None
@@ -335,6 +346,12 @@ class FaultProxy:
     ) -> threading.Event:
         """Armed once: hold the matching message `seconds` before forwarding it."""
         return self._arm("stall", match, after, seconds)
+
+    def black_hole_on(
+        self, match: str | bytes, *, after: str | bytes | None = None
+    ) -> threading.Event:
+        """Armed once: from the matching message on, a black hole (see the module docstring)."""
+        return self._arm("black_hole", match, after, 0.0)
 
     def _arm(
         self, action: str, match: str | bytes, after: str | bytes | None, seconds: float
