@@ -25,8 +25,8 @@ It sits in front of one host:port and the test tells it what the network does ne
 
 It speaks just enough of the PostgreSQL wire protocol to find message boundaries; it
 answers SSLRequest / GSSENCRequest with "N" itself, so clients talk in clear text to it.
-For other protocols (S3, the Prefect API) the byte-level faults work and `lose_reply`
-does not apply. Threads, not asyncio: a test drives it from plain code.
+For other protocols (S3, the Prefect API: `raw=True`) the byte-level faults work and the
+message triggers do not apply. Threads, not asyncio: a test drives it from plain code.
 """
 
 from __future__ import annotations
@@ -133,8 +133,8 @@ class _Connection:
                 break
             if not data:
                 break
-            out = bytearray()
-            for kind, message in messages.feed(data):
+            out = bytearray(data if self.proxy.raw else b"")
+            for kind, message in [] if self.proxy.raw else messages.feed(data):
                 if kind == b"" and len(message) == 8:
                     (code,) = struct.unpack("!I", message[4:8])
                     if code in (SSL_REQUEST, GSSENC_REQUEST):
@@ -209,7 +209,8 @@ class _Connection:
                     self._cut_after_trigger()
                     return
                 continue
-            list(messages.feed(data))  # keep the message boundaries in step
+            if not self.proxy.raw:
+                list(messages.feed(data))  # keep the message boundaries in step
             if not self._hold() or not self._send(self.client, data):
                 break
         self.close()
@@ -253,8 +254,9 @@ class FaultProxy:
     """A TCP proxy in front of `upstream` (host, port), listening on 127.0.0.1:`port`
     (0: any free port). Use as a context manager, or start() / stop()."""
 
-    def __init__(self, upstream: tuple[str, int], port: int = 0) -> None:
+    def __init__(self, upstream: tuple[str, int], port: int = 0, *, raw: bool = False) -> None:
         self.upstream = upstream
+        self.raw = raw  # not PostgreSQL (HTTP: S3, the Prefect API): bytes as they come
         self.mode = "pass"
         self.latency = 0.0
         self.stalled_until = 0.0
