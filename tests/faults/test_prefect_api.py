@@ -7,6 +7,7 @@ exit code says is what the batch is."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -44,6 +45,15 @@ def prefect_proxy(cli_env: dict[str, str]) -> Iterator[FaultProxy]:
 def _through(url: str, proxy: FaultProxy) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(netloc=f"127.0.0.1:{proxy.port}"))
+
+
+def _run_state(out: str) -> str | None:
+    """The final state, as the Prefect API has it, of the flow run the CLI printed."""
+    from prefect.client.orchestration import get_client
+
+    [run_id] = set(re.findall(r"/runs/flow-run/([0-9a-f-]{36})", out))
+    with get_client(sync_client=True) as client:
+        return client.read_flow_run(run_id).state_name
 
 
 def _live_leases(database_url: str) -> list[str]:
@@ -88,8 +98,9 @@ def test_the_prefect_api_cut_mid_run(
     assert "Traceback" not in out, out
     assert _live_leases(database_url) == [], out  # no holder left behind the process
     [(_batch_id, status, _lease, details)] = batch_rows(database_url)
-    if child.returncode == ExitCode.SUCCEEDED:
+    if child.returncode == ExitCode.SUCCEEDED:  # and its run says so, the API being back
         assert status == BatchStatus.SUCCEEDED, out
+        assert _run_state(out) == "Completed", out
     else:  # the one line names the Prefect API, and the batch is what it says
         assert child.returncode != ExitCode.SUCCEEDED and "Prefect API" in out, out
         assert status != BatchStatus.SUCCEEDED or "failure" not in details, out
