@@ -17,6 +17,9 @@ DEFAULT_LEASE_TTL_SECONDS = 120.0
 # stamp before the batch is left running for the next run to settle (importing.settle): an
 # outage of a minute or two, a failover, ends in the same run.
 DEFAULT_COMMIT_READBACK_SECONDS = 120.0
+DEFAULT_WAREHOUSE_REPLY_TIMEOUT_SECONDS = 900.0
+"""A statement with no answer for this long ends its connection: longer than any slice COPY,
+COMMIT or refresh should take, far shorter than for ever."""
 # The sweep enters folders dated from this many days ago through tomorrow, so its cost does
 # not grow with history; a delivery older than that is imported by a run with a longer lookback.
 DEFAULT_SWEEP_LOOKBACK_DAYS = 3
@@ -73,6 +76,12 @@ class Settings(BaseSettings):
         ge=0,
         description="how long the outcome of a slice COMMIT that got no answer is read back "
         "from the slice stamp before the batch is left running for the next run to settle",
+    )
+    warehouse_reply_timeout_seconds: float = Field(
+        DEFAULT_WAREHOUSE_REPLY_TIMEOUT_SECONDS,
+        gt=0,
+        description="the longest a warehouse statement may go without an answer before its "
+        "connection is given up (a black hole the TCP keepalives cannot see)",
     )
     delivery_manifest_name: str = Field(
         "_manifest.json",

@@ -71,7 +71,10 @@ def build_warehouse(settings: Settings, s3: Any) -> Warehouse:
 def warehouse_of(settings: Settings, s3: Any, database: str | None) -> Warehouse:
     """The warehouse of one database (None: the shared one), never routed per tenant."""
     if settings.warehouse == "postgres":
-        return PostgresWarehouse(postgres_url_for(settings, database))
+        return PostgresWarehouse(
+            postgres_url_for(settings, database),
+            reply_timeout=settings.warehouse_reply_timeout_seconds,
+        )
     from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 
     missing = [
@@ -91,7 +94,10 @@ def warehouse_of(settings: Settings, s3: Any, database: str | None) -> Warehouse
     if missing:
         raise ConfigurationError(f"FLEET_WAREHOUSE=redshift needs {', '.join(missing)}")
     return RedshiftWarehouse(
-        redshift_kwargs_for(settings, database),
+        {
+            **redshift_kwargs_for(settings, database),
+            "timeout": max(1, round(settings.warehouse_reply_timeout_seconds)),
+        },
         s3=s3,
         staging_uri=staging_uri,
         iam_role=str(settings.redshift_iam_role),

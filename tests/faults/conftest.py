@@ -48,6 +48,13 @@ def warehouse_proxy(database_url: str) -> Iterator[FaultProxy]:
 
 
 @pytest.fixture
+def redshift_proxy(emulator: Any) -> Iterator[FaultProxy]:  # noqa: F811 (the fixture)
+    """A fault proxy in front of the Redshift emulator (the `emulator` fixture below)."""
+    with FaultProxy(("127.0.0.1", emulator.port)) as proxy:
+        yield proxy
+
+
+@pytest.fixture
 def source(s3: Any, landing_bucket: str, database_url: str) -> Source:
     """One small delivery of the three Fleet datasets, uploaded, and the refresh side-effect
     table (one row per run of refresh_dependants: publication runs once)."""

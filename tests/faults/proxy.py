@@ -19,6 +19,11 @@ It sits in front of one host:port and the test tells it what the network does ne
   way, cut the connection before the matching message reaches the server, or hold it;
 - `dark_on(match, seconds)`: armed once, a black hole for `seconds` from the matching
   message (an outage that starts at a chosen point);
+- `black_hole_on(match, after=...)`: armed once the same way; from the matching message on,
+  the proxy is a black hole (that message never reaches the server, nothing comes back, new
+  connections are accepted and never answered) until `pass_through()`. The client's TCP
+  peer (this proxy) still acknowledges every packet, so only a client-side wait bound ends
+  the wait: what TCP keepalives end on a real network never fires here;
 - `throttle_on(match, times)` (HTTP only): the next `times` matching requests are answered
   503 SlowDown by the proxy, as S3 throttles, and their connection closed.
 
@@ -26,7 +31,9 @@ It speaks just enough of the PostgreSQL wire protocol to find message boundaries
 answers SSLRequest / GSSENCRequest with "N" itself, so clients talk in clear text to it.
 With `protocol="http"` (S3 through moto, the Prefect API) a message is an HTTP request,
 matched by its head (request line and headers: tests/faults/httpwire.py); `lose_reply`
-does not apply there. Threads, not asyncio: a test drives it from plain code.
+does not apply there. With `protocol="raw"` (the Prefect API, whose websockets are not
+requests) bytes go as they come: only the byte-level faults apply. Threads, not asyncio: a
+test drives it from plain code.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ class FaultProxy:
         self, upstream: tuple[str, int], port: int = 0, *, protocol: str = "postgres"
     ) -> None:
         self.upstream = upstream
-        self.protocol = protocol  # "postgres" | "http"
+        self.protocol = protocol  # "postgres" | "http" | "raw"
         self.mode = "pass"
         self.dark_until = 0.0
         self.latency = 0.0
@@ -90,7 +97,11 @@ class FaultProxy:
     # -- what the network does next --------------------------------------------------------
 
     def pass_through(self) -> None:
-        """Forward again; a closed door is open again when this returns."""
+        """Forward again; a closed door is open again when this returns. Connections caught
+        in a black hole are cut first, what they held dropped (their clients gave up; on a
+        real network a late packet of theirs, the held COMMIT, never arrives either)."""
+        if self.mode == "black_hole":
+            self.reset_all()
         self.mode, self.latency, self.stalled_until, self.dark_until = "pass", 0.0, 0.0, 0.0
         self._refusing_until = 0.0
         self.trigger = None
@@ -149,6 +160,12 @@ class FaultProxy:
     def dark_on(self, match: str | bytes, seconds: float) -> threading.Event:
         """Armed once: a black hole for `seconds` from the matching message (held too)."""
         return self._arm("dark", match, None, seconds)
+
+    def black_hole_on(
+        self, match: str | bytes, *, after: str | bytes | None = None
+    ) -> threading.Event:
+        """Armed once: from the matching message on, a black hole (see the module docstring)."""
+        return self._arm("black_hole", match, after, 0.0)
 
     def throttle_on(self, match: str | bytes, times: int) -> threading.Event:
         """HTTP: answer the next `times` matching requests 503 SlowDown, unforwarded."""

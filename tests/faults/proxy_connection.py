@@ -33,7 +33,7 @@ _SWALLOW_SECONDS = 5.0
 class Trigger:
     match: re.Pattern[bytes]
     after: re.Pattern[bytes] | None
-    action: str  # "lose_reply" | "reset" | "stall" | "dark" | "throttle"
+    action: str  # "lose_reply" | "reset" | "stall" | "dark" | "black_hole" | "throttle"
     seconds: float  # lose_reply: refuse this long after; stall, dark: this long; throttle: times
     fired: threading.Event = field(default_factory=threading.Event)
 
@@ -103,6 +103,7 @@ class Connection:
 
     def _pump_client(self) -> None:
         http = self.proxy.protocol == "http"
+        raw = self.proxy.protocol == "raw"
         messages = httpwire.Requests() if http else Messages(startup=True)
         assert self.upstream is not None
         while not self.closed.is_set():
@@ -114,8 +115,8 @@ class Connection:
                 break
             if not data:
                 break
-            out = bytearray()
-            for kind, message in messages.feed(data):
+            out = bytearray(data if raw else b"")
+            for kind, message in [] if raw else messages.feed(data):
                 if not http and kind == b"" and len(message) == 8:
                     (code,) = struct.unpack("!I", message[4:8])
                     if code in (SSL_REQUEST, GSSENC_REQUEST):
@@ -158,6 +159,8 @@ class Connection:
         trigger.fired.set()
         if trigger.action == "dark":
             self.proxy.go_dark(trigger.seconds)
+        if trigger.action == "black_hole":
+            self.proxy.black_hole()  # _hold keeps this message, and all after
         if trigger.action == "lose_reply":
             self.trigger = trigger
             self.swallowing = True
@@ -202,7 +205,7 @@ class Connection:
                     self._cut_after_trigger()
                     return
                 continue
-            if self.proxy.protocol != "http":
+            if self.proxy.protocol == "postgres":
                 list(messages.feed(data))  # keep the message boundaries in step
             if not self._hold() or not self._send(self.client, data):
                 break

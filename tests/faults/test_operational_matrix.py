@@ -49,7 +49,6 @@ SAMPLED = {("record", "lost_reply"), ("claim", "reset")}
 ACME = Tenant.named("acme")
 
 
-
 @pytest.fixture
 def operational_proxy(warehouse_proxy: FaultProxy) -> FaultProxy:
     return warehouse_proxy  # the same upstream server; here only the store goes through it

@@ -22,7 +22,6 @@ reply (forwarded, answer swallowed, connection cut, new connections refused for 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -67,7 +66,6 @@ SAMPLED = {("commit", "lost_reply"), ("copy", "reset"), ("publication", "stall")
 ACME = Tenant.named("acme")
 
 
-
 def _arm(proxy: FaultProxy, phase: str, fault: str, phases: dict[str, Any] = PHASES) -> Any:
     match, after = phases[phase]
     if fault == "reset":
@@ -84,6 +82,7 @@ def _runtime(
     staging_bucket: str,
     tmp: str,
     emulator: RedshiftEmulator | None = None,
+    **overrides: Any,
 ) -> Runtime:
     if emulator is None:
         backend: dict[str, Any] = {"warehouse_url": proxied_url(database_url, proxy)}
@@ -105,10 +104,13 @@ def _runtime(
         staging_uri=f"s3://{staging_bucket}/stage/",
         lease_ttl_seconds=LEASE_TTL_SECONDS,
         refresh_sql=[REFRESH_SQL],
-        commit_readback_seconds=30,
-        workdir=tmp,
-        warehouse_load_slots=0,
-        tenant_load_slots=0,
+        **{
+            "commit_readback_seconds": 30,
+            "workdir": tmp,
+            "warehouse_load_slots": 0,
+            "tenant_load_slots": 0,
+            **overrides,
+        },
     )
     return build_runtime(settings)
 
@@ -150,12 +152,6 @@ def test_a_warehouse_fault_is_reported_truly_and_recovered(
 ) -> None:
     rt = _runtime(database_url, warehouse_proxy, moto_endpoint, staging_bucket, str(tmp_path))
     _cell(rt, warehouse_proxy, phase, fault, source, database_url, PHASES)
-
-
-@pytest.fixture
-def redshift_proxy(emulator: RedshiftEmulator) -> Iterator[FaultProxy]:
-    with FaultProxy(("127.0.0.1", emulator.port)) as proxy:
-        yield proxy
 
 
 @pytest.mark.parametrize("emulator", [SETUPS[0]], ids=["-".join(SETUPS[0])], indirect=True)

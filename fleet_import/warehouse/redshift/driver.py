@@ -38,10 +38,22 @@ _LOST = ("BrokenPipe", "connection is closed")
 """How redshift_connector words a connection that ended under it; it gives no code."""
 
 
+KEEPALIVES = {
+    "tcp_keepalive": True,
+    "tcp_keepalive_idle": 30,
+    "tcp_keepalive_interval": 10,
+    "tcp_keepalive_count": 3,
+}
+"""A network gone silent (packets dropped, no reset) while an answer is awaited ends in about
+a minute (30 s idle, 3 probes 10 s apart) instead of the kernel's two hours. An answer that
+never comes on a connection TCP still sees alive ends at the driver's socket `timeout`
+(FLEET_WAREHOUSE_REPLY_TIMEOUT_SECONDS, given in `connect_kwargs`)."""
+
+
 def connect(connect_kwargs: Mapping[str, Any]) -> Any:
     """A connection with autocommit off: every statement runs in the caller's transaction."""
     try:
-        conn = redshift_connector.connect(**connect_kwargs)
+        conn = redshift_connector.connect(**{**KEEPALIVES, **connect_kwargs})
         conn.autocommit = False
         return conn
     except _IAM_ERRORS as exc:
