@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 # The crash matrix and the soak (marker `crash`) kill and stall real processes at every
 # failpoint: minutes of both cores, so `make test` leaves them to `make test-crash`; CI runs both.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile \
+	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=15 \
 		-m "not workers and not browser and not crash and (not faults or faults_sample)"
 
 test-crash: $(STAMP)
