@@ -4,7 +4,9 @@ flow"): the import flow (`import_s3_folder` on Prefect's test API, FLEET_* point
 proxy, as `flow_env` does) and `fleet-import run` as a child process. The core runtime's
 cells stay in test_warehouse_matrix.py and test_operational_matrix.py.
 
-The flow gets every cell of both matrices; the CLI one cell per fault kind and dependency
+Helpers of test_paths_warehouse_matrix.py and test_paths_operational_matrix.py (two files,
+so `--dist loadfile` runs them side by side). The flow gets every cell of both matrices;
+the CLI one cell per fault kind and dependency
 (CLI_CELLS: a child process costs seconds of Prefect's imports). What each path *reports*
 must be true at once: the exit code (the flow's by `exit_code_for` of its final state) is
 what the batch is, the message is one line without a traceback and names the failure or
@@ -35,8 +37,6 @@ from tests.faults.proxy import FaultProxy, proxied_url
 from tests.faults.test_warehouse_matrix import FAULTS, truth_now
 from tests.reliability.conftest import REFRESH_SQL, Source, refresh_count
 
-pytestmark = [pytest.mark.faults, pytest.mark.slow]
-
 DEPENDENCIES = {"warehouse": warehouse_matrix.PHASES, "operational": operational.PHASES}
 CLI_CELLS = {
     "warehouse": {("commit", "lost_reply"), ("copy", "reset"), ("publication", "stall")},
@@ -53,17 +53,19 @@ STATE_LINE = re.compile(rf"^({'|'.join(EXIT_CODES)}): ")
 ACME = Tenant.named("acme")
 
 
-def _cells() -> list[Any]:
+def cells(dependency: str) -> list[Any]:
+    """(path, phase, fault) parameters of `dependency`'s cells, the sampled ones marked."""
     cells = []
-    for dependency, phases in DEPENDENCIES.items():
-        for path in ("flow", "cli"):
-            for phase in phases:
-                for fault in FAULTS:
-                    if path == "cli" and (phase, fault) not in CLI_CELLS[dependency]:
-                        continue
-                    cell = (path, dependency, phase, fault)
-                    marks = [pytest.mark.faults_sample] if cell in SAMPLED else []
-                    cells.append(pytest.param(*cell, id="-".join(cell), marks=marks))
+    for path in ("flow", "cli"):
+        for phase in DEPENDENCIES[dependency]:
+            for fault in FAULTS:
+                if path == "cli" and (phase, fault) not in CLI_CELLS[dependency]:
+                    continue
+                sampled = (path, dependency, phase, fault) in SAMPLED
+                marks = [pytest.mark.faults_sample] if sampled else []
+                cells.append(
+                    pytest.param(path, phase, fault, id=f"{path}-{phase}-{fault}", marks=marks)
+                )
     return cells
 
 
@@ -134,15 +136,14 @@ def reported_untruths(report: Report, dependency: str, database_url: str) -> lis
     return problems
 
 
-@pytest.mark.parametrize(("path", "dependency", "phase", "fault"), _cells())
-def test_a_fault_is_reported_truly_through_the_flow_and_the_cli(
+def run_cell(
     path: str,
     dependency: str,
     phase: str,
     fault: str,
+    *,
+    proxy: FaultProxy,
     cli_env: dict[str, str],
-    warehouse_proxy: FaultProxy,
-    warehouse: Any,
     source: Source,
     database_url: str,
     moto_endpoint: str,
@@ -150,7 +151,8 @@ def test_a_fault_is_reported_truly_through_the_flow_and_the_cli(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Any,
 ) -> None:
-    proxy = warehouse_proxy  # one upstream server: only `dependency` goes through it
+    """One cell: the fault armed, the import through `path`, its report checked, recovery
+    as the runtime's cells do it, then the invariants."""
     through = proxied_url(database_url, proxy)
     env = {
         "FLEET_DATABASE_URL": through if dependency == "operational" else database_url,
@@ -200,3 +202,4 @@ def test_a_fault_is_reported_truly_through_the_flow_and_the_cli(
     if dependency == "warehouse":  # a lost answer to a publication step runs it once more
         assert refreshes == 1 or (phase, fault) == ("publication", "lost_reply"), refreshes
     assert 1 <= refreshes <= 2, refreshes
+    print(f"{path} {dependency} {phase} {fault}: exit {int(report.code)}: {report.message}")
