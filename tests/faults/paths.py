@@ -55,7 +55,7 @@ ACME = Tenant.named("acme")
 
 def cells(dependency: str) -> list[Any]:
     """(path, phase, fault) parameters of `dependency`'s cells, the sampled ones marked."""
-    cells = []
+    params = []
     for path in ("flow", "cli"):
         for phase in DEPENDENCIES[dependency]:
             for fault in FAULTS:
@@ -63,10 +63,10 @@ def cells(dependency: str) -> list[Any]:
                     continue
                 sampled = (path, dependency, phase, fault) in SAMPLED
                 marks = [pytest.mark.faults_sample] if sampled else []
-                cells.append(
+                params.append(
                     pytest.param(path, phase, fault, id=f"{path}-{phase}-{fault}", marks=marks)
                 )
-    return cells
+    return params
 
 
 @dataclass(frozen=True)
