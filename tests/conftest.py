@@ -245,3 +245,23 @@ def flow_env(
     for name, value in request.node.stash.get(WAREHOUSE_SETTINGS, {}).items():
         monkeypatch.setenv(name, value)
     return database_url
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fault matrix's size and run time (every cell run, on any xdist worker). Here, not in
+    tests/faults/conftest.py: under xdist the controller, which prints the summary, collects
+    nothing, so it never loads that conftest and `make test-faults` printed no size."""
+    cells = [
+        report
+        for report in terminalreporter.stats.get("passed", [])
+        + terminalreporter.stats.get("failed", [])
+        if report.when == "call"
+        and "tests/faults/test_" in report.nodeid
+        and "_matrix" in report.nodeid
+    ]
+    if cells:
+        seconds = sum(report.duration for report in cells)
+        failed = sum(report.failed for report in cells)
+        terminalreporter.write_line(
+            f"fault matrix: {len(cells)} cells run, {failed} failed, {seconds:.0f} s of cell time"
+        )

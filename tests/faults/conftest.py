@@ -143,24 +143,6 @@ def recovered_invariants(database_url: str, source: Source) -> list[str]:
     return problems
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The fault matrix's size and run time (every cell run, on any xdist worker)."""
-    cells = [
-        report
-        for report in terminalreporter.stats.get("passed", [])
-        + terminalreporter.stats.get("failed", [])
-        if report.when == "call"
-        and "tests/faults/test_" in report.nodeid
-        and "_matrix" in report.nodeid
-    ]
-    if cells:
-        seconds = sum(report.duration for report in cells)
-        failed = sum(report.failed for report in cells)
-        terminalreporter.write_line(
-            f"fault matrix: {len(cells)} cells run, {failed} failed, {seconds:.0f} s of cell time"
-        )
-
-
 # The Redshift emulator of tests/warehouse (both modes), reused, not written again.
 from tests.warehouse.conftest import emulator  # noqa: E402, F401
 

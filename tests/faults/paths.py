@@ -1,0 +1,205 @@
+"""The warehouse (PostgreSQL) and operational database fault matrices again, through the
+two ways a user starts an import (issue #26: each cell "through the CLI and through the
+flow"): the import flow (`import_s3_folder` on Prefect's test API, FLEET_* pointing at the
+proxy, as `flow_env` does) and `fleet-import run` as a child process. The core runtime's
+cells stay in test_warehouse_matrix.py and test_operational_matrix.py.
+
+Helpers of test_paths_warehouse_matrix.py and test_paths_operational_matrix.py (two files,
+so `--dist loadfile` runs them side by side). The flow gets every cell of both matrices;
+the CLI one cell per fault kind and dependency
+(CLI_CELLS: a child process costs seconds of Prefect's imports). What each path *reports*
+must be true at once: the exit code (the flow's by `exit_code_for` of its final state) is
+what the batch is, the message is one line without a traceback and names the failure or
+the dependency's setting; then the same recovery and invariants as the runtime's cells.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from fleet_import.config import Settings
+from fleet_import.importing.claim import settle_abandoned_batches
+from fleet_import.importing.driver import import_folder
+from fleet_import.importing.resume import resume_batch
+from fleet_import.importing.runtime import build_runtime
+from fleet_import.scope import Tenant
+from flows.reporting import EXIT_CODES, ExitCode, exit_code_for
+from tests.faults import test_operational_matrix as operational
+from tests.faults import test_warehouse_matrix as warehouse_matrix
+from tests.faults.conftest import LEASE_TTL_SECONDS, batch_rows, recovered_invariants, run_cli
+from tests.faults.proxy import FaultProxy, proxied_url
+from tests.faults.test_warehouse_matrix import FAULTS, truth_now
+from tests.reliability.conftest import REFRESH_SQL, Source, refresh_count
+
+DEPENDENCIES = {"warehouse": warehouse_matrix.PHASES, "operational": operational.PHASES}
+CLI_CELLS = {
+    "warehouse": {("commit", "lost_reply"), ("copy", "reset"), ("publication", "stall")},
+    "operational": {("record", "lost_reply"), ("claim", "reset"), ("normalise", "stall")},
+}
+"""The CLI's subset: one cell per fault kind and dependency."""
+SAMPLED = {
+    ("flow", "warehouse", "commit", "lost_reply"),
+    ("cli", "operational", "record", "lost_reply"),
+}
+"""The cells `make test` runs too; `make test-faults` runs them all."""
+SETTING = {"warehouse": "FLEET_WAREHOUSE_URL", "operational": "FLEET_DATABASE_URL"}
+STATE_LINE = re.compile(rf"^({'|'.join(EXIT_CODES)}): ")
+ACME = Tenant.named("acme")
+
+
+def cells(dependency: str) -> list[Any]:
+    """(path, phase, fault) parameters of `dependency`'s cells, the sampled ones marked."""
+    params = []
+    for path in ("flow", "cli"):
+        for phase in DEPENDENCIES[dependency]:
+            for fault in FAULTS:
+                if path == "cli" and (phase, fault) not in CLI_CELLS[dependency]:
+                    continue
+                sampled = (path, dependency, phase, fault) in SAMPLED
+                marks = [pytest.mark.faults_sample] if sampled else []
+                params.append(
+                    pytest.param(path, phase, fault, id=f"{path}-{phase}-{fault}", marks=marks)
+                )
+    return params
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a path told its user: the exit code and the one state line's message."""
+
+    code: ExitCode
+    message: str
+    out: str
+
+
+def _arm(proxy: FaultProxy, dependency: str, phase: str, fault: str) -> Any:
+    if dependency == "warehouse":
+        return warehouse_matrix._arm(proxy, phase, fault)
+    match = operational.PHASES[phase]
+    if fault == "reset":
+        return proxy.reset_on(match)
+    if fault == "stall":
+        return proxy.stall_on(match, warehouse_matrix.STALL_SECONDS)
+    return proxy.lose_reply(match, then_refuse=warehouse_matrix.REFUSE_AFTER_LOST_REPLY)
+
+
+def _through_flow(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, folder: str) -> Report:
+    from flows.import_s3_folder import import_s3_folder
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    state = import_s3_folder(tenant_id="acme", folder=folder, delivery_key="d1", return_state=True)
+    return Report(exit_code_for(state), state.message or "", f"{state.name}: {state.message}")
+
+
+def _through_cli(env: dict[str, str], folder: str) -> Report:
+    run = run_cli(env, "run", "--tenant", "acme", "--delivery-key", "d1", folder)
+    assert not run.traceback, run.out
+    [line] = [line for line in run.out.splitlines() if STATE_LINE.match(line)]
+    name, message = line.split(": ", 1)
+    assert ExitCode(run.returncode) == EXIT_CODES[name] or (  # a failed state's own code
+        EXIT_CODES[name] == ExitCode.SUCCEEDED and run.returncode == ExitCode.FAILED
+    ), run.out
+    return Report(ExitCode(run.returncode), message, run.out)
+
+
+def reported_untruths(report: Report, dependency: str, database_url: str) -> list[str]:
+    """What the exit code and message say, checked against the batch as recorded."""
+    rows = batch_rows(database_url)
+    statuses = [status for _, status, _, _ in rows]
+    problems = []
+    if "\n" in report.message or "Traceback" in report.message:
+        problems.append("the message is not one line")
+    if report.code == ExitCode.SUCCEEDED and statuses != ["succeeded"]:
+        problems.append(f"exit 0, batches {statuses}")
+    elif report.code == ExitCode.COMMIT_UNKNOWN:
+        if not any(s == "running" and "commit_unknown" in d for _, s, _, d in rows):
+            problems.append(f"exit 7, yet no batch running with commit_unknown: {rows}")
+    elif report.code == ExitCode.PUBLICATION_PENDING and "running" not in statuses:
+        problems.append(f"exit 4, batches {statuses}")
+    elif report.code == ExitCode.FAILED:
+        kinds = [(d.get("failure") or {}).get("kind") for _, s, _, d in rows if s == "failed"]
+        if kinds and not any(str(kind) in report.message for kind in kinds):
+            problems.append(f"exit 1 names none of the failures {kinds}")
+        if not kinds and SETTING[dependency] not in report.message:
+            problems.append(f"exit 1 with no failed batch, and no {SETTING[dependency]}")
+        if dependency == "warehouse" and "succeeded" in statuses:
+            problems.append(f"exit 1, batches {statuses}")
+    elif report.code not in (ExitCode.SUCCEEDED, ExitCode.PUBLICATION_PENDING):
+        problems.append(f"exit {int(report.code)}, unforeseen here")
+    return problems
+
+
+def run_cell(
+    path: str,
+    dependency: str,
+    phase: str,
+    fault: str,
+    *,
+    proxy: FaultProxy,
+    cli_env: dict[str, str],
+    source: Source,
+    database_url: str,
+    moto_endpoint: str,
+    staging_bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+) -> None:
+    """One cell: the fault armed, the import through `path`, its report checked, recovery
+    as the runtime's cells do it, then the invariants."""
+    through = proxied_url(database_url, proxy)
+    env = {
+        "FLEET_DATABASE_URL": through if dependency == "operational" else database_url,
+        "FLEET_WAREHOUSE_URL": through if dependency == "warehouse" else database_url,
+        "FLEET_LEASE_TTL_SECONDS": str(LEASE_TTL_SECONDS),
+        "FLEET_COMMIT_READBACK_SECONDS": "30",
+        "FLEET_REFRESH_SQL": json.dumps([REFRESH_SQL]),
+        "FLEET_WORKDIR": str(tmp_path / "work"),
+    }
+    fired = _arm(proxy, dependency, phase, fault)
+    if path == "flow":
+        report = _through_flow(env, monkeypatch, source.folder)
+    else:
+        report = _through_cli({**cli_env, **env}, source.folder)
+    assert fired.is_set(), f"the {fault} at {phase} never happened: {report.out}"
+    assert truth_now(database_url, source, holders=dependency == "warehouse") == [], report.out
+    assert reported_untruths(report, dependency, database_url) == [], report.out
+    if fault == "stall":  # a 2 s stall is waited out: the run just succeeds
+        assert report.code == ExitCode.SUCCEEDED, report.out
+
+    proxy.pass_through()  # recovery, as the runtime's cells do it
+    rt = build_runtime(
+        Settings(
+            database_url=database_url,
+            warehouse_url=database_url,
+            s3_endpoint_url=moto_endpoint,
+            staging_uri=f"s3://{staging_bucket}/stage/",
+            lease_ttl_seconds=LEASE_TTL_SECONDS,
+            refresh_sql=[REFRESH_SQL],
+            workdir=str(tmp_path / "recovery"),
+            warehouse_load_slots=0,
+            tenant_load_slots=0,
+        )
+    )
+    for batch_id, status, _lease, details in batch_rows(database_url):
+        if status == "failed" and (details.get("failure") or {}).get("kind") == (
+            "failed_publication"
+        ):
+            resume_batch(rt.ctx, rt.outbox, batch_id)
+    time.sleep(LEASE_TTL_SECONDS + 0.5)  # a batch left without its executor is abandoned
+    import_folder(rt.ctx, ACME, source.folder, "d2")  # the next delivery of the folder
+    settle_abandoned_batches(rt.ctx, "drain", limit=10)
+    rt.publisher.drain("drain", lease_ttl=rt.ctx.lease_ttl, limit=10)
+
+    assert recovered_invariants(database_url, source) == [], report.out
+    refreshes = refresh_count(database_url)
+    if dependency == "warehouse":  # a lost answer to a publication step runs it once more
+        assert refreshes == 1 or (phase, fault) == ("publication", "lost_reply"), refreshes
+    assert 1 <= refreshes <= 2, refreshes
+    print(f"{path} {dependency} {phase} {fault}: exit {int(report.code)}: {report.message}")
