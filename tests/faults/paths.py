@@ -43,10 +43,7 @@ CLI_CELLS = {
     "operational": {("record", "lost_reply"), ("claim", "reset"), ("normalise", "stall")},
 }
 """The CLI's subset: one cell per fault kind and dependency."""
-SAMPLED = {
-    ("flow", "warehouse", "commit", "lost_reply"),
-    ("cli", "operational", "record", "lost_reply"),
-}
+SAMPLED = {("cli", "operational", "record", "lost_reply")}
 """The cells `make test` runs too; `make test-faults` runs them all."""
 SETTING = {"warehouse": "FLEET_WAREHOUSE_URL", "operational": "FLEET_DATABASE_URL"}
 STATE_LINE = re.compile(rf"^({'|'.join(EXIT_CODES)}): ")

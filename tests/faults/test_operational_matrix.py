@@ -45,7 +45,7 @@ PHASES = {
     "publication": r"with\s+head\s+as",
     "succeed": r"status\s*=\s*'succeeded'",
 }
-SAMPLED = {("record", "lost_reply"), ("claim", "reset")}
+SAMPLED = {("record", "lost_reply")}
 ACME = Tenant.named("acme")
 
 

@@ -26,7 +26,6 @@ def _env(cli_env: dict[str, str], proxy: FaultProxy) -> dict[str, str]:
     return {**cli_env, **S3_LIMITS_ENV, "FLEET_S3_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
 
 
-@pytest.mark.faults_sample
 def test_a_black_holed_s3_ends_the_run_within_the_bound_with_one_line(
     cli_env: dict[str, str],
     s3_proxy: FaultProxy,  # noqa: F811

@@ -61,7 +61,9 @@ ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
 FAULTS = ("reset", "stall", "lost_reply")
 STALL_SECONDS = 2.0
 REFUSE_AFTER_LOST_REPLY = 2.0
-SAMPLED = {("commit", "lost_reply"), ("copy", "reset"), ("publication", "stall")}
+SAMPLED = {("commit", "lost_reply")}
+"""The cells `make test` runs too, on PostgreSQL; on Redshift the lost COMMIT of
+test_lost_commit_redshift.py is the sampled cell, in both modes."""
 """The cells `make test` runs too; `make test-faults` runs them all."""
 ACME = Tenant.named("acme")
 
@@ -155,7 +157,7 @@ def test_a_warehouse_fault_is_reported_truly_and_recovered(
 
 
 @pytest.mark.parametrize("emulator", [SETUPS[0]], ids=["-".join(SETUPS[0])], indirect=True)
-@pytest.mark.parametrize(("phase", "fault"), matrix_cells(PHASES, FAULTS, SAMPLED))
+@pytest.mark.parametrize(("phase", "fault"), matrix_cells(PHASES, FAULTS, set()))
 def test_a_redshift_fault_is_reported_truly_and_recovered(
     phase: str,
     fault: str,
