@@ -40,6 +40,7 @@ from fleet_import.publication.outcomes import (
 )
 from fleet_import.publication.refusal import refusal_of, refuse_publication
 from fleet_import.publication.retention import Retention, files_in_use
+from fleet_import.publication.success import succeed_across_outage
 from fleet_import.store.heartbeat import Heartbeat, leased
 from fleet_import.store.models import (
     Batch,
@@ -259,7 +260,9 @@ class Publisher:
         if head is None:
             summary = {s.step: {"status": str(s.status), "attempts": s.attempts} for s in steps}
             failpoints.hit("before_mark_succeeded")
-            succeeded = self._repo.mark_succeeded(batch_id, owner, {"publication": summary})
+            succeeded = succeed_across_outage(
+                self._repo, batch_id, owner, {"publication": summary}
+            )
             emit_quietly(
                 self._events,
                 BATCH_PUBLISHED_EVENT,
