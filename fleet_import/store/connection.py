@@ -20,6 +20,9 @@ _CONNECT_TIMEOUT_SECONDS = 10
 CONNECTION_HINT = (
     "could not connect (is the server up, is FLEET_DATABASE_URL right, are there free connections?)"
 )
+CONNECTION_LOST = (
+    "the connection was lost mid-statement (the server restarted, or the network cut it)"
+)
 
 
 class ScopeTaken(OperationalStoreError):
@@ -39,12 +42,16 @@ class SqlStore:
     def _transaction(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
         """One connection, one transaction: committed on success, rolled back on error."""
         try:
-            with psycopg.connect(
+            conn = psycopg.connect(
                 self._conninfo, row_factory=dict_row, connect_timeout=_CONNECT_TIMEOUT_SECONDS
-            ) as conn:
-                yield conn
+            )
         except psycopg.Error as exc:
             raise translate_driver_error(exc) from None
+        try:
+            with conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise translate_driver_error(exc, connected=True) from None
 
     def _one(self, name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
         with self._transaction() as conn:
@@ -55,9 +62,12 @@ class SqlStore:
             return conn.execute(self.queries[name], params).fetchall()
 
 
-def translate_driver_error(exc: psycopg.Error) -> OperationalStoreError:
+def translate_driver_error(
+    exc: psycopg.Error, *, connected: bool = False
+) -> OperationalStoreError:
     """The single boundary where driver errors become ours: decided by constraint name, or
-    given the kind the classification table gives them; never by message text."""
+    given the kind the classification table gives them; never by message text. `connected`:
+    the connection was made, so a connection error is one lost, not one refused."""
     if (
         isinstance(exc, pg_errors.UniqueViolation)
         and exc.diag.constraint_name == RUNNING_SCOPE_INDEX
@@ -65,8 +75,9 @@ def translate_driver_error(exc: psycopg.Error) -> OperationalStoreError:
         return ScopeTaken()
     # Never the driver's own text for a connection failure: libpq may quote the connection
     # string, and with a malformed URL part of the password.
+    hint = CONNECTION_LOST if connected else CONNECTION_HINT
     reason = exc.diag.message_primary or (
-        CONNECTION_HINT if isinstance(exc, psycopg.OperationalError) else type(exc).__name__
+        hint if isinstance(exc, psycopg.OperationalError) else type(exc).__name__
     )
     return OperationalStoreError(
         f"operational database error ({type(exc).__name__}, SQLSTATE {exc.sqlstate}): {reason}",

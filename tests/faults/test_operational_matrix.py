@@ -105,3 +105,18 @@ def test_an_operational_database_fault_is_reported_truly_and_recovered(
 
     assert recovered_invariants(database_url, source) == []
     assert 1 <= refresh_count(database_url) <= 2  # a publication step runs at least once
+
+
+def test_a_connection_cut_mid_statement_is_told_as_lost_not_as_refused(
+    operational_proxy: FaultProxy, database_url: str
+) -> None:
+    from fleet_import.store.repository import BatchRepository
+
+    repo = BatchRepository(proxied_url(database_url, operational_proxy))
+    assert operational_proxy.reset_on("ingestion_batches")
+    with pytest.raises(FleetImportError, match="the connection was lost mid-statement"):
+        repo.list()
+    operational_proxy.refuse(30)
+    time.sleep(0.3)  # the proxy closes its door at its next poll
+    with pytest.raises(FleetImportError, match="could not connect"):
+        repo.list()
