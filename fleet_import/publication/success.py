@@ -3,16 +3,23 @@ reports what happened (issue #26: a batch that did succeed is never told as a st
 
 from __future__ import annotations
 
-import time
+import logging
 import uuid
 from typing import Any
 
 from fleet_import.errors import OperationalStoreError, is_transient
+from fleet_import.retry import Backoff
 from fleet_import.store.models import Batch, BatchStatus
 from fleet_import.store.repository import BatchRepository
 
-READBACK_DELAYS = (0.5, 1.0, 2.0, 4.0)
+log = logging.getLogger(__name__)
+
+READBACK = Backoff((0.5, 1.0, 2.0, 4.0), jitter=0.0)
 """How long a lost answer is read back across an outage: 7.5 s, then the store's error."""
+
+
+def _transient_store_error(exc: Exception) -> bool:
+    return isinstance(exc, OperationalStoreError) and is_transient(exc)
 
 
 def succeed_across_outage(
@@ -26,14 +33,14 @@ def succeed_across_outage(
     except OperationalStoreError as exc:
         if not is_transient(exc):
             raise
-        lost = exc
-    for delay in READBACK_DELAYS:
-        time.sleep(delay)
-        try:
-            batch = repo.get(batch_id)
-        except OperationalStoreError:
-            continue
+        log.warning("the success of batch %s got no answer (%s); reading it back", batch_id, exc)
+
+    def settle() -> Batch:
+        batch = repo.get(batch_id)
         if batch is not None and batch.status == BatchStatus.SUCCEEDED:
             return batch
         return repo.mark_succeeded(batch_id, owner, patch)
-    raise lost
+
+    return READBACK.call(
+        settle, retryable=_transient_store_error, what=f"batch {batch_id}'s read-back", log=log
+    )
