@@ -146,10 +146,13 @@ class FaultProxy:
         matching message went by. Patterns are case-insensitive regular expressions."""
         return self._arm("lose_reply", match, after, then_refuse)
 
-    def reset_on(self, match: str | bytes, *, after: str | bytes | None = None) -> threading.Event:
+    def reset_on(
+        self, match: str | bytes, *, after: str | bytes | None = None, then_refuse: float = 0.0
+    ) -> threading.Event:
         """Armed once: cut the connection with a reset when the matching message comes, before
-        the server sees it."""
-        return self._arm("reset", match, after, 0.0)
+        the server sees it; then refuse new connections for `then_refuse` seconds (an outage
+        that starts mid-step)."""
+        return self._arm("reset", match, after, then_refuse)
 
     def stall_on(
         self, match: str | bytes, seconds: float, *, after: str | bytes | None = None

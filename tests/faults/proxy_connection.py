@@ -34,7 +34,7 @@ class Trigger:
     match: re.Pattern[bytes]
     after: re.Pattern[bytes] | None
     action: str  # "lose_reply" | "reset" | "stall" | "dark" | "black_hole" | "throttle"
-    seconds: float  # lose_reply: refuse this long after; stall, dark: this long; throttle: times
+    seconds: float  # lose_reply, reset: refused after; stall, dark: how long; throttle: times
     fired: threading.Event = field(default_factory=threading.Event)
 
 
@@ -124,6 +124,8 @@ class Connection:
                         continue
                 fired = self._watch(kind, message)
                 if fired is not None and fired.action == "reset":
+                    if fired.seconds > 0:  # an outage from here: the door closes first
+                        self.proxy.refuse(fired.seconds)
                     self.reset()  # the message and what follows never reach the server
                     return
                 if fired is not None and fired.action == "stall":

@@ -7,7 +7,8 @@ delivery, the drain, a lease TTL later) the invariants hold.
 Phases, by the statement (and its parameters) each fault is armed on: claim (the
 reservation), discover (the manifest recorded), normalise (a normalised file cached),
 record (the commit recorded), publication (an outbox step claimed), succeed (the batch
-succeeded). Faults: reset, 2 s stall, lost reply (then 2 s refused).
+succeeded). Faults: reset, 2 s stall, lost reply (then 2 s refused), outage (a reset, then
+refused for longer than the lease TTL: the heartbeat cannot renew the lease meanwhile).
 """
 
 from __future__ import annotations
@@ -27,12 +28,7 @@ from fleet_import.importing.runtime import build_runtime
 from fleet_import.scope import Tenant
 from tests.faults.conftest import LEASE_TTL_SECONDS, matrix_cells, recovered_invariants
 from tests.faults.proxy import FaultProxy, proxied_url
-from tests.faults.test_warehouse_matrix import (
-    FAULTS,
-    REFUSE_AFTER_LOST_REPLY,
-    STALL_SECONDS,
-    truth_now,
-)
+from tests.faults.test_warehouse_matrix import RUNTIME_FAULTS, arm_fault, truth_now
 from tests.reliability.conftest import REFRESH_SQL, Source, refresh_count
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -54,7 +50,7 @@ def operational_proxy(warehouse_proxy: FaultProxy) -> FaultProxy:
     return warehouse_proxy  # the same upstream server; here only the store goes through it
 
 
-@pytest.mark.parametrize(("phase", "fault"), matrix_cells(PHASES, FAULTS, SAMPLED))
+@pytest.mark.parametrize(("phase", "fault"), matrix_cells(PHASES, RUNTIME_FAULTS, SAMPLED))
 def test_an_operational_database_fault_is_reported_truly_and_recovered(
     phase: str,
     fault: str,
@@ -79,13 +75,7 @@ def test_an_operational_database_fault_is_reported_truly_and_recovered(
         tenant_load_slots=0,
     )
     rt = build_runtime(settings)
-    match = PHASES[phase]
-    if fault == "reset":
-        fired = proxy.reset_on(match)
-    elif fault == "stall":
-        fired = proxy.stall_on(match, STALL_SECONDS)
-    else:
-        fired = proxy.lose_reply(match, then_refuse=REFUSE_AFTER_LOST_REPLY)
+    fired = arm_fault(proxy, fault, PHASES[phase])
     try:
         first: object = import_folder(rt.ctx, ACME, source.folder, "d1")
     except FleetImportError as exc:  # foreseen: the CLI prints it as one line
@@ -104,6 +94,7 @@ def test_an_operational_database_fault_is_reported_truly_and_recovered(
     rt.publisher.drain("drain", lease_ttl=rt.ctx.lease_ttl, limit=10)
 
     assert recovered_invariants(database_url, source) == []
+    print(f"{phase} {fault}: {first}")  # what the first run told its caller (-rP shows it)
     assert 1 <= refresh_count(database_url) <= 2  # a publication step runs at least once
 
 
