@@ -20,6 +20,7 @@ other matrices hold.
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +35,7 @@ from fleet_import.importing.runtime import Runtime, build_runtime
 from fleet_import.s3.client import S3Limits
 from fleet_import.scope import Tenant
 from fleet_import.store.models import FailureKind
+from tests.faults import httpwire
 from tests.faults.conftest import (
     LEASE_TTL_SECONDS,
     batch_rows,
@@ -99,6 +101,28 @@ def arm_s3(proxy: FaultProxy, phase: str, fault: str) -> Any:
     return proxy.throttle_on(match, THROTTLED_ANSWERS)
 
 
+def retried_above_botocore(proxy: FaultProxy) -> list[str]:
+    """What the requests a black hole caught say of the layers above botocore: each S3 call
+    it caught (one botocore invocation, by its `amz-sdk-invocation-id`) sent exactly
+    LIMITS.max_attempts requests, and no request was sent by two calls (a step runner's or a
+    Prefect task's retry calls S3 again: a new invocation of the same request)."""
+    attempts: dict[bytes | None, list[bytes]] = defaultdict(list)
+    caught: set[bytes | None] = set()
+    for head, dark in proxy.requests:
+        invocation = httpwire.header(head, b"amz-sdk-invocation-id")
+        attempts[invocation].append(head.split(b"\r\n", 1)[0])
+        if dark:
+            caught.add(invocation)
+    calls_of: dict[bytes, int] = defaultdict(int)
+    problems = [] if caught else ["the black hole caught no S3 call"]
+    for invocation in caught:
+        if len(attempts[invocation]) != LIMITS.max_attempts:
+            problems.append(f"{len(attempts[invocation])} attempts of {attempts[invocation][0]!r}")
+        calls_of[attempts[invocation][0]] += 1
+    problems += [f"{calls} calls of {line!r}" for line, calls in calls_of.items() if calls > 1]
+    return problems
+
+
 def _runtime(
     database_url: str, proxy: FaultProxy, staging_bucket: str, tmp: str, **extra: Any
 ) -> Runtime:
@@ -142,6 +166,7 @@ def test_an_s3_fault_is_retried_within_the_bound_and_reported_truly(
         assert "S3 does not answer" in first.error, first.error
         assert "check FLEET_S3_ENDPOINT_URL" in first.error, first.error
         assert "\n" not in first.error and "Traceback" not in first.error
+        assert retried_above_botocore(s3_proxy) == []
     else:  # within the bound: botocore rode it out
         assert isinstance(first, Committed) and first.published, first
 
@@ -195,6 +220,7 @@ def test_an_s3_fault_in_publication_is_retried_or_left_resumable(
         assert isinstance(second, Failed) and second.resumable, second
         assert second.kind == FailureKind.FAILED_PUBLICATION, second
         assert "S3 does not answer" in second.error and "\n" not in second.error, second.error
+        assert retried_above_botocore(s3_proxy) == []
         s3_proxy.pass_through()
         resumed = resume_batch(rt.ctx, rt.outbox, second.batch_id)
         assert isinstance(resumed, Committed) and resumed.published, resumed
