@@ -237,7 +237,8 @@ def s3_untruths(
     """What the S3 cells add to `reported_untruths`, as the runtime's S3 cells check it: no
     batch left running unheld; within the bound botocore rides the fault out (exit 0); a
     black hole fails the run with one line naming S3 and its setting, and exactly botocore's
-    attempts reached S3 for each call it caught (nothing above botocore retried S3)."""
+    attempts reached S3 for each call it caught (nothing above botocore retried S3, and a
+    failed file started no further files)."""
     problems = truth_now(database_url, source)
     if fault != "black_hole":
         if report.code != ExitCode.SUCCEEDED:
@@ -248,4 +249,7 @@ def s3_untruths(
     for words in (S3_NO_ANSWER, f"check {SETTING['s3']}"):
         if words not in report.message:
             problems.append(f"the message does not say {words!r}")
+    for batch_id, status, _lease, details in batch_rows(database_url):  # it records the same
+        if S3_NO_ANSWER not in str((details.get("failure") or {}).get("error")):
+            problems.append(f"batch {batch_id} is {status}, its error not S3's: {details}")
     return problems + s3_matrix.retried_above_botocore(proxy)

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from fleet_import.config import Settings
+from fleet_import.config import DEFAULT_NORMALIZE_WORKERS, Settings
 from fleet_import.importing.claim import settle_abandoned_batches
 from fleet_import.importing.context import Committed, Failed
 from fleet_import.importing.driver import import_folder
@@ -78,6 +78,8 @@ RETIRE = r"^POST [^\s]*\?delete"
 FAULTS = ("reset", "stall", "outage", "black_hole", "throttle")
 SAMPLED = {("get", "throttle")}
 """The cells `make test` runs too; `make test-faults` runs them all."""
+FILES_AT_ONCE = DEFAULT_NORMALIZE_WORKERS
+"""Files normalised at once, each making one S3 call at a time (the runtime and the flow)."""
 ACME = Tenant.named("acme")
 
 
@@ -101,25 +103,36 @@ def arm_s3(proxy: FaultProxy, phase: str, fault: str) -> Any:
     return proxy.throttle_on(match, THROTTLED_ANSWERS)
 
 
-def retried_above_botocore(proxy: FaultProxy) -> list[str]:
-    """What the requests a black hole caught say of the layers above botocore: each S3 call
-    it caught (one botocore invocation, by its `amz-sdk-invocation-id`) sent exactly
-    LIMITS.max_attempts requests, and no request was sent by two calls (a step runner's or a
-    Prefect task's retry calls S3 again: a new invocation of the same request)."""
+def caught_calls(proxy: FaultProxy) -> list[list[bytes]]:
+    """The S3 calls a black hole caught (one botocore invocation each, by its
+    `amz-sdk-invocation-id`), each as the request lines of its attempts."""
     attempts: dict[bytes | None, list[bytes]] = defaultdict(list)
-    caught: set[bytes | None] = set()
+    caught: dict[bytes | None, None] = {}
     for head, dark in proxy.requests:
         invocation = httpwire.header(head, b"amz-sdk-invocation-id")
         attempts[invocation].append(head.split(b"\r\n", 1)[0])
         if dark:
-            caught.add(invocation)
+            caught[invocation] = None
+    return [attempts[invocation] for invocation in caught]
+
+
+def retried_above_botocore(proxy: FaultProxy) -> list[str]:
+    """What the requests a black hole caught say of the layers above botocore: each call it
+    caught sent exactly LIMITS.max_attempts requests, and no request was sent by two calls
+    (a step runner's or a Prefect task's retry calls S3 again: a new invocation of the same
+    request); and it caught no more calls than files are normalised at once (a failed file
+    starts no further files, each of which would wait out the bound again)."""
+    calls = caught_calls(proxy)
     calls_of: dict[bytes, int] = defaultdict(int)
-    problems = [] if caught else ["the black hole caught no S3 call"]
-    for invocation in caught:
-        if len(attempts[invocation]) != LIMITS.max_attempts:
-            problems.append(f"{len(attempts[invocation])} attempts of {attempts[invocation][0]!r}")
-        calls_of[attempts[invocation][0]] += 1
-    problems += [f"{calls} calls of {line!r}" for line, calls in calls_of.items() if calls > 1]
+    problems = [] if calls else ["the black hole caught no S3 call"]
+    for attempts in calls:
+        if len(attempts) != LIMITS.max_attempts:
+            problems.append(f"{len(attempts)} attempts of {attempts[0]!r}")
+        calls_of[attempts[0]] += 1
+    problems += [f"{n} calls of {line!r}" for line, n in calls_of.items() if n > 1]
+    if len(calls) > FILES_AT_ONCE:
+        lines = sorted(attempts[0] for attempts in calls)
+        problems.append(f"{len(calls)} calls waited out the bound, not {FILES_AT_ONCE}: {lines}")
     return problems
 
 
