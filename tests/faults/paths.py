@@ -1,11 +1,12 @@
-"""The warehouse (PostgreSQL) and operational database fault matrices again, through the
+"""The warehouse (PostgreSQL), operational database and S3 fault matrices again, through the
 two ways a user starts an import (issue #26: each cell "through the CLI and through the
 flow"): the import flow (`import_s3_folder` on Prefect's test API, FLEET_* pointing at the
 proxy, as `flow_env` does) and `fleet-import run` as a child process. The core runtime's
 cells stay in test_warehouse_matrix.py and test_operational_matrix.py.
 
-Helpers of test_paths_warehouse_matrix.py and test_paths_operational_matrix.py (two files,
-so `--dist loadfile` runs them side by side). The flow gets every cell of both matrices;
+Helpers of test_paths_warehouse_matrix.py, test_paths_operational_matrix.py and
+test_paths_s3_matrix.py (a file each, so `--dist loadfile` runs them side by side; S3's
+runtime cells are test_s3_matrix.py's). The flow gets every cell of each matrix;
 the CLI one cell per fault kind and dependency
 (CLI_CELLS: a child process costs seconds of Prefect's imports). What each path *reports*
 must be true at once: the exit code (the flow's by `exit_code_for` of its final state) is
