@@ -7,8 +7,9 @@ delivery, the drain, a lease TTL later) the invariants hold.
 Phases, by the statement (and its parameters) each fault is armed on: claim (the
 reservation), discover (the manifest recorded), normalise (a normalised file cached),
 record (the commit recorded), publication (an outbox step claimed), succeed (the batch
-succeeded), release (its lease released, the run's last statement). Faults: reset, 2 s stall, lost reply (then 2 s refused), outage (a reset, then
-refused for longer than the lease TTL: the heartbeat cannot renew the lease meanwhile).
+succeeded), release (its lease released, the run's last statement). Faults: reset, 2 s
+stall, lost reply (then 2 s refused), outage (a reset, then refused for longer than the
+lease TTL: the heartbeat cannot renew the lease meanwhile).
 """
 
 from __future__ import annotations
