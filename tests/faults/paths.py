@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +94,7 @@ class Report:
     code: ExitCode
     message: str
     out: str
+    seconds: float = 0.0  # how long the path took to report
 
 
 def _arm(proxy: FaultProxy, dependency: str, phase: str, fault: str) -> Any:
@@ -100,12 +102,7 @@ def _arm(proxy: FaultProxy, dependency: str, phase: str, fault: str) -> Any:
         return s3_matrix.arm_s3(proxy, phase, fault)
     if dependency == "warehouse":
         return warehouse_matrix._arm(proxy, phase, fault)
-    match = operational.PHASES[phase]
-    if fault == "reset":
-        return proxy.reset_on(match)
-    if fault == "stall":
-        return proxy.stall_on(match, warehouse_matrix.STALL_SECONDS)
-    return proxy.lose_reply(match, then_refuse=warehouse_matrix.REFUSE_AFTER_LOST_REPLY)
+    return warehouse_matrix.arm_fault(proxy, fault, operational.PHASES[phase])
 
 
 def _through_flow(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, folder: str) -> Report:
@@ -118,14 +115,16 @@ def _through_flow(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, folder: 
 
 
 def _through_cli(env: dict[str, str], folder: str) -> Report:
+    started = time.monotonic()
     run = run_cli(env, "run", "--tenant", "acme", "--delivery-key", "d1", folder)
+    seconds = time.monotonic() - started
     assert not run.traceback, run.out
     [line] = [line for line in run.out.splitlines() if STATE_LINE.match(line)]
     name, message = line.split(": ", 1)
     assert ExitCode(run.returncode) == EXIT_CODES[name] or (  # a failed state's own code
         EXIT_CODES[name] == ExitCode.SUCCEEDED and run.returncode == ExitCode.FAILED
     ), run.out
-    return Report(ExitCode(run.returncode), message, run.out)
+    return Report(ExitCode(run.returncode), message, run.out, seconds)
 
 
 def reported_untruths(report: Report, dependency: str, database_url: str) -> list[str]:
@@ -169,9 +168,11 @@ def run_cell(
     staging_bucket: str,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Any,
-) -> None:
+    env_overrides: Mapping[str, str] | None = None,
+) -> Report:
     """One cell: the fault armed, the import through `path`, its report checked, recovery
-    as the runtime's cells do it, then the invariants."""
+    as the runtime's cells do it, then the invariants. `env_overrides` go over the cell's
+    FLEET_* settings for the first import (a bound set short)."""
     through = proxied_url(database_url, proxy)
     env = {
         "FLEET_DATABASE_URL": through if dependency == "operational" else database_url,
@@ -181,6 +182,7 @@ def run_cell(
         "FLEET_REFRESH_SQL": json.dumps([REFRESH_SQL]),
         "FLEET_WORKDIR": str(tmp_path / "work"),
         **(s3_through(proxy) if dependency == "s3" else {}),
+        **(env_overrides or {}),
     }
     fired = _arm(proxy, dependency, phase, fault)
     if path == "flow":
@@ -225,6 +227,7 @@ def run_cell(
         assert refreshes == 1 or (phase, fault) == ("publication", "lost_reply"), refreshes
     assert 1 <= refreshes <= 2, refreshes
     print(f"{path} {dependency} {phase} {fault}: exit {int(report.code)}: {report.message}")
+    return report
 
 
 def s3_through(proxy: FaultProxy) -> dict[str, str]:

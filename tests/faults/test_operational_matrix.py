@@ -25,7 +25,7 @@ from fleet_import.importing.claim import settle_abandoned_batches
 from fleet_import.importing.context import Committed, Failed
 from fleet_import.importing.driver import import_folder
 from fleet_import.importing.resume import resume_batch
-from fleet_import.importing.runtime import build_runtime
+from fleet_import.importing.runtime import Runtime, build_runtime
 from fleet_import.scope import Tenant
 from tests.faults.conftest import LEASE_TTL_SECONDS, matrix_cells, recovered_invariants
 from tests.faults.proxy import FaultProxy, proxied_url
@@ -47,9 +47,28 @@ SAMPLED = {("record", "lost_reply")}
 ACME = Tenant.named("acme")
 
 
-@pytest.fixture
-def operational_proxy(warehouse_proxy: FaultProxy) -> FaultProxy:
-    return warehouse_proxy  # the same upstream server; here only the store goes through it
+def operational_runtime(
+    database_url: str,
+    proxy: FaultProxy,
+    moto_endpoint: str,
+    staging_bucket: str,
+    workdir: str,
+    **overrides: Any,
+) -> Runtime:
+    """The runtime `fleet-import run` builds, its operational database through `proxy`."""
+    settings = Settings(
+        database_url=proxied_url(database_url, proxy),
+        warehouse_url=database_url,
+        s3_endpoint_url=moto_endpoint,
+        staging_uri=f"s3://{staging_bucket}/stage/",
+        lease_ttl_seconds=LEASE_TTL_SECONDS,
+        refresh_sql=[REFRESH_SQL],
+        workdir=workdir,
+        warehouse_load_slots=0,
+        tenant_load_slots=0,
+        **overrides,
+    )
+    return build_runtime(settings)
 
 
 @pytest.mark.parametrize(("phase", "fault"), matrix_cells(PHASES, RUNTIME_FAULTS, SAMPLED))
@@ -65,18 +84,7 @@ def test_an_operational_database_fault_is_reported_truly_and_recovered(
     tmp_path: Any,
 ) -> None:
     proxy = operational_proxy
-    settings = Settings(
-        database_url=proxied_url(database_url, proxy),
-        warehouse_url=database_url,
-        s3_endpoint_url=moto_endpoint,
-        staging_uri=f"s3://{staging_bucket}/stage/",
-        lease_ttl_seconds=LEASE_TTL_SECONDS,
-        refresh_sql=[REFRESH_SQL],
-        workdir=str(tmp_path),
-        warehouse_load_slots=0,
-        tenant_load_slots=0,
-    )
-    rt = build_runtime(settings)
+    rt = operational_runtime(database_url, proxy, moto_endpoint, staging_bucket, str(tmp_path))
     fired = arm_fault(proxy, fault, PHASES[phase])
     try:
         first: object = import_folder(rt.ctx, ACME, source.folder, "d1")

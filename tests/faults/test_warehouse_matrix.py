@@ -77,7 +77,10 @@ ACME = Tenant.named("acme")
 
 
 def arm_fault(proxy: FaultProxy, fault: str, match: str, after: str | None = None) -> Any:
-    """One of RUNTIME_FAULTS, armed on the message `match` finds (after `after`'s)."""
+    """One of RUNTIME_FAULTS, or a black hole until `pass_through()`, armed on the message
+    `match` finds (after `after`'s)."""
+    if fault == "black_hole":
+        return proxy.black_hole_on(match, after=after)
     if fault == "reset":
         return proxy.reset_on(match, after=after)
     if fault == "outage":
