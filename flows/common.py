@@ -26,6 +26,7 @@ from fleet_import.errors import should_retry
 from fleet_import.importing.driver import STEP_BACKOFF
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.runtime import Runtime, build_runtime
+from flows.api_reports import report
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -184,10 +185,14 @@ def tag_flow_run(*tags: str) -> None:
     run_id = flow_run.get_id()
     if run_id is None:
         return
-    try:
+
+    def send() -> None:
         # The run's own tags from its context (one API call fewer); read only outside it.
         current = flow_run.get_tags()
         with get_client(sync_client=True) as client:
             client.update_flow_run(run_id, tags=sorted({*current, *tags}))
+
+    try:
+        report(f"the tags of flow run {run_id}", send)
     except Exception as exc:  # noqa: BLE001 - tags are a convenience, never a failure
         log.warning("could not tag flow run %s: %s", run_id, exc)

@@ -27,6 +27,7 @@ from fleet_import.importing.runtime import Runtime
 from fleet_import.intake.admission import admit
 from fleet_import.scope import folder_leaf, source_scope
 from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT, Refused
+from flows.api_reports import report
 from flows.common import (
     TASK_RETRIES,
     TASK_RETRY_DELAYS,
@@ -119,8 +120,11 @@ class PrefectSteps:
 def _progress_artifact(scope: str) -> pipeline.Progress:
     """ctx.progress for the flow: the normalisation's fraction done as a progress artifact
     (called on the COPY's reader thread, which runs in the commit task's copied context)."""
-    artifact_id = create_progress_artifact(
-        0.0, key="normalise-progress", description=f"normalising {scope}"
+    artifact_id = report(
+        "the normalisation's progress",
+        lambda: create_progress_artifact(
+            0.0, key="normalise-progress", description=f"normalising {scope}"
+        ),
     )
     sent = [time.monotonic()]
 
@@ -128,9 +132,15 @@ def _progress_artifact(scope: str) -> pipeline.Progress:
         # At most one update a _PROGRESS_EVERY_SECONDS, and always the last (100%): a
         # delivery of small files costs one API call, not one per file.
         now = time.monotonic()
-        if fraction is not None and (fraction >= 1.0 or now - sent[0] >= _PROGRESS_EVERY_SECONDS):
+        if artifact_id is None or fraction is None:
+            return
+        if fraction >= 1.0 or now - sent[0] >= _PROGRESS_EVERY_SECONDS:
             sent[0] = now
-            update_progress_artifact(artifact_id, 100.0 * fraction)
+            # Never raises for the API: it is called from inside the slice load.
+            report(
+                "the normalisation's progress",
+                lambda: update_progress_artifact(artifact_id, 100.0 * fraction),
+            )
 
     return progress
 
@@ -201,7 +211,7 @@ def import_s3_folder(
     except LeaseLost as exc:
         tell(rt, [claimed.batch_id])
         return failed(f"lost the lease on batch {claimed.batch_id}: {explain(exc)}")
-    publish_artifacts(rt, claimed.batch_id)
+    report("the batch's artifacts", lambda: publish_artifacts(rt, claimed.batch_id))
     tell(rt, [claimed.batch_id])
     return state_for(outcome, crash=steps.crash)
 

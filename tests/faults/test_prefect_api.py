@@ -26,13 +26,24 @@ from tests.faults.conftest import (
     run_cli,
 )
 from tests.faults.proxy import FaultProxy
-from tests.reliability.conftest import Source, connect, refresh_count
+from tests.reliability.conftest import REFRESH_SQL, Source, connect, refresh_count
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 OUTAGES = {"short": 5.0, "past-the-lease": 12.0}
 """Refused this long after the cut; the lease TTL is 4 s (tests/faults/conftest.py)."""
 COPY_STALL_SECONDS = 4.0
+CLIENT_RETRIES = "1"
+"""PREFECT_CLIENT_MAX_RETRIES for the outage past them: one retry after 2 s (jittered), not
+the default 5 (2+4+8+16+32 s): the same httpx.ConnectError at the end, a minute sooner."""
+GONE_SECONDS = 600.0
+"""Past the client's retries: the API stays refused until the command has ended."""
+ENDS_WITHIN_SECONDS = 45.0
+"""After the cut; before the fix the exit alone waited about 7 s per undelivered event."""
+CUT_AT = {  # the warehouse statement held while the API is cut
+    "copy": r"^\s*copy\b",  # a progress update inside the slice load is the next API call
+    "publication": re.escape(REFRESH_SQL),  # only the artifacts and the final state remain
+}
 
 
 @pytest.fixture
@@ -111,3 +122,61 @@ def test_the_prefect_api_cut_mid_run(
     assert recovered_invariants(database_url, source) == []
     assert refresh_count(database_url) == 1
     print(f"first run: exit {child.returncode}, batch {status}; rerun: exit {again.returncode}")
+
+
+@pytest.mark.parametrize(
+    "phase", [pytest.param("copy", marks=pytest.mark.faults_sample), "publication"]
+)
+def test_the_prefect_api_gone_past_its_client_retries(
+    cli_env: dict[str, str],
+    warehouse_proxy: FaultProxy,
+    prefect_proxy: FaultProxy,
+    source: Source,
+    database_url: str,
+    phase: str,
+) -> None:
+    """The API cut, and refused until `fleet-import run` has ended: the import's work does
+    not need it, so the batch succeeds once, the command ends within a bound and says in
+    one line that the batch succeeded but its run could not be reported, exit 0 (the
+    batch's code). Before: a progress update raised inside the slice load and failed the
+    batch before commit, the engine's traceback was printed, the exit waited out every event."""
+    env = {
+        **cli_env,
+        "PREFECT_API_URL": _through(cli_env["PREFECT_API_URL"], prefect_proxy),
+        "PREFECT_CLIENT_MAX_RETRIES": CLIENT_RETRIES,
+    }
+    held = warehouse_proxy.stall_on(CUT_AT[phase], COPY_STALL_SECONDS)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "fleet_cli", "run", "--tenant", "acme", source.folder],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert held.wait(CLI_TIMEOUT_SECONDS), f"the import never reached its {phase}"
+        prefect_proxy.refuse(GONE_SECONDS)
+        prefect_proxy.reset_all()
+        cut = time.monotonic()
+        out, _ = child.communicate(timeout=CLI_TIMEOUT_SECONDS)
+        ended_after = time.monotonic() - cut
+    finally:
+        child.kill()
+        prefect_proxy.pass_through()  # the API is back
+    assert "Traceback" not in out, out
+    assert _live_leases(database_url) == [], out
+    [(batch_id, status, _lease, _details)] = batch_rows(database_url)
+    assert status == BatchStatus.SUCCEEDED, out
+    assert child.returncode == ExitCode.SUCCEEDED, out
+    [line] = [line for line in out.splitlines() if "could not be reported" in line]
+    assert line.startswith(f"Completed: batch {batch_id} succeeded"), line
+    assert "Prefect API" in line and "check PREFECT_API_URL" in line, line
+    assert ended_after < ENDS_WITHIN_SECONDS, (ended_after, out)
+    assert refresh_count(database_url) == 1  # published once
+    assert recovered_invariants(database_url, source) == []
+    again = run_cli(cli_env, "run", "--tenant", "acme", source.folder)  # nothing left to do
+    assert again.returncode == ExitCode.ALREADY_LOADED and not again.traceback, again.out
+    assert recovered_invariants(database_url, source) == []
+    assert refresh_count(database_url) == 1
+    print(f"{phase}: exit {child.returncode} {ended_after:.1f} s after the cut; {line}")
