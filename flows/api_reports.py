@@ -19,6 +19,8 @@ import httpx
 from prefect.runtime import flow_run
 from prefect.states import State
 
+from fleet_import.errors import FleetImportError
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -26,6 +28,11 @@ _LOCAL_RUN = "local"
 # Flow run id -> the first error that showed the API gone in that run.
 _api_gone: dict[str, BaseException] = {}
 _last_computed: list[State] = []
+
+
+class PrefectApiGone(FleetImportError):
+    """The Prefect API does not answer, and a step cannot go on without it (a warehouse
+    load slot): the step fails before it touched the warehouse."""
 
 
 def api_unreachable(exc: BaseException) -> bool:

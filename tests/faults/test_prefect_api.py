@@ -20,6 +20,7 @@ from fleet_import.store.models import BatchStatus
 from flows.reporting import ExitCode
 from tests.faults.conftest import (
     CLI_TIMEOUT_SECONDS,
+    LEASE_TTL_SECONDS,
     REPO,
     batch_rows,
     recovered_invariants,
@@ -40,9 +41,16 @@ GONE_SECONDS = 600.0
 """Past the client's retries: the API stays refused until the command has ended."""
 ENDS_WITHIN_SECONDS = 45.0
 """After the cut; before the fix the exit alone waited about 7 s per undelivered event."""
-CUT_AT = {  # the warehouse statement held while the API is cut
-    "copy": r"^\s*copy\b",  # a progress update inside the slice load is the next API call
-    "publication": re.escape(REFRESH_SQL),  # only the artifacts and the final state remain
+LOAD_SLOTS_ON = {"FLEET_WAREHOUSE_LOAD_SLOTS": "4", "FLEET_TENANT_LOAD_SLOTS": "2"}
+"""The load slots, off in the suite (the test API frees no dead holder's slot), on where the
+API is cut before they are taken: nothing is held when the API goes."""
+CUT_AT = {  # the warehouse statement held while the API is cut, and how the batch ends
+    # before the load, with load slots on: none can be taken, so it fails before commit
+    "claim": (r"from\s+\S*ingestion_slices", BatchStatus.FAILED),
+    # a progress update inside the slice load is the next API call
+    "copy": (r"^\s*copy\b", BatchStatus.SUCCEEDED),
+    # only the artifacts and the final state remain
+    "publication": (re.escape(REFRESH_SQL), BatchStatus.SUCCEEDED),
 }
 
 
@@ -125,7 +133,7 @@ def test_the_prefect_api_cut_mid_run(
 
 
 @pytest.mark.parametrize(
-    "phase", [pytest.param("copy", marks=pytest.mark.faults_sample), "publication"]
+    "phase", ["claim", pytest.param("copy", marks=pytest.mark.faults_sample), "publication"]
 )
 def test_the_prefect_api_gone_past_its_client_retries(
     cli_env: dict[str, str],
@@ -135,17 +143,21 @@ def test_the_prefect_api_gone_past_its_client_retries(
     database_url: str,
     phase: str,
 ) -> None:
-    """The API cut, and refused until `fleet-import run` has ended: the import's work does
-    not need it, so the batch succeeds once, the command ends within a bound and says in
-    one line that the batch succeeded but its run could not be reported, exit 0 (the
-    batch's code). Before: a progress update raised inside the slice load and failed the
-    batch before commit, the engine's traceback was printed, the exit waited out every event."""
+    """The API cut, and refused until `fleet-import run` has ended. The import's work does
+    not need it, so once loading the batch succeeds once; before the load it cannot take a
+    load slot and fails before commit. Either way the command ends within a bound and says
+    in one line what the batch is and that its run could not be reported, exit code the
+    batch's. Before: a progress update raised inside the slice load and failed the batch
+    (ConnectError), the engine's traceback was printed with exit 1 for a batch that had
+    succeeded, and the exit waited out every queued event (~7 s each)."""
     env = {
         **cli_env,
         "PREFECT_API_URL": _through(cli_env["PREFECT_API_URL"], prefect_proxy),
         "PREFECT_CLIENT_MAX_RETRIES": CLIENT_RETRIES,
+        **(LOAD_SLOTS_ON if phase == "claim" else {}),
     }
-    held = warehouse_proxy.stall_on(CUT_AT[phase], COPY_STALL_SECONDS)
+    statement, ends = CUT_AT[phase]
+    held = warehouse_proxy.stall_on(statement, COPY_STALL_SECONDS)
     child = subprocess.Popen(
         [sys.executable, "-m", "fleet_cli", "run", "--tenant", "acme", source.folder],
         env=env,
@@ -166,17 +178,23 @@ def test_the_prefect_api_gone_past_its_client_retries(
         prefect_proxy.pass_through()  # the API is back
     assert "Traceback" not in out, out
     assert _live_leases(database_url) == [], out
-    [(batch_id, status, _lease, _details)] = batch_rows(database_url)
-    assert status == BatchStatus.SUCCEEDED, out
-    assert child.returncode == ExitCode.SUCCEEDED, out
+    [(batch_id, status, _lease, details)] = batch_rows(database_url)
+    assert status == ends, out
     [line] = [line for line in out.splitlines() if "could not be reported" in line]
-    assert line.startswith(f"Completed: batch {batch_id} succeeded"), line
     assert "Prefect API" in line and "check PREFECT_API_URL" in line, line
+    if ends == BatchStatus.SUCCEEDED:
+        assert child.returncode == ExitCode.SUCCEEDED, out
+        assert line.startswith(f"Completed: batch {batch_id} succeeded"), line
+        assert refresh_count(database_url) == 1  # published once
+    else:  # failed before commit, saying why: nothing of it in the warehouse
+        assert child.returncode == ExitCode.FAILED, out
+        assert line.startswith("Failed: failed_pre_commit"), line
+        assert "Prefect API" in details["failure"]["error"], details
     assert ended_after < ENDS_WITHIN_SECONDS, (ended_after, out)
-    assert refresh_count(database_url) == 1  # published once
-    assert recovered_invariants(database_url, source) == []
-    again = run_cli(cli_env, "run", "--tenant", "acme", source.folder)  # nothing left to do
-    assert again.returncode == ExitCode.ALREADY_LOADED and not again.traceback, again.out
+    time.sleep(LEASE_TTL_SECONDS)  # the API is back; whatever is left, the rerun settles
+    again = run_cli(cli_env, "run", "--tenant", "acme", source.folder)
+    loaded = ExitCode.ALREADY_LOADED if ends == BatchStatus.SUCCEEDED else ExitCode.SUCCEEDED
+    assert again.returncode == loaded and not again.traceback, again.out
     assert recovered_invariants(database_url, source) == []
     assert refresh_count(database_url) == 1
     print(f"{phase}: exit {child.returncode} {ended_after:.1f} s after the cut; {line}")
