@@ -24,7 +24,6 @@ from fleet_import.errors import FleetImportError
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_LOCAL_RUN = "local"
 # Flow run id -> the first error that showed the API gone in that run.
 _api_gone: dict[str, BaseException] = {}
 _last_computed: list[State] = []
@@ -50,20 +49,19 @@ def describe_outage(exc: BaseException) -> str:
     return f"the Prefect API does not answer ({type(exc).__name__}): check PREFECT_API_URL"
 
 
-def _run_key() -> str:
-    return flow_run.get_id() or _LOCAL_RUN
-
-
 def api_gone() -> BaseException | None:
-    """The error that showed the API gone during this flow run, if one did."""
-    return _api_gone.get(_run_key())
+    """The error that showed the API gone during this flow run, if one did (outside a flow
+    run, as under a test's `.fn()`, nothing is remembered: each report tries)."""
+    run_id = flow_run.get_id()
+    return _api_gone.get(run_id) if run_id else None
 
 
 def note_api_gone(exc: BaseException, what: str) -> None:
     """Remember, once per run, that the API is gone; later reports are skipped."""
-    key = _run_key()
-    if key not in _api_gone:
-        _api_gone[key] = exc
+    run_id = flow_run.get_id()
+    if run_id is None or run_id not in _api_gone:
+        if run_id is not None:
+            _api_gone[run_id] = exc
         log.warning(
             "%s: %s not sent; the run goes on without reporting to the API",
             describe_outage(exc),
