@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
 from rich.console import Console
 from rich.text import Text
+
+from fleet_cli.guard import debugging
 
 if TYPE_CHECKING:
     from prefect.states import State
@@ -46,6 +49,8 @@ def _say_unreported(state: State | None, exc: BaseException) -> NoReturn:
     from flows.api_reports import describe_outage
     from flows.reporting import ExitCode, exit_code_for
 
+    if debugging():
+        traceback.print_exception(exc, file=sys.stderr)
     outage = describe_outage(exc)
     if state is None:  # the flow's body never ended: no batch state to tell
         _err_console.print(
