@@ -41,6 +41,7 @@ from flows.common import (
     runtime_for_flow,
     tag_flow_run,
 )
+from flows.late_reports import tell_unreported_runs
 from flows.reporting import (
     failed,
     fails_with_one_line,
@@ -197,6 +198,7 @@ def import_s3_folder(
     key = delivery_key or f"flow-run:{flow_run.get_id() or uuid.uuid4()}"
     rt = runtime_for_flow(settings=settings)
     claimed = pipeline.claim(rt.ctx, tenant, scope, key, lease_owner(), force=force)
+    tell_unreported_runs(rt, tenant.tenant_id, scope)  # runs the API never heard end
     if not isinstance(claimed, pipeline.Claimed):
         logger.info("no work for this delivery: %s", claimed)
         return state_for(claimed)

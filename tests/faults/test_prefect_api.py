@@ -197,4 +197,6 @@ def test_the_prefect_api_gone_past_its_client_retries(
     assert again.returncode == loaded and not again.traceback, again.out
     assert recovered_invariants(database_url, source) == []
     assert refresh_count(database_url) == 1
+    # ... and tells the first run, which the API never heard end, how its batch ended
+    assert _run_state(out) == ("Completed" if ends == BatchStatus.SUCCEEDED else "Failed")
     print(f"{phase}: exit {child.returncode} {ended_after:.1f} s after the cut; {line}")
