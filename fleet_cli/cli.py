@@ -16,6 +16,7 @@ from rich.text import Text
 from fleet_cli.contracts_show import contracts_app
 from fleet_cli.doctor import doctor
 from fleet_cli.first_help import TOOL_HELP, InOrderOfUse
+from fleet_cli.flow_call import run_flow
 from fleet_cli.freshness import freshness
 from fleet_cli.guard import (
     DEBUG_VARIABLE,
@@ -260,9 +261,11 @@ def run(
         from flows.import_s3_folder import import_s3_folder
 
         freeze_startup_heap(owned=True)  # this process runs one flow, then exits
-        state = import_s3_folder(
-            tenant_id=tenant, folder=folder, delivery_key=delivery_key, force=force,
-            no_guard=no_guard, min_rows_ratio=min_rows_ratio, return_state=True,
+        state = run_flow(
+            lambda: import_s3_folder(
+                tenant_id=tenant, folder=folder, delivery_key=delivery_key, force=force,
+                no_guard=no_guard, min_rows_ratio=min_rows_ratio, return_state=True,
+            )
         )
     _report(state)
 
@@ -287,7 +290,7 @@ def resume(batch_id: Annotated[str, typer.Argument(help="the batch to resume")])
     with foreseen_errors():
         from flows.resume_publication import resume_publication
 
-        state = resume_publication(batch_id=batch_id, return_state=True)
+        state = run_flow(lambda: resume_publication(batch_id=batch_id, return_state=True))
     _report(state)
 
 

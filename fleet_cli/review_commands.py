@@ -19,6 +19,7 @@ from fleet_cli.cli import (
     console,
     resolve_batch_id,
 )
+from fleet_cli.flow_call import run_flow
 from fleet_cli.guard import foreseen_errors, ready_to_run
 from fleet_import.errors import FleetImportError
 
@@ -87,7 +88,7 @@ def batches_approve(
         from flows.approve_held_batch import approve_held_batch
 
         parsed = resolve_batch_id(batch_id, BatchRepository.from_settings(settings))
-        state = approve_held_batch(batch_id=str(parsed), return_state=True)
+        state = run_flow(lambda: approve_held_batch(batch_id=str(parsed), return_state=True))
     _report(state)
 
 
@@ -143,7 +144,9 @@ def slices_rollback(
 
         repo = BatchRepository.from_settings(settings)
         target = str(resolve_batch_id(to, repo)) if to else None
-        state = rollback_slice(
-            tenant_id=tenant, folder=folder, to_batch_id=target, return_state=True
+        state = run_flow(
+            lambda: rollback_slice(
+                tenant_id=tenant, folder=folder, to_batch_id=target, return_state=True
+            )
         )
     _report(state)

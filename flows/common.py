@@ -8,6 +8,7 @@ import gc
 import logging
 import os
 import random
+import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from fleet_import.errors import should_retry
 from fleet_import.importing.driver import STEP_BACKOFF
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.runtime import Runtime, build_runtime
+from flows.api_reports import PrefectApiGone, api_unreachable, describe_outage, report
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -86,20 +88,49 @@ def warehouse_load_slots(tenant_id: str, settings: Settings | None = None) -> It
     if not names:
         yield
         return
-    # A tenant's first load creates its limit: expected, so not a warning; one line for all.
-    created = [f"{name} ({sizes[name]} slots)" for name in names if ensure_limit(name, sizes[name])]
-    if created:
-        log.info("created concurrency limits %s", ", ".join(created))
     # strict: a limit deleted since is an error, not a silent pass. A failed lease renewal
     # is not: the slot only throttles, the batch's lease in PostgreSQL guards the load.
-    with concurrency(
+    slots = concurrency(
         names,
         occupy=1,
         strict=True,
         lease_duration=LOAD_SLOT_LEASE_SECONDS,
         raise_on_lease_renewal_failure=False,
-    ):
+    )
+    try:
+        # A tenant's first load creates its limit: expected, not a warning; one line for all.
+        made = [name for name in names if ensure_limit(name, sizes[name])]
+        if made:
+            told = ", ".join(f"{name} ({sizes[name]} slots)" for name in made)
+            log.info("created concurrency limits %s", told)
+        slots.__enter__()
+    except Exception as exc:
+        # No slot, no load: the cap is the warehouse's promise. Nothing was loaded yet.
+        if api_unreachable(exc):
+            raise PrefectApiGone(f"no warehouse load slot: {describe_outage(exc)}") from exc
+        raise
+    try:
         yield
+    except BaseException:
+        _give_back(slots, names, *sys.exc_info())
+        raise
+    _give_back(slots, names, None, None, None)
+
+
+def _give_back(slots: Any, names: list[str], *exc_info: Any) -> None:
+    """Release the load slots; an API that is gone cannot take them back, and their lease
+    ends them on the server (LOAD_SLOT_LEASE_SECONDS): the load's outcome stands."""
+    try:
+        slots.__exit__(*exc_info)
+    except Exception as exc:
+        if not api_unreachable(exc):
+            raise
+        log.warning(
+            "load slots %s not given back (%s); their lease frees them within %.0f s",
+            ", ".join(names),
+            describe_outage(exc),
+            LOAD_SLOT_LEASE_SECONDS,
+        )
 
 
 def holding_load_slots(load: Callable[..., T]) -> Callable[..., T]:
@@ -184,10 +215,14 @@ def tag_flow_run(*tags: str) -> None:
     run_id = flow_run.get_id()
     if run_id is None:
         return
-    try:
+
+    def send() -> None:
         # The run's own tags from its context (one API call fewer); read only outside it.
         current = flow_run.get_tags()
         with get_client(sync_client=True) as client:
             client.update_flow_run(run_id, tags=sorted({*current, *tags}))
+
+    try:
+        report(f"the tags of flow run {run_id}", send)
     except Exception as exc:  # noqa: BLE001 - tags are a convenience, never a failure
         log.warning("could not tag flow run %s: %s", run_id, exc)

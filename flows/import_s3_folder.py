@@ -28,6 +28,7 @@ from fleet_import.importing.runtime import Runtime
 from fleet_import.intake.admission import admit
 from fleet_import.scope import folder_leaf, source_scope
 from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT, Refused
+from flows.api_reports import report
 from flows.common import (
     TASK_RETRIES,
     TASK_RETRY_DELAYS,
@@ -41,6 +42,7 @@ from flows.common import (
     runtime_for_flow,
     tag_flow_run,
 )
+from flows.late_reports import tell_unreported_runs
 from flows.reporting import (
     failed,
     fails_with_one_line,
@@ -141,8 +143,11 @@ def _cancel_after_failure(done: PrefectFuture[Any], futures: Sequence[PrefectFut
 def _progress_artifact(scope: str) -> pipeline.Progress:
     """ctx.progress for the flow: the normalisation's fraction done as a progress artifact
     (called on the COPY's reader thread, which runs in the commit task's copied context)."""
-    artifact_id = create_progress_artifact(
-        0.0, key="normalise-progress", description=f"normalising {scope}"
+    artifact_id = report(
+        "the normalisation's progress",
+        lambda: create_progress_artifact(
+            0.0, key="normalise-progress", description=f"normalising {scope}"
+        ),
     )
     sent = [time.monotonic()]
 
@@ -150,9 +155,15 @@ def _progress_artifact(scope: str) -> pipeline.Progress:
         # At most one update a _PROGRESS_EVERY_SECONDS, and always the last (100%): a
         # delivery of small files costs one API call, not one per file.
         now = time.monotonic()
-        if fraction is not None and (fraction >= 1.0 or now - sent[0] >= _PROGRESS_EVERY_SECONDS):
+        if artifact_id is None or fraction is None:
+            return
+        if fraction >= 1.0 or now - sent[0] >= _PROGRESS_EVERY_SECONDS:
             sent[0] = now
-            update_progress_artifact(artifact_id, 100.0 * fraction)
+            # Never raises for the API: it is called from inside the slice load.
+            report(
+                "the normalisation's progress",
+                lambda: update_progress_artifact(artifact_id, 100.0 * fraction),
+            )
 
     return progress
 
@@ -209,6 +220,7 @@ def import_s3_folder(
     key = delivery_key or f"flow-run:{flow_run.get_id() or uuid.uuid4()}"
     rt = runtime_for_flow(settings=settings)
     claimed = pipeline.claim(rt.ctx, tenant, scope, key, lease_owner(), force=force)
+    tell_unreported_runs(rt, tenant.tenant_id, scope)  # runs the API never heard end
     if not isinstance(claimed, pipeline.Claimed):
         logger.info("no work for this delivery: %s", claimed)
         return state_for(claimed)

@@ -22,6 +22,7 @@ from fleet_import.importing import driver as pipeline
 from fleet_import.importing.runtime import Runtime
 from fleet_import.store.models import FailureKind
 from fleet_import.tenants.binding import Refused
+from flows.api_reports import api_unreachable, describe_outage, keep_computed_state, report
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -109,15 +110,23 @@ def fails_with_one_line(fn: Callable[..., T]) -> Callable[..., T | State]:
     """Under every flow's @flow: a fleet-import error that escapes the flow's body (settings,
     a database, warehouse or bucket that does not answer, a step that gave up) ends the run
     Failed with its one line and next step (`foreseen_failure`), not Prefect's "Flow run
-    encountered an exception" and a traceback. Anything else is a bug and stays a crash.
+    encountered an exception" and a traceback; so does a Prefect API that does not answer.
+    Anything else is a bug and stays a crash.
     tests/test_flows_first_contact.py checks that every flow of flows/ is wrapped."""
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> T | State:
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
         except FleetImportError as exc:
-            return foreseen_failure(exc)
+            result = foreseen_failure(exc)
+        except Exception as exc:
+            if not api_unreachable(exc):
+                raise
+            # A call the flow itself makes (its settings' blocks): one line, not a crash.
+            result = failed(describe_outage(exc))
+        # Kept for the command that ran the flow, should the engine fail to report it.
+        return keep_computed_state(result) if isinstance(result, State) else result
 
     # Prefect validates parameters by the signature, resolving string annotations in the
     # function's module globals, which are this module's for `run`: resolved here instead.
@@ -150,6 +159,10 @@ class _QuietBusinessFailures(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.exc_info and isinstance(record.exc_info[1], BusinessFailure):
             return False
+        if record.exc_info and record.exc_info[1] and api_unreachable(record.exc_info[1]):
+            # The engine could not report to an API that is gone: its one line says so; the
+            # command that ran the flow says what happened to the batch.
+            record.exc_info = None
         if record.exc_info and record.exc_info[1] is None:
             # A task that returned its Failed state is logged with exc_info=True outside any
             # exception, which would print "NoneType: None" under the message.
@@ -223,9 +236,10 @@ def state_for(outcome: pipeline.ImportOutcome, crash: BaseException | None = Non
 def publish_artifacts(rt: Runtime, batch_id: uuid.UUID) -> None:
     """The batch summary as a table and the first rejects as markdown, on the flow run.
     Never raises: a view of the batch must not turn its settled outcome into a failure (the
-    operational database gone after the batch succeeded would end the run Failed)."""
+    operational database gone after the batch succeeded would end the run Failed; a Prefect
+    API gone drops them, flows/api_reports)."""
     try:
-        _publish_artifacts(rt, batch_id)
+        report("the batch's artifacts", lambda: _publish_artifacts(rt, batch_id))
     except FleetImportError as exc:
         log.warning(
             "could not publish the artifacts of batch %s (the batch is as this run reports; "
