@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -75,9 +76,25 @@ class Report:
     out: str
 
 
-def _arm(proxy: FaultProxy, dependency: str, phase: str, fault: str) -> Any:
+@dataclass(frozen=True)
+class WarehouseBackend:
+    """A warehouse other than the test's PostgreSQL (Redshift through the emulator): what the
+    flow and the CLI read to reach it through the proxy, what the recovery runtime reads to
+    reach it directly (the truth lives there), the setting an exit 1 names, and the
+    messages each phase is armed on."""
+
+    env: Mapping[str, str]
+    recovery: Mapping[str, Any]
+    setting: str
+    phases: Mapping[str, Any] = field(default_factory=lambda: warehouse_matrix.PHASES)
+
+
+def _arm(
+    proxy: FaultProxy, dependency: str, phase: str, fault: str, backend: WarehouseBackend | None
+) -> Any:
     if dependency == "warehouse":
-        return warehouse_matrix._arm(proxy, phase, fault)
+        phases = dict(backend.phases) if backend else warehouse_matrix.PHASES
+        return warehouse_matrix._arm(proxy, phase, fault, phases)
     match = operational.PHASES[phase]
     if fault == "reset":
         return proxy.reset_on(match)
@@ -106,8 +123,12 @@ def _through_cli(env: dict[str, str], folder: str) -> Report:
     return Report(ExitCode(run.returncode), message, run.out)
 
 
-def reported_untruths(report: Report, dependency: str, database_url: str) -> list[str]:
-    """What the exit code and message say, checked against the batch as recorded."""
+def reported_untruths(
+    report: Report, dependency: str, database_url: str, setting: str | None = None
+) -> list[str]:
+    """What the exit code and message say, checked against the batch as recorded; an exit 1
+    with no failed batch must name `setting` (by default the dependency's URL)."""
+    setting = setting or SETTING[dependency]
     rows = batch_rows(database_url)
     statuses = [status for _, status, _, _ in rows]
     problems = []
@@ -124,8 +145,8 @@ def reported_untruths(report: Report, dependency: str, database_url: str) -> lis
         kinds = [(d.get("failure") or {}).get("kind") for _, s, _, d in rows if s == "failed"]
         if kinds and not any(str(kind) in report.message for kind in kinds):
             problems.append(f"exit 1 names none of the failures {kinds}")
-        if not kinds and SETTING[dependency] not in report.message:
-            problems.append(f"exit 1 with no failed batch, and no {SETTING[dependency]}")
+        if not kinds and setting not in report.message:
+            problems.append(f"exit 1 with no failed batch, and no {setting}")
         if "succeeded" in statuses:  # a lost answer to the success included (publication/success)
             problems.append(f"exit 1, batches {statuses}")
     elif report.code not in (ExitCode.SUCCEEDED, ExitCode.PUBLICATION_PENDING):
@@ -147,9 +168,11 @@ def run_cell(
     staging_bucket: str,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Any,
+    backend: WarehouseBackend | None = None,
 ) -> None:
     """One cell: the fault armed, the import through `path`, its report checked, recovery
-    as the runtime's cells do it, then the invariants."""
+    as the runtime's cells do it, then the invariants. `backend`: the warehouse cells on a
+    warehouse other than the test's PostgreSQL."""
     through = proxied_url(database_url, proxy)
     env = {
         "FLEET_DATABASE_URL": through if dependency == "operational" else database_url,
@@ -159,14 +182,20 @@ def run_cell(
         "FLEET_REFRESH_SQL": json.dumps([REFRESH_SQL]),
         "FLEET_WORKDIR": str(tmp_path / "work"),
     }
-    fired = _arm(proxy, dependency, phase, fault)
+    if backend:  # its own settings name it: a PostgreSQL URL beside them is refused
+        del env["FLEET_WAREHOUSE_URL"]
+        env.update(backend.env)
+        monkeypatch.delenv("FLEET_WAREHOUSE_URL", raising=False)
+        cli_env = {k: v for k, v in cli_env.items() if k != "FLEET_WAREHOUSE_URL"}
+    fired = _arm(proxy, dependency, phase, fault, backend)
     if path == "flow":
         report = _through_flow(env, monkeypatch, source.folder)
     else:
         report = _through_cli({**cli_env, **env}, source.folder)
     assert fired.is_set(), f"the {fault} at {phase} never happened: {report.out}"
     assert truth_now(database_url, source, holders=dependency == "warehouse") == [], report.out
-    assert reported_untruths(report, dependency, database_url) == [], report.out
+    setting = backend.setting if backend else None
+    assert reported_untruths(report, dependency, database_url, setting) == [], report.out
     if fault == "stall":  # a 2 s stall is waited out: the run just succeeds
         assert report.code == ExitCode.SUCCEEDED, report.out
 
@@ -174,7 +203,7 @@ def run_cell(
     rt = build_runtime(
         Settings(
             database_url=database_url,
-            warehouse_url=database_url,
+            **(dict(backend.recovery) if backend else {"warehouse_url": database_url}),
             s3_endpoint_url=moto_endpoint,
             staging_uri=f"s3://{staging_bucket}/stage/",
             lease_ttl_seconds=LEASE_TTL_SECONDS,
