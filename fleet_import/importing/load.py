@@ -85,6 +85,7 @@ def load_step(
                 not_committed = WarehouseError(
                     f"{exc}; the slice is not stamped: the COMMIT did not go through",
                     kind=exc.kind,
+                    backend=exc.backend,
                 )
                 if not exc.transient or retry == backoff.retries:
                     raise not_committed from None

@@ -127,11 +127,14 @@ def reported_untruths(
     report: Report, dependency: str, database_url: str, setting: str | None = None
 ) -> list[str]:
     """What the exit code and message say, checked against the batch as recorded; an exit 1
-    with no failed batch must name `setting` (by default the dependency's URL)."""
+    with no failed batch must name `setting` (by default the dependency's URL), and a
+    message naming what to check names `setting` when one is given (another backend's)."""
+    problems = []
+    if setting and "FLEET_" in report.message and setting not in report.message:
+        problems.append(f"the message names settings, but not {setting}")
     setting = setting or SETTING[dependency]
     rows = batch_rows(database_url)
     statuses = [status for _, status, _, _ in rows]
-    problems = []
     if "\n" in report.message or "Traceback" in report.message:
         problems.append("the message is not one line")
     if report.code == ExitCode.SUCCEEDED and statuses != ["succeeded"]:

@@ -347,7 +347,9 @@ class RedshiftSliceWriter(OpenSlice):
                     raise
                 self._drop_connection()
                 raise CommitOutcomeUnknown(
-                    f"the slice's COMMIT got no answer: {error}", kind=error.kind
+                    f"the slice's COMMIT got no answer: {error}",
+                    kind=error.kind,
+                    backend=error.backend,
                 ) from None
 
         self._attempts(replace, "the slice commit")
