@@ -25,7 +25,8 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 PASSWORD = "unused-trust-auth"
 SETTING = "FLEET_REDSHIFT_HOST"
-"""What an exit 1 with no failed batch must name: the setting that says where Redshift is."""
+"""What a message naming settings must name (and an exit 1 with no failed batch): where this
+Redshift is set, FLEET_WAREHOUSE_URL being unset."""
 
 
 @pytest.fixture
