@@ -90,6 +90,14 @@ def report(bench: Any) -> None:
             "(target <= 1.05)"
         )
         figures["rss_5m_over_1m"] = f"{rss:.2f}"
+        if "baseline curated large" in results and "baseline curated" in results:
+            limit = median(results["baseline curated large"]).rows_per_second
+            print(
+                f"  the raw COPY into the curated shape at {large.rows:,} rows: {limit:,.0f} "
+                f"rows/s = {limit / median(results['baseline curated']).rows_per_second:.2f}x "
+                f"its {small.rows:,}-row rows/s; ours / it "
+                f"{large.rows_per_second / limit:.2f}"
+            )
     if "prefect" in bench.extra:
         cli, core = bench.extra["prefect"]["cli_seconds"], bench.extra["prefect"]["core_seconds"]
         print(

@@ -30,6 +30,7 @@ from fleet_import.checks.settings import OPERATIONAL
 from fleet_import.store.models import BatchStatus
 
 if TYPE_CHECKING:
+    from fleet_import.config import Settings
     from fleet_import.store.repository import BatchRepository
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=TOOL_HELP, cls=InOrderOfUse)
@@ -90,6 +91,11 @@ def _database_url(value: str | None) -> str:
     return require_settings(OPERATIONAL, database_url=value).database_url
 
 
+def _store_settings(value: str | None) -> Settings:
+    """The operational database's settings (its URL, its reply bound), checked first."""
+    return require_settings(OPERATIONAL, database_url=value)
+
+
 def _fail(message: str, code: int = 1) -> typer.Exit:
     error_line(message)
     return typer.Exit(code)
@@ -148,11 +154,11 @@ def batches_list(
 
         list_held(tenant, limit, as_json, database_url)
         return
-    url = _database_url(database_url)  # the settings first: refused before any import
+    store = _store_settings(database_url)  # the settings first: refused before any import
     from fleet_cli.batch_views import batch_record, batches_table
     from fleet_import.store.repository import BatchRepository
 
-    repo = BatchRepository(url)
+    repo = BatchRepository.from_settings(store)
     with foreseen_errors():
         batches = repo.list(tenant=tenant, status=status and status.value, limit=limit)
     if as_json:
@@ -194,18 +200,18 @@ def batches_show(
 
     Example: fleet-import batches show 1f0c3a9e
     """
-    url = _database_url(database_url)
+    store = _store_settings(database_url)
     from fleet_cli.batch_views import batch_detail_record, batch_views
     from fleet_import.store.lineage_outbox import LineageOutbox
     from fleet_import.store.outbox import OutboxRepository
     from fleet_import.store.repository import BatchRepository
 
-    repo = BatchRepository(url)
+    repo = BatchRepository.from_settings(store)
     with foreseen_errors():
         parsed = resolve_batch_id(batch_id, repo)
         batch = repo.get(parsed)
-        steps = OutboxRepository(url).steps(parsed) if batch else []
-        lineage = LineageOutbox(url).of_batch(parsed) if batch else []
+        steps = OutboxRepository.from_settings(store).steps(parsed) if batch else []
+        lineage = LineageOutbox.from_settings(store).of_batch(parsed) if batch else []
     if batch is None:
         raise _fail(f"no batch {batch_id}")
     if as_json:

@@ -11,9 +11,9 @@ from rich.text import Text
 
 from fleet_cli.cli import (
     DatabaseOption,
-    _database_url,
     _fail,
     _report,
+    _store_settings,
     app,
     batches_app,
     console,
@@ -32,8 +32,9 @@ def list_held(tenant: str | None, limit: int, as_json: bool, database_url: str |
     from fleet_import.importing.guards import approve_command
     from fleet_import.store.review_repository import ReviewRepository
 
+    store = ReviewRepository.from_settings(_store_settings(database_url))
     try:
-        batches = ReviewRepository(_database_url(database_url)).held_batches(tenant, limit)
+        batches = store.held_batches(tenant, limit)
     except FleetImportError as exc:
         raise _fail(str(exc)) from None
     if as_json:
@@ -85,7 +86,7 @@ def batches_approve(
         from fleet_import.store.repository import BatchRepository
         from flows.approve_held_batch import approve_held_batch
 
-        parsed = resolve_batch_id(batch_id, BatchRepository(settings.database_url))
+        parsed = resolve_batch_id(batch_id, BatchRepository.from_settings(settings))
         state = approve_held_batch(batch_id=str(parsed), return_state=True)
     _report(state)
 
@@ -100,16 +101,16 @@ def batches_reject(
 
     Example: fleet-import batches reject 1f0c3a9e
     """
-    url = ready_to_run(flow=False, database_url=database_url).database_url
+    settings = ready_to_run(flow=False, database_url=database_url)
     from fleet_import.importing.review import NotApproved, reject_held
     from fleet_import.store.repository import BatchRepository
     from fleet_import.store.review_repository import ReviewRepository
     from flows.common import runtime_for_flow
 
     with foreseen_errors():
-        parsed = resolve_batch_id(batch_id, BatchRepository(url))
+        parsed = resolve_batch_id(batch_id, BatchRepository.from_settings(settings))
         rt = runtime_for_flow()
-        outcome = reject_held(rt.ctx, ReviewRepository(url), parsed, note)
+        outcome = reject_held(rt.ctx, ReviewRepository.from_settings(settings), parsed, note)
     if isinstance(outcome, NotApproved):
         raise _fail(outcome.reason)
     console.print(Text(f"batch {parsed} rejected: the slice keeps what it holds"))
@@ -140,7 +141,7 @@ def slices_rollback(
         from fleet_import.store.repository import BatchRepository
         from flows.rollback_slice import rollback_slice
 
-        repo = BatchRepository(settings.database_url)
+        repo = BatchRepository.from_settings(settings)
         target = str(resolve_batch_id(to, repo)) if to else None
         state = rollback_slice(
             tenant_id=tenant, folder=folder, to_batch_id=target, return_state=True

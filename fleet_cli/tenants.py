@@ -134,7 +134,7 @@ def tenants_purge(
         runtime = build_runtime(settings)
         outcome = purge_tenant(
             recorded_tenant(settings, base, registry),
-            purges=TenantPurges(settings.database_url),
+            purges=TenantPurges.from_settings(settings),
             warehouse=runtime.ctx.warehouse,
             staging=runtime.ctx.staging,
             contracts=contracts_in_force(settings.contracts).values(),

@@ -20,6 +20,10 @@ DEFAULT_COMMIT_READBACK_SECONDS = 120.0
 DEFAULT_WAREHOUSE_REPLY_TIMEOUT_SECONDS = 900.0
 """A statement with no answer for this long ends its connection: longer than any slice COPY,
 COMMIT or refresh should take, far shorter than for ever."""
+DEFAULT_DATABASE_REPLY_TIMEOUT_SECONDS = 30.0
+"""An operational statement with no answer for this long ends its connection: every one is
+a few rows by index, so far longer than any should take, and shorter than a lease renewal
+interval (40 s of the default TTL), so one hung renewal leaves the next its turn."""
 # The sweep enters folders dated from this many days ago through tomorrow, so its cost does
 # not grow with history; a delivery older than that is imported by a run with a longer lookback.
 DEFAULT_SWEEP_LOOKBACK_DAYS = 3
@@ -45,6 +49,12 @@ class Settings(BaseSettings):
 
     database_url: str = Field(
         DEFAULT_DATABASE_URL, description="operational PostgreSQL (ingestion_batches, outbox)"
+    )
+    database_reply_timeout_seconds: float = Field(
+        DEFAULT_DATABASE_REPLY_TIMEOUT_SECONDS,
+        gt=0,
+        description="the longest an operational-database statement may go without an answer "
+        "before its connection is given up (a black hole the TCP keepalives cannot see)",
     )
     warehouse_url: str | None = Field(
         None, description="warehouse PostgreSQL; defaults to the operational database"

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from prefect import Task, flow, get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.futures import PrefectFuture
 from prefect.runtime import flow_run
 from prefect.states import State
 
@@ -100,10 +101,16 @@ class PrefectSteps:
         return self._raised(self._task(step, fn)(*args, return_state=True).result)
 
     def map(self, step: pipeline.Step, fn: Callable[..., T], args: Sequence[tuple]) -> Iterator[T]:
+        """As under CoreSteps, once an item failed the items not yet started never start:
+        the run ends when the ones under way do (an S3 that stopped answering costs one
+        call's bound, not one per file the task runner still had queued)."""
         if not args:
             return
         columns = [list(column) for column in zip(*args, strict=True)]
-        for future in self._task(step, fn).map(*columns):
+        futures = list(self._task(step, fn).map(*columns))
+        for future in futures:
+            future.add_done_callback(lambda done: _cancel_after_failure(done, futures))
+        for future in futures:
             yield self._raised(future.result)
 
     def _raised(self, result: Callable[[], T]) -> T:
@@ -114,6 +121,21 @@ class PrefectSteps:
         except Exception as exc:
             self.crash = self.crash or exc
             raise
+
+
+def _cancel_after_failure(done: PrefectFuture[Any], futures: Sequence[PrefectFuture[Any]]) -> None:
+    """A done callback: when `done` failed, cancel the futures not yet started. It runs in
+    the worker that ran `done`, before that worker takes the next queued item."""
+    try:
+        outcome = done.result(raise_on_failure=False)
+    except BaseException:  # noqa: BLE001 - cancelled: not a failure of its own
+        return
+    if not isinstance(outcome, BaseException):
+        return
+    for future in futures:
+        wrapped = getattr(future, "wrapped_future", None)
+        if wrapped is not None:
+            wrapped.cancel()  # a queued item never starts; a running one carries on
 
 
 def _progress_artifact(scope: str) -> pipeline.Progress:

@@ -24,6 +24,7 @@ from fleet_import.store.models import FailureKind
 from fleet_import.tenants.binding import Refused
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _REJECTS_SHOWN = 20
 _REJECT_VALUE_SHOWN = 60
@@ -221,7 +222,22 @@ def state_for(outcome: pipeline.ImportOutcome, crash: BaseException | None = Non
 
 
 def publish_artifacts(rt: Runtime, batch_id: uuid.UUID) -> None:
-    """The batch summary as a table and the first rejects as markdown, on the flow run."""
+    """The batch summary as a table and the first rejects as markdown, on the flow run.
+    Never raises: a view of the batch must not turn its settled outcome into a failure (the
+    operational database gone after the batch succeeded would end the run Failed)."""
+    try:
+        _publish_artifacts(rt, batch_id)
+    except FleetImportError as exc:
+        log.warning(
+            "could not publish the artifacts of batch %s (the batch is as this run reports; "
+            "`fleet-import batches show %s` once the database answers): %s",
+            batch_id,
+            batch_id,
+            explain(exc),
+        )
+
+
+def _publish_artifacts(rt: Runtime, batch_id: uuid.UUID) -> None:
     batch = rt.ctx.repo.get(batch_id)
     if batch is None:
         return

@@ -43,7 +43,7 @@ def rollback_slice(tenant_id: str, folder: str, to_batch_id: str | None = None) 
     except ValueError as exc:
         return failed(f"invalid input: {exc}")
     rt = runtime_for_flow()
-    reviews = ReviewRepository(rt.settings.database_url)
+    reviews = ReviewRepository.from_settings(rt.settings)
     try:
         plan = plan_rollback(
             rt.ctx, reviews, tenant_id, folder, target, admission=admission(rt.settings)

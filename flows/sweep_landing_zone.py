@@ -95,7 +95,7 @@ def plan_sweep(scan: sweep.Scan) -> sweep.SweepPlan:
     """Skip content already loaded or in hand; key the rest by scope and fingerprint."""
     settings = load_settings()
     return sweep.plan_sweep(
-        scan, SweepRepository(settings.database_url), settings.lease_ttl_seconds
+        scan, SweepRepository.from_settings(settings), settings.lease_ttl_seconds
     )
 
 

@@ -11,11 +11,13 @@ from typing import Any
 
 import psycopg
 
+from fleet_import.bounded_connection import connect_bounded
 from fleet_import.config import Settings, libpq_url
 from fleet_import.errors import FleetImportError
 from fleet_import.explain import DB_UPGRADE_HINT, advise, advise_s3
 
 _CONNECT_TIMEOUT_SECONDS = 5
+_PROBE_REPLY_TIMEOUT_SECONDS = 15.0  # a probe's catalog reads answer in milliseconds
 _PROBE_NAME = "_fleet-import-doctor-probe"
 # What a load does to a curated table and the registry: delete the old slice, insert the new.
 _TABLE_PRIVILEGES = "SELECT, INSERT, DELETE"
@@ -49,7 +51,10 @@ def _version(conn: psycopg.Connection[Any]) -> str:
 
 
 def _connect(url: str) -> psycopg.Connection[Any]:
-    return psycopg.connect(libpq_url(url), connect_timeout=_CONNECT_TIMEOUT_SECONDS)
+    """Bounded like the import's connections: a black-holed server fails its check."""
+    return connect_bounded(
+        libpq_url(url), _PROBE_REPLY_TIMEOUT_SECONDS, connect_timeout=_CONNECT_TIMEOUT_SECONDS
+    )
 
 
 def _connection_failure(name: str, exc: psycopg.Error, variable: str) -> Check:

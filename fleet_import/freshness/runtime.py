@@ -43,7 +43,7 @@ def freshness_runtime(settings: Settings) -> FreshnessRuntime:
     """The parts FLEET_FRESHNESS, FLEET_TENANTS and the landing settings name."""
     registry = registry_in_force(settings.tenants)
     policy = load_policy(settings.freshness, registry)
-    store = FreshnessRepository(settings.database_url)
+    store = FreshnessRepository.from_settings(settings)
     elsewhere = frozenset(
         t.tenant_id for t in (registry.tenants.values() if registry else ()) if t.landing_prefixes
     )

@@ -118,8 +118,8 @@ def build_runtime(
             "for normalised files and rejects"
         )
     s3 = settings_s3_client(settings)
-    repo = BatchRepository(settings.database_url)
-    outbox = OutboxRepository(settings.database_url)
+    repo = BatchRepository.from_settings(settings)
+    outbox = OutboxRepository.from_settings(settings)
     warehouse = build_warehouse(settings, s3)
     staging = StagingArea(settings.staging_uri, s3)
     publisher = Publisher(
@@ -131,7 +131,7 @@ def build_runtime(
         run_warehouse_sql=warehouse.execute if settings.refresh_sql else None,
         staging=staging,
         retention=Retention(  # issue #24: what a rollback may load again
-            ReviewRepository(settings.database_url),
+            ReviewRepository.from_settings(settings),
             keep_seconds=settings.retain_days * SECONDS_PER_DAY,
             keep_count=settings.retain_batches,
         ),
@@ -180,7 +180,7 @@ def build_lineage(settings: Settings) -> Lineage | None:
         database,
         lambda tenant_id: own_database(settings, tenant_id, registry),
     )
-    outbox = LineageOutbox(settings.database_url)
+    outbox = LineageOutbox.from_settings(settings)
     return Lineage(naming, LineageDelivery(outbox, transport_emit(settings.openlineage)))
 
 

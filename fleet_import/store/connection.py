@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 
-from fleet_import.config import libpq_url
+from fleet_import.bounded_connection import REPLY_LOST, ReplyTimeout, connect_bounded
+from fleet_import.config import DEFAULT_DATABASE_REPLY_TIMEOUT_SECONDS, Settings, libpq_url
 from fleet_import.error_table import psycopg_kind
 from fleet_import.errors import OperationalStoreError
 
 RUNNING_SCOPE_INDEX = "ux_ingestion_batches_running_scope"
-_CONNECT_TIMEOUT_SECONDS = 10
 CONNECTION_HINT = (
     "could not connect (is the server up, is FLEET_DATABASE_URL right, are there free connections?)"
 )
@@ -35,16 +35,26 @@ class SqlStore:
 
     queries: ClassVar[dict[str, str]]
 
-    def __init__(self, database_url: str) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        reply_timeout: float = DEFAULT_DATABASE_REPLY_TIMEOUT_SECONDS,
+    ) -> None:
         self._conninfo = libpq_url(database_url)
+        self._reply_timeout = reply_timeout  # FLEET_DATABASE_REPLY_TIMEOUT_SECONDS
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """The store FLEET_DATABASE_URL names, bounded by FLEET_DATABASE_REPLY_TIMEOUT_SECONDS."""
+        return cls(settings.database_url, settings.database_reply_timeout_seconds)
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
-        """One connection, one transaction: committed on success, rolled back on error."""
+        """One connection, one transaction: committed on success, rolled back on error.
+        Bounded (fleet_import.bounded_connection): a database that stops answering ends the
+        call, never the worker."""
         try:
-            conn = psycopg.connect(
-                self._conninfo, row_factory=dict_row, connect_timeout=_CONNECT_TIMEOUT_SECONDS
-            )
+            conn = connect_bounded(self._conninfo, self._reply_timeout, row_factory=dict_row)
         except psycopg.Error as exc:
             raise translate_driver_error(exc) from None
         try:
@@ -76,6 +86,8 @@ def translate_driver_error(
     # Never the driver's own text for a connection failure: libpq may quote the connection
     # string, and with a malformed URL part of the password.
     hint = CONNECTION_LOST if connected else CONNECTION_HINT
+    if isinstance(exc, ReplyTimeout):
+        hint = f"{exc} (FLEET_DATABASE_REPLY_TIMEOUT_SECONDS): {REPLY_LOST}"
     reason = exc.diag.message_primary or (
         hint if isinstance(exc, psycopg.OperationalError) else type(exc).__name__
     )

@@ -56,3 +56,20 @@ def test_a_bad_port_and_a_bad_dask_address() -> None:
         "postgresql://user@host:5432/dbname)",
         "FLEET_DASK_ADDRESS: expected tcp://host:8786",
     ]
+
+
+def test_the_reply_bounds_are_checked_like_every_duration(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet_import.checks.settings import read_settings
+
+    monkeypatch.setenv("FLEET_DATABASE_REPLY_TIMEOUT_SECONDS", "0")
+    monkeypatch.setenv("FLEET_WAREHOUSE_REPLY_TIMEOUT_SECONDS", "soon")
+    settings, problems = read_settings()
+    assert sorted(str(p) for p in problems) == [
+        "FLEET_DATABASE_REPLY_TIMEOUT_SECONDS: input should be greater than 0",
+        "FLEET_WAREHOUSE_REPLY_TIMEOUT_SECONDS: input should be a valid number, unable to parse "
+        "string as a number",
+    ]
+    assert settings.database_reply_timeout_seconds == 30  # the default, so the rest is checked
+    monkeypatch.setenv("FLEET_DATABASE_REPLY_TIMEOUT_SECONDS", "2.5")
+    monkeypatch.delenv("FLEET_WAREHOUSE_REPLY_TIMEOUT_SECONDS")
+    assert read_settings() == (Settings(database_reply_timeout_seconds=2.5), [])

@@ -48,6 +48,13 @@ def warehouse_proxy(database_url: str) -> Iterator[FaultProxy]:
 
 
 @pytest.fixture
+def operational_proxy(warehouse_proxy: FaultProxy) -> FaultProxy:
+    """The same upstream server; a test that takes this one points only the operational
+    database through it (the warehouse stays direct)."""
+    return warehouse_proxy
+
+
+@pytest.fixture
 def redshift_proxy(emulator: Any) -> Iterator[FaultProxy]:  # noqa: F811 (the fixture)
     """A fault proxy in front of the Redshift emulator (the `emulator` fixture below)."""
     with FaultProxy(("127.0.0.1", emulator.port)) as proxy:

@@ -22,6 +22,15 @@ _SLOW_DOWN_BODY = (
 )
 
 
+def header(head: bytes, name: bytes) -> bytes | None:
+    """The value of header `name` (lower-case) in a request head, or None."""
+    for line in head.split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == name:
+            return value.strip()
+    return None
+
+
 def slow_down() -> bytes:
     """S3's throttling answer, closing the connection (the client opens another)."""
     return SLOW_DOWN % (len(_SLOW_DOWN_BODY), _SLOW_DOWN_BODY)

@@ -1,11 +1,12 @@
-"""The warehouse (PostgreSQL) and operational database fault matrices again, through the
+"""The warehouse (PostgreSQL), operational database and S3 fault matrices again, through the
 two ways a user starts an import (issue #26: each cell "through the CLI and through the
 flow"): the import flow (`import_s3_folder` on Prefect's test API, FLEET_* pointing at the
 proxy, as `flow_env` does) and `fleet-import run` as a child process. The core runtime's
 cells stay in test_warehouse_matrix.py and test_operational_matrix.py.
 
-Helpers of test_paths_warehouse_matrix.py and test_paths_operational_matrix.py (two files,
-so `--dist loadfile` runs them side by side). The flow gets every cell of both matrices;
+Helpers of test_paths_warehouse_matrix.py, test_paths_operational_matrix.py and
+test_paths_s3_matrix.py (a file each, so `--dist loadfile` runs them side by side; S3's
+runtime cells are test_s3_matrix.py's). The flow gets every cell of each matrix;
 the CLI one cell per fault kind and dependency
 (CLI_CELLS: a child process costs seconds of Prefect's imports). What each path *reports*
 must be true at once: the exit code (the flow's by `exit_code_for` of its final state) is
@@ -25,6 +26,7 @@ from typing import Any
 import pytest
 
 from fleet_import.config import Settings
+from fleet_import.explain import S3_NO_ANSWER
 from fleet_import.importing.claim import settle_abandoned_batches
 from fleet_import.importing.driver import import_folder
 from fleet_import.importing.resume import resume_batch
@@ -32,21 +34,39 @@ from fleet_import.importing.runtime import build_runtime
 from fleet_import.scope import Tenant
 from flows.reporting import EXIT_CODES, ExitCode, exit_code_for
 from tests.faults import test_operational_matrix as operational
+from tests.faults import test_s3_matrix as s3_matrix
 from tests.faults import test_warehouse_matrix as warehouse_matrix
 from tests.faults.conftest import LEASE_TTL_SECONDS, batch_rows, recovered_invariants, run_cli
 from tests.faults.proxy import FaultProxy, proxied_url
 from tests.faults.test_warehouse_matrix import FAULTS, truth_now
 from tests.reliability.conftest import REFRESH_SQL, Source, refresh_count
 
-DEPENDENCIES = {"warehouse": warehouse_matrix.PHASES, "operational": operational.PHASES}
+DEPENDENCIES = {
+    "warehouse": warehouse_matrix.PHASES,
+    "operational": operational.PHASES,
+    "s3": s3_matrix.PHASES,
+}
+FAULTS_OF = {"s3": s3_matrix.FAULTS}
+"""A dependency's faults where they are not the warehouse's (reset, stall, lost_reply)."""
 CLI_CELLS = {
     "warehouse": {("commit", "lost_reply"), ("copy", "reset"), ("publication", "stall")},
     "operational": {("record", "lost_reply"), ("claim", "reset"), ("normalise", "stall")},
+    "s3": {
+        ("discover", "black_hole"),
+        ("get", "throttle"),
+        ("get", "stall"),
+        ("upload", "reset"),
+        ("upload", "outage"),
+    },
 }
 """The CLI's subset: one cell per fault kind and dependency."""
 SAMPLED = {("cli", "operational", "record", "lost_reply")}
 """The cells `make test` runs too; `make test-faults` runs them all."""
-SETTING = {"warehouse": "FLEET_WAREHOUSE_URL", "operational": "FLEET_DATABASE_URL"}
+SETTING = {
+    "warehouse": "FLEET_WAREHOUSE_URL",
+    "operational": "FLEET_DATABASE_URL",
+    "s3": "FLEET_S3_ENDPOINT_URL",
+}
 STATE_LINE = re.compile(rf"^({'|'.join(EXIT_CODES)}): ")
 ACME = Tenant.named("acme")
 
@@ -56,7 +76,7 @@ def cells(dependency: str) -> list[Any]:
     params = []
     for path in ("flow", "cli"):
         for phase in DEPENDENCIES[dependency]:
-            for fault in FAULTS:
+            for fault in FAULTS_OF.get(dependency, FAULTS):
                 if path == "cli" and (phase, fault) not in CLI_CELLS[dependency]:
                     continue
                 sampled = (path, dependency, phase, fault) in SAMPLED
@@ -74,6 +94,7 @@ class Report:
     code: ExitCode
     message: str
     out: str
+    seconds: float = 0.0  # how long the path took to report
 
 
 @dataclass(frozen=True)
@@ -92,15 +113,12 @@ class WarehouseBackend:
 def _arm(
     proxy: FaultProxy, dependency: str, phase: str, fault: str, backend: WarehouseBackend | None
 ) -> Any:
+    if dependency == "s3":
+        return s3_matrix.arm_s3(proxy, phase, fault)
     if dependency == "warehouse":
         phases = dict(backend.phases) if backend else warehouse_matrix.PHASES
         return warehouse_matrix._arm(proxy, phase, fault, phases)
-    match = operational.PHASES[phase]
-    if fault == "reset":
-        return proxy.reset_on(match)
-    if fault == "stall":
-        return proxy.stall_on(match, warehouse_matrix.STALL_SECONDS)
-    return proxy.lose_reply(match, then_refuse=warehouse_matrix.REFUSE_AFTER_LOST_REPLY)
+    return warehouse_matrix.arm_fault(proxy, fault, operational.PHASES[phase])
 
 
 def _through_flow(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, folder: str) -> Report:
@@ -113,14 +131,16 @@ def _through_flow(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, folder: 
 
 
 def _through_cli(env: dict[str, str], folder: str) -> Report:
+    started = time.monotonic()
     run = run_cli(env, "run", "--tenant", "acme", "--delivery-key", "d1", folder)
+    seconds = time.monotonic() - started
     assert not run.traceback, run.out
     [line] = [line for line in run.out.splitlines() if STATE_LINE.match(line)]
     name, message = line.split(": ", 1)
     assert ExitCode(run.returncode) == EXIT_CODES[name] or (  # a failed state's own code
         EXIT_CODES[name] == ExitCode.SUCCEEDED and run.returncode == ExitCode.FAILED
     ), run.out
-    return Report(ExitCode(run.returncode), message, run.out)
+    return Report(ExitCode(run.returncode), message, run.out, seconds)
 
 
 def reported_untruths(
@@ -171,11 +191,13 @@ def run_cell(
     staging_bucket: str,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Any,
+    env_overrides: Mapping[str, str] | None = None,
     backend: WarehouseBackend | None = None,
-) -> None:
+) -> Report:
     """One cell: the fault armed, the import through `path`, its report checked, recovery
-    as the runtime's cells do it, then the invariants. `backend`: the warehouse cells on a
-    warehouse other than the test's PostgreSQL."""
+    as the runtime's cells do it, then the invariants. `env_overrides` go over the cell's
+    FLEET_* settings for the first import (a bound set short); `backend`: the warehouse
+    cells on a warehouse other than the test's PostgreSQL."""
     through = proxied_url(database_url, proxy)
     env = {
         "FLEET_DATABASE_URL": through if dependency == "operational" else database_url,
@@ -184,6 +206,8 @@ def run_cell(
         "FLEET_COMMIT_READBACK_SECONDS": "30",
         "FLEET_REFRESH_SQL": json.dumps([REFRESH_SQL]),
         "FLEET_WORKDIR": str(tmp_path / "work"),
+        **(s3_through(proxy) if dependency == "s3" else {}),
+        **(env_overrides or {}),
     }
     if backend:  # its own settings name it: a PostgreSQL URL beside them is refused
         del env["FLEET_WAREHOUSE_URL"]
@@ -203,6 +227,8 @@ def run_cell(
         assert report.code == ExitCode.SUCCEEDED, report.out
     if dependency == "warehouse" and phase != "publication":  # 2 s, within the slice's retries
         assert report.code == ExitCode.SUCCEEDED, report.out
+    if dependency == "s3":
+        assert s3_untruths(report, fault, proxy, database_url, source) == [], report.out
 
     proxy.pass_through()  # recovery, as the runtime's cells do it
     rt = build_runtime(
@@ -230,7 +256,37 @@ def run_cell(
 
     assert recovered_invariants(database_url, source) == [], report.out
     refreshes = refresh_count(database_url)
-    if dependency == "warehouse":  # a lost answer to a publication step runs it once more
+    if dependency != "operational":  # a lost answer to a publication step runs it once more
         assert refreshes == 1 or (phase, fault) == ("publication", "lost_reply"), refreshes
     assert 1 <= refreshes <= 2, refreshes
     print(f"{path} {dependency} {phase} {fault}: exit {int(report.code)}: {report.message}")
+    return report
+
+
+def s3_through(proxy: FaultProxy) -> dict[str, str]:
+    """The settings that send a path's S3 through `proxy`, with the S3 cells' short limits."""
+    return {**s3_matrix.S3_LIMITS_ENV, "FLEET_S3_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
+
+
+def s3_untruths(
+    report: Report, fault: str, proxy: FaultProxy, database_url: str, source: Source
+) -> list[str]:
+    """What the S3 cells add to `reported_untruths`, as the runtime's S3 cells check it: no
+    batch left running unheld; within the bound botocore rides the fault out (exit 0); a
+    black hole fails the run with one line naming S3 and its setting, and exactly botocore's
+    attempts reached S3 for each call it caught (nothing above botocore retried S3, and a
+    failed file started no further files)."""
+    problems = truth_now(database_url, source)
+    if fault != "black_hole":
+        if report.code != ExitCode.SUCCEEDED:
+            problems.append(f"exit {int(report.code)} for a fault within the bound")
+        return problems
+    if report.code != ExitCode.FAILED:
+        problems.append(f"exit {int(report.code)} for a black hole")
+    for words in (S3_NO_ANSWER, f"check {SETTING['s3']}"):
+        if words not in report.message:
+            problems.append(f"the message does not say {words!r}")
+    for batch_id, status, _lease, details in batch_rows(database_url):  # it records the same
+        if S3_NO_ANSWER not in str((details.get("failure") or {}).get("error")):
+            problems.append(f"batch {batch_id} is {status}, its error not S3's: {details}")
+    return problems + s3_matrix.retried_above_botocore(proxy)

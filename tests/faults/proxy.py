@@ -27,6 +27,9 @@ It sits in front of one host:port and the test tells it what the network does ne
 - `throttle_on(match, times)` (HTTP only): the next `times` matching requests are answered
   503 SlowDown by the proxy, as S3 throttles, and their connection closed.
 
+With HTTP, `requests` keeps every request head a client sent (the black hole's too) and
+whether the proxy was dark then: what each retry layer really sent.
+
 It speaks just enough of the PostgreSQL wire protocol to find message boundaries; it
 answers SSLRequest / GSSENCRequest with "N" itself, so clients talk in clear text to it.
 With `protocol="http"` (S3 through moto, the Prefect API) a message is an HTTP request,
@@ -69,6 +72,9 @@ class FaultProxy:
         self.port = self._listener.getsockname()[1]
         self._thread = threading.Thread(target=self._accept, daemon=True, name="fault-proxy")
         self.accepted = 0
+        self.requests: list[tuple[bytes, bool]] = []
+        """HTTP: every request head a client sent, in order, and whether the proxy was dark
+        then (the head that starts an outage counts as dark): what a retry layer sent."""
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -146,10 +152,13 @@ class FaultProxy:
         matching message went by. Patterns are case-insensitive regular expressions."""
         return self._arm("lose_reply", match, after, then_refuse)
 
-    def reset_on(self, match: str | bytes, *, after: str | bytes | None = None) -> threading.Event:
+    def reset_on(
+        self, match: str | bytes, *, after: str | bytes | None = None, then_refuse: float = 0.0
+    ) -> threading.Event:
         """Armed once: cut the connection with a reset when the matching message comes, before
-        the server sees it."""
-        return self._arm("reset", match, after, 0.0)
+        the server sees it; then refuse new connections for `then_refuse` seconds (an outage
+        that starts mid-step)."""
+        return self._arm("reset", match, after, then_refuse)
 
     def stall_on(
         self, match: str | bytes, seconds: float, *, after: str | bytes | None = None
@@ -217,6 +226,10 @@ class FaultProxy:
                 self._connections.add(connection)
                 self.accepted += 1
             connection.start()
+
+    def _saw(self, head: bytes) -> None:
+        with self._lock:
+            self.requests.append((head, self.dark))
 
     def _forget(self, connection: Connection) -> None:
         with self._lock:

@@ -34,7 +34,7 @@ class Trigger:
     match: re.Pattern[bytes]
     after: re.Pattern[bytes] | None
     action: str  # "lose_reply" | "reset" | "stall" | "dark" | "black_hole" | "throttle"
-    seconds: float  # lose_reply: refuse this long after; stall, dark: this long; throttle: times
+    seconds: float  # lose_reply, reset: refused after; stall, dark: how long; throttle: times
     fired: threading.Event = field(default_factory=threading.Event)
 
 
@@ -68,17 +68,23 @@ class Connection:
         self._pump_client()
 
     def _sink(self) -> None:
-        """Read and discard until the client gives up or the proxy stops."""
+        """Read and discard until the client gives up or the proxy stops (HTTP: each request
+        head is recorded, as a retry the black hole swallowed)."""
+        requests = httpwire.Requests() if self.proxy.protocol == "http" else None
         while not self.closed.is_set():
             if not self._readable(self.client):
                 if not self.proxy.dark:  # the outage is over: new connections go through
                     break
                 continue
             try:
-                if not self.client.recv(_CHUNK):
-                    break
+                data = self.client.recv(_CHUNK)
             except OSError:
                 break
+            if not data:
+                break
+            for kind, message in requests.feed(data) if requests else ():
+                if kind == httpwire.HEAD:
+                    self.proxy._saw(message)
         self.close()
 
     def _readable(self, sock: socket.socket) -> bool:
@@ -123,7 +129,11 @@ class Connection:
                         self._send(self.client, b"N")  # no encryption: stay readable
                         continue
                 fired = self._watch(kind, message)
+                if http and kind == httpwire.HEAD:
+                    self.proxy._saw(message)
                 if fired is not None and fired.action == "reset":
+                    if fired.seconds > 0:  # an outage from here: the door closes first
+                        self.proxy.refuse(fired.seconds)
                     self.reset()  # the message and what follows never reach the server
                     return
                 if fired is not None and fired.action == "stall":

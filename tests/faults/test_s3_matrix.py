@@ -20,12 +20,13 @@ other matrices hold.
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from fleet_import.config import Settings
+from fleet_import.config import DEFAULT_NORMALIZE_WORKERS, Settings
 from fleet_import.importing.claim import settle_abandoned_batches
 from fleet_import.importing.context import Committed, Failed
 from fleet_import.importing.driver import import_folder
@@ -34,6 +35,7 @@ from fleet_import.importing.runtime import Runtime, build_runtime
 from fleet_import.s3.client import S3Limits
 from fleet_import.scope import Tenant
 from fleet_import.store.models import FailureKind
+from tests.faults import httpwire
 from tests.faults.conftest import (
     LEASE_TTL_SECONDS,
     batch_rows,
@@ -76,6 +78,8 @@ RETIRE = r"^POST [^\s]*\?delete"
 FAULTS = ("reset", "stall", "outage", "black_hole", "throttle")
 SAMPLED = {("get", "throttle")}
 """The cells `make test` runs too; `make test-faults` runs them all."""
+FILES_AT_ONCE = DEFAULT_NORMALIZE_WORKERS
+"""Files normalised at once, each making one S3 call at a time (the runtime and the flow)."""
 ACME = Tenant.named("acme")
 
 
@@ -97,6 +101,39 @@ def arm_s3(proxy: FaultProxy, phase: str, fault: str) -> Any:
     if fault == "black_hole":
         return proxy.dark_on(match, BLACK_HOLE_SECONDS)
     return proxy.throttle_on(match, THROTTLED_ANSWERS)
+
+
+def caught_calls(proxy: FaultProxy) -> list[list[bytes]]:
+    """The S3 calls a black hole caught (one botocore invocation each, by its
+    `amz-sdk-invocation-id`), each as the request lines of its attempts."""
+    attempts: dict[bytes | None, list[bytes]] = defaultdict(list)
+    caught: dict[bytes | None, None] = {}
+    for head, dark in proxy.requests:
+        invocation = httpwire.header(head, b"amz-sdk-invocation-id")
+        attempts[invocation].append(head.split(b"\r\n", 1)[0])
+        if dark:
+            caught[invocation] = None
+    return [attempts[invocation] for invocation in caught]
+
+
+def retried_above_botocore(proxy: FaultProxy) -> list[str]:
+    """What the requests a black hole caught say of the layers above botocore: each call it
+    caught sent exactly LIMITS.max_attempts requests, and no request was sent by two calls
+    (a step runner's or a Prefect task's retry calls S3 again: a new invocation of the same
+    request); and it caught no more calls than files are normalised at once (a failed file
+    starts no further files, each of which would wait out the bound again)."""
+    calls = caught_calls(proxy)
+    calls_of: dict[bytes, int] = defaultdict(int)
+    problems = [] if calls else ["the black hole caught no S3 call"]
+    for attempts in calls:
+        if len(attempts) != LIMITS.max_attempts:
+            problems.append(f"{len(attempts)} attempts of {attempts[0]!r}")
+        calls_of[attempts[0]] += 1
+    problems += [f"{n} calls of {line!r}" for line, n in calls_of.items() if n > 1]
+    if len(calls) > FILES_AT_ONCE:
+        lines = sorted(attempts[0] for attempts in calls)
+        problems.append(f"{len(calls)} calls waited out the bound, not {FILES_AT_ONCE}: {lines}")
+    return problems
 
 
 def _runtime(
@@ -142,6 +179,7 @@ def test_an_s3_fault_is_retried_within_the_bound_and_reported_truly(
         assert "S3 does not answer" in first.error, first.error
         assert "check FLEET_S3_ENDPOINT_URL" in first.error, first.error
         assert "\n" not in first.error and "Traceback" not in first.error
+        assert retried_above_botocore(s3_proxy) == []
     else:  # within the bound: botocore rode it out
         assert isinstance(first, Committed) and first.published, first
 
@@ -195,6 +233,7 @@ def test_an_s3_fault_in_publication_is_retried_or_left_resumable(
         assert isinstance(second, Failed) and second.resumable, second
         assert second.kind == FailureKind.FAILED_PUBLICATION, second
         assert "S3 does not answer" in second.error and "\n" not in second.error, second.error
+        assert retried_above_botocore(s3_proxy) == []
         s3_proxy.pass_through()
         resumed = resume_batch(rt.ctx, rt.outbox, second.batch_id)
         assert isinstance(resumed, Committed) and resumed.published, resumed

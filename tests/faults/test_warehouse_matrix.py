@@ -15,8 +15,9 @@ Phases, by the warehouse message each fault is armed on:
 - commit: the slice transaction's COMMIT (after the registry is stamped);
 - publication: the refresh statement of `refresh_dependants`.
 (discover and record touch no warehouse: their cells belong to S3 and the operational
-database.) Faults: a reset before the server sees the message, a 2 s stall, and a lost
-reply (forwarded, answer swallowed, connection cut, new connections refused for 2 s).
+database.) Faults: a reset before the server sees the message, a 2 s stall, a lost reply
+(forwarded, answer swallowed, connection cut, new connections refused for 2 s), and an
+outage (a reset, then every connection refused for longer than the lease TTL).
 """
 
 from __future__ import annotations
@@ -59,22 +60,39 @@ PHASES = {
 REDSHIFT_PHASES = {**PHASES, "normalise": (r"create\s+temp", None)}
 ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
 FAULTS = ("reset", "stall", "lost_reply")
+"""The faults of every path (tests/faults/paths.py: the flow and the CLI too)."""
+RUNTIME_FAULTS = (*FAULTS, "outage")
+"""The core runtime's cells add an outage longer than the lease TTL."""
 STALL_SECONDS = 2.0
 REFUSE_AFTER_LOST_REPLY = 2.0
+OUTAGE_SECONDS = 1.5 * LEASE_TTL_SECONDS
+"""Reset at the phase's message, then every connection refused this long: past the lease
+TTL, so a lease nobody renews would have expired (the heartbeat renews it meanwhile, on the
+operational database, when only the warehouse is down)."""
 SAMPLED = {("commit", "lost_reply")}
 """The cells `make test` runs too, on PostgreSQL; on Redshift the lost COMMIT of
-test_lost_commit_redshift.py is the sampled cell, in both modes."""
-"""The cells `make test` runs too; `make test-faults` runs them all."""
+test_lost_commit_redshift.py is the sampled cell, in both modes. `make test-faults` runs
+them all."""
 ACME = Tenant.named("acme")
+
+
+def arm_fault(proxy: FaultProxy, fault: str, match: str, after: str | None = None) -> Any:
+    """One of RUNTIME_FAULTS, or a black hole until `pass_through()`, armed on the message
+    `match` finds (after `after`'s)."""
+    if fault == "black_hole":
+        return proxy.black_hole_on(match, after=after)
+    if fault == "reset":
+        return proxy.reset_on(match, after=after)
+    if fault == "outage":
+        return proxy.reset_on(match, after=after, then_refuse=OUTAGE_SECONDS)
+    if fault == "stall":
+        return proxy.stall_on(match, STALL_SECONDS, after=after)
+    return proxy.lose_reply(match, after=after, then_refuse=REFUSE_AFTER_LOST_REPLY)
 
 
 def _arm(proxy: FaultProxy, phase: str, fault: str, phases: dict[str, Any] = PHASES) -> Any:
     match, after = phases[phase]
-    if fault == "reset":
-        return proxy.reset_on(match, after=after)
-    if fault == "stall":
-        return proxy.stall_on(match, STALL_SECONDS, after=after)
-    return proxy.lose_reply(match, after=after, then_refuse=REFUSE_AFTER_LOST_REPLY)
+    return arm_fault(proxy, fault, match, after)
 
 
 def _runtime(
@@ -140,7 +158,7 @@ def truth_now(database_url: str, source: Source, *, holders: bool = True) -> lis
     return problems
 
 
-@pytest.mark.parametrize(("phase", "fault"), matrix_cells(PHASES, FAULTS, SAMPLED))
+@pytest.mark.parametrize(("phase", "fault"), matrix_cells(PHASES, RUNTIME_FAULTS, SAMPLED))
 def test_a_warehouse_fault_is_reported_truly_and_recovered(
     phase: str,
     fault: str,
@@ -157,7 +175,7 @@ def test_a_warehouse_fault_is_reported_truly_and_recovered(
 
 
 @pytest.mark.parametrize("emulator", [SETUPS[0]], ids=["-".join(SETUPS[0])], indirect=True)
-@pytest.mark.parametrize(("phase", "fault"), matrix_cells(PHASES, FAULTS, set()))
+@pytest.mark.parametrize(("phase", "fault"), matrix_cells(PHASES, RUNTIME_FAULTS, set()))
 def test_a_redshift_fault_is_reported_truly_and_recovered(
     phase: str,
     fault: str,
@@ -205,6 +223,7 @@ def _cell(
     rt.publisher.drain("drain", lease_ttl=rt.ctx.lease_ttl, limit=10)
 
     assert recovered_invariants(database_url, source) == []
+    print(f"{phase} {fault}: {first}")  # what the first run told its caller (-rP shows it)
     refreshes = refresh_count(database_url)
     # A publication step runs at least once; a lost answer to it runs it once more.
     assert refreshes == 1 or (phase, fault) == ("publication", "lost_reply") and refreshes == 2

@@ -9,47 +9,21 @@ from typing import Any
 
 import psycopg
 
+from fleet_import.bounded_connection import REPLY_LOST, ReplyTimeout, connect_bounded
 from fleet_import.error_table import psycopg_kind
 from fleet_import.warehouse.base import WarehouseError
 from fleet_import.warehouse.postgres.binary_copy import EncodeError, SourceError
 
-_CONNECT_TIMEOUT_SECONDS = 10
-KEEPALIVES = {
-    "keepalives": 1,
-    "keepalives_idle": 30,
-    "keepalives_interval": 10,
-    "keepalives_count": 3,
-    "tcp_user_timeout": 60_000,
-}
-"""libpq's TCP bounds for a warehouse gone silent on the network (packets dropped, no reset):
-an idle wait (a COMMIT sent, its answer awaited) ends after 30 s + 3 probes 10 s apart, and
-data the peer stops acknowledging (mid-COPY) after 60 s (`tcp_user_timeout`, milliseconds).
-A long statement the server is still working on is untouched: its kernel answers probes."""
 CONNECTION_HINT = (
     "could not reach the warehouse (is it up, is FLEET_WAREHOUSE_URL right, are there free "
     "connections?)"
 )
 
 
-class BoundedConnection(psycopg.Connection[Any]):
-    """A connection whose every wait for the server ends after `reply_timeout` seconds
-    (psycopg raises a connection error, no SQLSTATE: an answer that never came). It is for
-    what TCP cannot see: a peer that acknowledges and never answers (a hung proxy, a load
-    balancer holding the connection)."""
-
-    reply_timeout: float | None = None
-
-    def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
-        return super().wait(gen, interval, self.reply_timeout if timeout is None else timeout)
-
-
 def connect(conninfo: str, reply_timeout: float | None = None) -> psycopg.Connection[Any]:
+    """Bounded like every connection of ours (fleet_import.bounded_connection)."""
     with translated():
-        conn = BoundedConnection.connect(
-            conninfo, connect_timeout=_CONNECT_TIMEOUT_SECONDS, **KEEPALIVES
-        )
-    conn.reply_timeout = reply_timeout
-    return conn
+        return connect_bounded(conninfo, reply_timeout)
 
 
 @contextmanager
@@ -70,6 +44,8 @@ def translate(exc: psycopg.Error) -> WarehouseError:
     # Never the driver's own text without a SQLSTATE: a connection error can quote the
     # connection string, and with it part of a password.
     reason = (exc.diag.message_primary or type(exc).__name__) if state else CONNECTION_HINT
+    if isinstance(exc, ReplyTimeout):
+        reason = f"{exc} (FLEET_WAREHOUSE_REPLY_TIMEOUT_SECONDS): {REPLY_LOST}"
     return WarehouseError(
         f"warehouse error ({type(exc).__name__}, SQLSTATE {state}): {reason}",
         kind=psycopg_kind(exc),

@@ -14,6 +14,11 @@ from typing import Any
 import redshift_connector
 from botocore.exceptions import BotoCoreError, ClientError
 
+from fleet_import.bounded_connection import (
+    KEEPALIVE_COUNT,
+    KEEPALIVE_IDLE_SECONDS,
+    KEEPALIVE_INTERVAL_SECONDS,
+)
 from fleet_import.error_table import classify, client_error_code, network_kind, sqlstate_kind
 from fleet_import.errors import ErrorKind
 from fleet_import.warehouse.base import CommitOutcomeUnknown, WarehouseError, WarehouseSession
@@ -42,12 +47,13 @@ BACKEND = "redshift"
 
 KEEPALIVES = {
     "tcp_keepalive": True,
-    "tcp_keepalive_idle": 30,
-    "tcp_keepalive_interval": 10,
-    "tcp_keepalive_count": 3,
+    "tcp_keepalive_idle": KEEPALIVE_IDLE_SECONDS,
+    "tcp_keepalive_interval": KEEPALIVE_INTERVAL_SECONDS,
+    "tcp_keepalive_count": KEEPALIVE_COUNT,
 }
 """A network gone silent (packets dropped, no reset) while an answer is awaited ends in about
-a minute (30 s idle, 3 probes 10 s apart) instead of the kernel's two hours. An answer that
+a minute (30 s idle, 3 probes 10 s apart: the same bounds as our psycopg connections,
+fleet_import.bounded_connection) instead of the kernel's two hours. An answer that
 never comes on a connection TCP still sees alive ends at the driver's socket `timeout`
 (FLEET_WAREHOUSE_REPLY_TIMEOUT_SECONDS, given in `connect_kwargs`)."""
 
