@@ -82,6 +82,19 @@ class OperationalStoreError(FleetImportError):
 class WarehouseError(FleetImportError):
     """The warehouse could not complete the operation; nothing of it was committed."""
 
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        kind: ErrorKind | None = None,
+        code: str | None = None,
+        backend: str = "postgres",
+    ) -> None:
+        super().__init__(message, kind=kind, code=code)
+        self.backend = backend
+        """The backend that raised it ("postgres", "redshift"): which settings name that
+        warehouse, for the next step `fleet_import.explain` gives. A wrapper passes it on."""
+
 
 class LeaseLost(FleetImportError):
     """This worker no longer holds the batch's execution lease; it must stop writing."""

@@ -43,18 +43,45 @@ class Advice:
         return f"{self.problem}: {self.next_step}" if self.next_step else self.problem
 
 
-def _database(exc: FleetImportError, variable: str) -> Advice:
+@dataclass(frozen=True)
+class _Named:
+    """Where a database is set: its endpoint, its login, its name (the next step's words)."""
+
+    endpoint: str
+    login: str
+    database: str
+
+    @classmethod
+    def by_url(cls, variable: str) -> _Named:
+        return cls(f"{variable} (host:port)", variable, variable)
+
+
+_OPERATIONAL = _Named.by_url("FLEET_DATABASE_URL")
+_OR_URL = " (or a redshift:// FLEET_WAREHOUSE_URL)"
+_WAREHOUSES = {
+    "postgres": _Named.by_url("FLEET_WAREHOUSE_URL"),
+    "redshift": _Named(
+        f"FLEET_REDSHIFT_HOST and FLEET_REDSHIFT_PORT{_OR_URL}",
+        f"FLEET_REDSHIFT_USER and FLEET_REDSHIFT_PASSWORD{_OR_URL}",
+        f"FLEET_REDSHIFT_DATABASE{_OR_URL}",
+    ),
+}
+"""What a warehouse error's next step names, by the backend that raised it: Redshift is
+mostly set by FLEET_REDSHIFT_*, never only by a FLEET_WAREHOUSE_URL."""
+
+
+def _database(exc: FleetImportError, named: _Named) -> Advice:
     code, problem = exc.code or "", _one_line(exc)
     if code in _NOT_MIGRATED:
-        if variable == "FLEET_DATABASE_URL":
+        if named is _OPERATIONAL:
             return Advice(problem, DB_UPGRADE_HINT)
         return Advice(problem, "run `fleet-import doctor` to see which curated table is wrong")
     if code == _NO_DATABASE:
-        return Advice(problem, f"create the database, or fix its name in {variable}")
+        return Advice(problem, f"create the database, or fix its name in {named.database}")
     if code in _LOGIN_REFUSED:
-        return Advice(problem, f"check the user and password in {variable}")
+        return Advice(problem, f"check the user and password in {named.login}")
     if not code or code.startswith(("08", "57P")):
-        return Advice(problem, f"check {variable} (host:port) and that the server runs")
+        return Advice(problem, f"check {named.endpoint} and that the server runs")
     return Advice(problem)
 
 
@@ -65,9 +92,9 @@ def _one_line(exc: BaseException) -> str:
 def advise(exc: BaseException) -> Advice | None:
     """What went wrong and what to do, or None for an unforeseen error (a bug)."""
     if isinstance(exc, OperationalStoreError):
-        return _database(exc, "FLEET_DATABASE_URL")
+        return _database(exc, _OPERATIONAL)
     if isinstance(exc, WarehouseError) and (exc.code or exc.kind is ErrorKind.TRANSIENT):
-        return _database(exc, "FLEET_WAREHOUSE_URL")
+        return _database(exc, _WAREHOUSES.get(exc.backend, _WAREHOUSES["postgres"]))
     s3 = advise_s3(exc, _bucket_named_by(exc))
     if s3:
         return Advice(_one_line(exc), s3.next_step) if isinstance(exc, FleetImportError) else s3

@@ -197,11 +197,12 @@ def state_for(outcome: pipeline.ImportOutcome, crash: BaseException | None = Non
             ),
         )
     if isinstance(outcome, pipeline.CommitUnknown):
+        check = outcome.next_step or "check the warehouse, FLEET_WAREHOUSE_URL"
         return failed(
             f"batch {outcome.batch_id}: whether its slice committed is unknown ({outcome.error}); "
             "it stays running, and the next run of this folder, the drain-publications flow or "
             f"`fleet-import resume {outcome.batch_id}` settles it from the slice stamp once the "
-            "warehouse answers (check the warehouse, FLEET_WAREHOUSE_URL)",
+            f"warehouse answers ({check})",
             name="CommitUnknown",
         )
     if isinstance(outcome, pipeline.Failed) and outcome.kind == FailureKind.HELD:

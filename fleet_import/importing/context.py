@@ -159,6 +159,9 @@ class CommitUnknown:
     batch_id: uuid.UUID
     scope: str
     error: str
+    next_step: str = ""
+    """What to check before anyone can settle it (the warehouse's settings, as the backend
+    that lost the answer names them), for the run's one line."""
 
 
 ImportOutcome = (

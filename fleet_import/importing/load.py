@@ -63,7 +63,9 @@ def load_step(
     A transient warehouse failure (dropped connection, serialization conflict) rolls the
     slice back and starts it again, reloading the files already normalised, with backoff --
     unless the backend's writer replays its own transaction (`replays_slices`): one retry
-    layer for the slice, never one inside the other.
+    layer for the slice, never one inside the other. A writer never replays a COMMIT that
+    got no answer, so once the stamp says it did not go through the slice is loaded again
+    here on every backend.
 
     A COMMIT that got no answer is settled here from the slice stamp, read back across the
     outage (settle.settle_lost_commit): committed, not committed (tried again like any
@@ -74,7 +76,7 @@ def load_step(
     backoff = NO_RETRY if ctx.warehouse.replays_slices else LOAD_BACKOFF
     with _KeyHashes(ctx.contracts, ctx.workdir / str(batch.batch_id)) as hashes:
         arrivals = _Arrivals([], iter(entries), hashes, batch)
-        for retry in range(backoff.retries + 1):
+        for retry in range(LOAD_BACKOFF.retries + 1):
             try:
                 commit, summary = _load_slice_once(batch, manifest, arrivals)
                 break
@@ -85,14 +87,15 @@ def load_step(
                 not_committed = WarehouseError(
                     f"{exc}; the slice is not stamped: the COMMIT did not go through",
                     kind=exc.kind,
+                    backend=exc.backend,
                 )
-                if not exc.transient or retry == backoff.retries:
+                if not exc.transient or retry == LOAD_BACKOFF.retries:
                     raise not_committed from None
-                backoff.wait(retry, f"slice load of {scope}", not_committed, log)
+                LOAD_BACKOFF.wait(retry, f"slice load of {scope}", not_committed, log)
             except WarehouseError as exc:
                 if arrivals.failure is not None:  # a file failed too: that decides the batch
                     raise arrivals.failure from None
-                if not exc.transient or retry == backoff.retries:
+                if not exc.transient or retry >= backoff.retries:
                     raise
                 # Failed before its COMMIT, or the server answered it (rolled back): this
                 # attempt did not commit, and a lost answer is the branch above.

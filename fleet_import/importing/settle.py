@@ -20,7 +20,7 @@ import time
 from datetime import UTC, datetime
 
 from fleet_import.errors import FleetImportError, PreCommitError
-from fleet_import.explain import with_next_step
+from fleet_import.explain import advise, with_next_step
 from fleet_import.importing.context import Committed, CommitUnknown, Failed
 from fleet_import.importing.leased_batch import LeasedBatch, Stamp
 from fleet_import.publication.events import event_payload
@@ -163,7 +163,8 @@ def leave_unsettled(batch: LeasedBatch, exc: BaseException) -> CommitUnknown:
         COMMIT_UNKNOWN_EVENT,
         event_payload(batch.tenant_id, batch.scope, batch.batch_id, error=error),
     )
-    return CommitUnknown(batch.batch_id, batch.scope, error)
+    advice = advise(exc)
+    return CommitUnknown(batch.batch_id, batch.scope, error, advice.next_step if advice else "")
 
 
 def _recorded(batch: LeasedBatch, stored: Batch) -> Committed | None:

@@ -17,6 +17,7 @@ from fleet_import.s3.staging import StagingArea
 from fleet_import.scope import Tenant
 from fleet_import.store.models import BatchStatus
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
+from flows.reporting import state_for
 from tests.faults.conftest import AFTER_STAMP, SLICE_COMMIT, batch_rows, recovered_invariants
 from tests.faults.proxy import FaultProxy
 from tests.redshift_emulator import RedshiftEmulator
@@ -94,6 +95,8 @@ def test_an_unreadable_stamp_on_redshift_leaves_the_batch_to_the_next_run(
     emulator_proxy.lose_reply(SLICE_COMMIT, after=AFTER_STAMP, then_refuse=600)
     outcome = import_folder(redshift_ctx, Tenant.named("acme"), source.folder, "d1")
     assert isinstance(outcome, CommitUnknown), outcome
+    line = state_for(outcome).message or ""  # exit 7's line names Redshift's settings
+    assert "check FLEET_REDSHIFT_HOST and FLEET_REDSHIFT_PORT" in line, line
     [(batch_id, status, lease, details)] = batch_rows(database_url)
     assert status == BatchStatus.RUNNING and lease is None and "commit_unknown" in details
     copies = _copies(emulator)

@@ -17,7 +17,8 @@ import pytest
 import redshift_connector
 
 from fleet_import.contracts.fleet import FLEET_DATASETS
-from fleet_import.errors import ErrorKind
+from fleet_import.errors import ErrorKind, WarehouseError
+from fleet_import.explain import explain
 from fleet_import.warehouse.redshift import driver
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 from tests.redshift_emulator import RedshiftEmulator
@@ -200,6 +201,27 @@ def test_tls_errors_are_configuration_at_connect_and_transient_mid_session() -> 
     wrapped = redshift_connector.InterfaceError("communication error", corrupted)
     assert driver.translate(wrapped).kind is ErrorKind.TRANSIENT
     assert driver.translate(wrapped, connecting=True).kind is ErrorKind.CONFIGURATION
+
+
+def test_a_redshift_error_names_the_redshift_settings_as_what_to_check() -> None:
+    """Redshift is set by FLEET_REDSHIFT_* (a redshift:// FLEET_WAREHOUSE_URL is optional):
+    its errors' next step named FLEET_WAREHOUSE_URL alone, a setting the user may never
+    have set (issue 26, the Redshift cells through the flow and the CLI)."""
+    refused = driver.translate(ConnectionRefusedError(111, "Connection refused"))
+    login = driver.translate(
+        redshift_connector.ProgrammingError({"C": "28000", "M": "password authentication failed"})
+    )
+    wrapped = WarehouseError(f"{refused}; not stamped", kind=refused.kind, backend=refused.backend)
+    assert explain(refused) == explain(wrapped).replace("; not stamped", "")
+    assert (explain(refused) or "").endswith(
+        "check FLEET_REDSHIFT_HOST and FLEET_REDSHIFT_PORT (or a redshift:// "
+        "FLEET_WAREHOUSE_URL) and that the server runs"
+    )
+    assert "in FLEET_REDSHIFT_USER and FLEET_REDSHIFT_PASSWORD" in (explain(login) or "")
+    postgres = WarehouseError("warehouse connection failed", kind=ErrorKind.TRANSIENT)
+    assert (explain(postgres) or "").endswith(
+        "check FLEET_WAREHOUSE_URL (host:port) and that the server runs"
+    )
 
 
 @pytest.mark.parametrize("when", ["before", "after"])

@@ -41,6 +41,8 @@ _IAM_ERRORS = (BotoCoreError, ClientError)
 """What its IAM login lets through untranslated: botocore's errors (GetClusterCredentials)."""
 _LOST = ("BrokenPipe", "connection is closed")
 """How redshift_connector words a connection that ended under it; it gives no code."""
+BACKEND = "redshift"
+"""What the errors translated here carry, so their next step names FLEET_REDSHIFT_*."""
 
 
 KEEPALIVES = {
@@ -86,7 +88,10 @@ def iam_error(exc: BotoCoreError | ClientError) -> WarehouseError:
     if kind is ErrorKind.TERMINAL:
         kind = ErrorKind.CONFIGURATION
     return WarehouseError(
-        f"warehouse IAM login failed ({type(exc).__name__}): {exc}", kind=kind, code=code
+        f"warehouse IAM login failed ({type(exc).__name__}): {exc}",
+        kind=kind,
+        code=code,
+        backend=BACKEND,
     )
 
 
@@ -109,10 +114,11 @@ def translate(exc: BaseException, *, connecting: bool = False) -> WarehouseError
             f"warehouse driver failed internally ({type(exc).__name__}: {exc}); "
             "retried on a new connection",
             kind=ErrorKind.TRANSIENT,
+            backend=BACKEND,
         )
     if isinstance(exc, OSError):
         kind = _socket_kind(exc, connecting)
-        return WarehouseError(f"warehouse connection failed: {exc}", kind=kind)
+        return WarehouseError(f"warehouse connection failed: {exc}", kind=kind, backend=BACKEND)
     fields = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
     if not fields:
         return _client_side(exc, connecting)
@@ -125,6 +131,7 @@ def translate(exc: BaseException, *, connecting: bool = False) -> WarehouseError
         f"warehouse error ({type(exc).__name__}, SQLSTATE {state}): {message}",
         kind=sqlstate_kind(state, message),
         code=state,
+        backend=BACKEND,
     )
 
 
@@ -139,7 +146,7 @@ def _client_side(exc: BaseException, connecting: bool) -> WarehouseError:
         kind = ErrorKind.CONFIGURATION if connecting else ErrorKind.TERMINAL
     detail = f"{text} ({cause})" if cause is not None else text
     what = "driver error" if kind is ErrorKind.TERMINAL else "connection failed"
-    return WarehouseError(f"warehouse {what}: {detail}", kind=kind)
+    return WarehouseError(f"warehouse {what}: {detail}", kind=kind, backend=BACKEND)
 
 
 def _socket_kind(exc: OSError, connecting: bool) -> ErrorKind:

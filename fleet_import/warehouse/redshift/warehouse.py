@@ -207,6 +207,7 @@ class RedshiftWarehouse(SliceCommitter):
                 "widen it by hand, or recreate the table",
                 kind=error.kind,
                 code=error.code,
+                backend=error.backend,
             ) from None
 
     def _alone(self, statement: str) -> None:
@@ -256,7 +257,10 @@ class RedshiftWarehouse(SliceCommitter):
             if not refused:
                 raise
             raise WarehouseError(
-                f"{exc} ({refused[0]})", kind=refused[0].kind, code=refused[0].code
+                f"{exc} ({refused[0]})",
+                kind=refused[0].kind,
+                code=refused[0].code,
+                backend=refused[0].backend,
             ) from None
 
     # -- sessions and operator SQL -------------------------------------------------------

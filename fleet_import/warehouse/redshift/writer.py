@@ -125,11 +125,10 @@ class RedshiftSliceWriter(OpenSlice):
         """Datasets whose temp table a loading step created."""
         self._conn: Any = None
         self._open = True
-        try:
-            self._session()  # the session is recorded before anything is loaded
-        except BaseException:
-            self.close()  # no writer to close later: its scratch directory goes now
-            raise
+        # The session is recorded before anything is loaded. Opening it rides out a short
+        # outage as every later step does (PostgreSQL's slice load is retried whole); on a
+        # final failure `_attempts` closes the writer, its scratch directory with it.
+        self._attempts(self._session, "opening the slice's session")
 
     # -- the session and its loading steps ---------------------------------------------
 
@@ -138,16 +137,20 @@ class RedshiftSliceWriter(OpenSlice):
         `on_session`, and its temp tables filled again by the loading steps so far."""
         if self._conn is None:
             self._conn = self._connect()
-            cursor = self._conn.cursor()
-            run(cursor, slice_sql.SESSION_UTC_SQL)
-            on_session = self._request.on_session
-            if on_session is not None:  # each new session, before any lock
-                session = self._sessions.identify(cursor)
-                if session is not None:
-                    on_session(session)
-            for done in self._loads:
-                done(cursor)
-            self._conn.commit()
+            try:
+                cursor = self._conn.cursor()
+                run(cursor, slice_sql.SESSION_UTC_SQL)
+                on_session = self._request.on_session
+                if on_session is not None:  # each new session, before any lock
+                    session = self._sessions.identify(cursor)
+                    if session is not None:
+                        on_session(session)
+                for done in self._loads:
+                    done(cursor)
+                self._conn.commit()
+            except BaseException:
+                self._drop_connection()  # half set up: the next attempt starts it afresh
+                raise
         return self._conn.cursor()
 
     def _attempts(self, work: Callable[[], Any], what: str) -> Any:
@@ -347,7 +350,9 @@ class RedshiftSliceWriter(OpenSlice):
                     raise
                 self._drop_connection()
                 raise CommitOutcomeUnknown(
-                    f"the slice's COMMIT got no answer: {error}", kind=error.kind
+                    f"the slice's COMMIT got no answer: {error}",
+                    kind=error.kind,
+                    backend=error.backend,
                 ) from None
 
         self._attempts(replace, "the slice commit")
