@@ -17,7 +17,7 @@ from fleet_import.store.models import BatchStatus
 from fleet_import.store.repository import BatchRepository
 from tests.helpers import upload
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 def cli(*args: str, env: dict[str, str] | None = None, cwd=None) -> subprocess.CompletedProcess:

@@ -40,7 +40,7 @@ REPLY_TIMEOUT_SECONDS = 3.0
 PHASES = {"commit": (SLICE_COMMIT, AFTER_STAMP), "copy": (r"^\s*copy\b", None)}
 
 
-@pytest.mark.parametrize("phase", [pytest.param("commit", marks=pytest.mark.faults_sample), "copy"])
+@pytest.mark.parametrize("phase", ["commit", "copy"])
 def test_a_black_holed_warehouse_ends_the_run_within_its_bound(
     phase: str,
     warehouse_proxy: FaultProxy,

@@ -67,7 +67,6 @@ def _copies(emulator: RedshiftEmulator) -> int:
     return sum(1 for q in emulator.queries if q.lstrip().upper().startswith("COPY"))
 
 
-@pytest.mark.faults_sample
 def test_a_lost_commit_answer_on_redshift_is_settled_by_the_stamp(
     redshift_ctx: ImportContext,
     emulator: RedshiftEmulator,

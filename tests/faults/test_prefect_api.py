@@ -133,7 +133,7 @@ def test_the_prefect_api_cut_mid_run(
 
 
 @pytest.mark.parametrize(
-    "phase", ["claim", pytest.param("copy", marks=pytest.mark.faults_sample), "publication"]
+    "phase", ["claim", "copy", "publication"]
 )
 def test_the_prefect_api_gone_past_its_client_retries(
     cli_env: dict[str, str],
