@@ -32,6 +32,22 @@ from tests.reliability.conftest import (
     upload_sources,
 )
 
+CUT_HANDSHAKE_SOCKETS = pytest.mark.filterwarnings(
+    r"ignore:Exception ignored in. <socket\.socket:pytest.PytestUnraisableExceptionWarning"
+)
+"""A connection the proxy cuts while a driver is still opening it leaves that driver's
+socket unclosed (redshift_connector creates it in the constructor that raises, so no caller
+holds it to close); the garbage collector reports it in whichever later test it happens to
+run (seen once in CI, at a Redshift path cell's setup). The fault tests cut connections on
+purpose, so there it is expected; everywhere else it still fails the test."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("faults"):
+            item.add_marker(CUT_HANDSHAKE_SOCKETS)
+
+
 CLI_TIMEOUT_SECONDS = 180
 LEASE_TTL_SECONDS = 4.0
 """Short, so a batch left with its lease released is abandoned, and taken over, soon."""
