@@ -89,7 +89,7 @@ _AMBIGUOUS_SHOWN = 3
 
 def _database_url(value: str | None) -> str:
     """The operational database's URL, the settings checked first (CONFIGURATION_ERROR)."""
-    return require_settings(OPERATIONAL, database_url=value).database_url
+    return _store_settings(value).database_url
 
 
 def _store_settings(value: str | None) -> Settings:

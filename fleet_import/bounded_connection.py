@@ -27,6 +27,9 @@ an idle wait (a statement sent, its answer awaited) ends after 30 s + 3 probes 1
 and data the peer stops acknowledging (mid-COPY) after 60 s (`tcp_user_timeout`,
 milliseconds). A long statement the server is still working on is untouched: its kernel
 answers probes."""
+CONNECT_ARGS = {"connect_timeout": CONNECT_TIMEOUT_SECONDS, **KEEPALIVES}
+"""The same bounds for a connection with no reply bound (SQLAlchemy's, for the migrations:
+a migration may wait on a lock or rewrite a table for longer than any import statement)."""
 
 
 REPLY_LOST = "the server, or the network to it, stopped answering mid-statement"

@@ -27,7 +27,7 @@ from fleet_import.importing.guards import approve_command, held_error
 from fleet_import.importing.runtime import Runtime
 from fleet_import.scope import folder_leaf
 from fleet_import.store.models import Batch, BatchStatus, warehouse_committed
-from flows.api_reports import api_gone, api_unreachable, note_api_gone
+from flows.api_reports import report
 from flows.reporting import escape_markdown
 
 log = logging.getLogger(__name__)
@@ -77,15 +77,10 @@ def tell(rt: Runtime, batch_ids: Iterable[uuid.UUID]) -> None:
     """Publish each batch's story, and the stories of the failed batches each one
     superseded, then each tenant's table. Never raises."""
     ids = list(dict.fromkeys(batch_ids))
-    if api_gone() is not None:  # each call would wait out the client's retries again
-        return
-    try:
-        _tell(rt, ids)
+    try:  # an API gone: dropped, once noted (api_reports.report)
+        report(f"the story of batches {ids}", lambda: _tell(rt, ids))
     except Exception as exc:  # noqa: BLE001 - a view of the batch never fails the flow
-        if api_unreachable(exc):
-            note_api_gone(exc, f"the story of batches {ids}")
-        else:
-            log.warning("could not publish the story of batches %s: %s", ids, exc)
+        log.warning("could not publish the story of batches %s: %s", ids, exc)
 
 
 def _tell(rt: Runtime, batch_ids: list[uuid.UUID]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from fleet_import.bounded_connection import CONNECT_TIMEOUT_SECONDS, KEEPALIVES
+from fleet_import.bounded_connection import CONNECT_ARGS
 from fleet_import.config import sqlalchemy_url
 
 config = context.config
@@ -35,10 +35,8 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    # The keepalives of every connection of ours, but no reply bound: a migration may wait
-    # on a lock or rewrite a table for longer than any import statement.
-    connect_args = {"connect_timeout": CONNECT_TIMEOUT_SECONDS, **KEEPALIVES}
-    engine = create_engine(_url(), poolclass=pool.NullPool, connect_args=connect_args)
+    # The keepalives of every connection of ours, but no reply bound (CONNECT_ARGS).
+    engine = create_engine(_url(), poolclass=pool.NullPool, connect_args=CONNECT_ARGS)
     with engine.connect() as connection:
         context.configure(connection=connection, transaction_per_migration=True)
         with context.begin_transaction():

@@ -61,13 +61,13 @@ def current(database_url: str) -> str | None:
     from sqlalchemy import create_engine, pool
     from sqlalchemy.exc import SQLAlchemyError
 
-    from fleet_import.bounded_connection import CONNECT_TIMEOUT_SECONDS, KEEPALIVES
+    from fleet_import.bounded_connection import CONNECT_ARGS
     from fleet_import.config import sqlalchemy_url
 
     engine = create_engine(
         sqlalchemy_url(database_url),
         poolclass=pool.NullPool,
-        connect_args={"connect_timeout": CONNECT_TIMEOUT_SECONDS, **KEEPALIVES},
+        connect_args=CONNECT_ARGS,
     )
     try:
         with engine.connect() as conn:
