@@ -67,7 +67,19 @@ class RssTrace:
             "rss_peak_sampled_mb": round(self.peak_mb),
             "rss_peak_at_s": round(self.peak_at, 2),
             "rss_peak_after": self.peak_after,
+            **arrow_pools(),
         }
+
+
+def arrow_pools() -> dict[str, Any]:
+    """The pool Arrow's Python calls took and the MB Arrow's C++ code took from mimalloc,
+    which is 0 when it ran on the pool fleet_import chose (tests/test_allocators.py)."""
+    import pyarrow as pa
+
+    return {
+        "arrow_pool": pa.default_memory_pool().backend_name,
+        "arrow_mimalloc_peak_mb": round(pa.mimalloc_memory_pool().max_memory() / 2**20),
+    }
 
 
 class TimedStaging(StagingArea):

@@ -108,7 +108,8 @@ def report(bench: Any) -> None:
         if part in results and "rss_peak_after" in (found := median(results[part]).details):
             print(
                 f"{part}: sampled peak RSS {found['rss_peak_sampled_mb']} MB at "
-                f"{found['rss_peak_at_s']} s, after {found['rss_peak_after']!r}"
+                f"{found['rss_peak_at_s']} s, after {found['rss_peak_after']!r}; Arrow pool "
+                f"{found.get('arrow_pool')}, {found.get('arrow_mimalloc_peak_mb')} MB from mimalloc"
             )
     for part in (*_PHASE_PARTS, "ours parquet large"):
         if part not in results:

@@ -13,6 +13,13 @@ path and the ratio ours/baseline: what the slice's guarantees cost the COPY.
 
 from __future__ import annotations
 
+# Before pyarrow: importing fleet_import chooses the allocator of Arrow's C++ readers and
+# writers, which Arrow reads when pyarrow is imported (fleet_import/__init__.py). Imported
+# after pyarrow, the children measured ours on mimalloc, which no fleet-import process uses.
+import fleet_import  # noqa: F401
+
+# isort: split
+
 import argparse
 import statistics
 import tempfile

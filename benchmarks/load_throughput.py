@@ -28,6 +28,13 @@ rerun's time over the cold first load's, rss = the 5M peak over the 1M peak. Wit
 
 from __future__ import annotations
 
+# Before pyarrow: importing fleet_import chooses the allocator of Arrow's C++ readers and
+# writers, which Arrow reads when pyarrow is imported (fleet_import/__init__.py). Imported
+# after pyarrow, the children measured ours on mimalloc, which no fleet-import process uses.
+import fleet_import  # noqa: F401
+
+# isort: split
+
 import argparse
 import json
 import os
