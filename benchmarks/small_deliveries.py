@@ -12,7 +12,10 @@ in this process (its CPU is not counted in what is measured). Per round, interle
   (`resource.getrusage(RUSAGE_CHILDREN)` around it); per flow run, the task runs and
   artifacts the server holds;
 - `workers`: `benchmarks/workers_scale.py`'s round on one worker (its delivery, folder count
-  and worker limit), folders per minute.
+  and worker limit), folders per minute;
+- `floor`: Prefect's own floor, the same way: a flow of one no-op task run against the same
+  server in a fresh interpreter, wall and CPU-seconds, with where its wall went (importing
+  Prefect, the engine's start, from the flow's return to the call's, and the exit).
 
     .venv/bin/python benchmarks/small_deliveries.py [--repeat 1] [--folders 12]
 
@@ -145,6 +148,62 @@ def _run(bench: dict[str, Any], tenant: str) -> tuple[float, float, dict[str, in
     return seconds, cpu, _run_counts(tenant)
 
 
+_FLOOR_FLOW = """
+import json, sys, time
+started = float(sys.argv[1])
+marks = {"interpreter": time.time() - started}
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+marks["import prefect"] = time.time() - started
+
+@task(cache_policy=NO_CACHE)
+def step() -> int:
+    return 1
+
+@flow
+def floor() -> int:
+    marks["flow body starts"] = time.time() - started
+    value = step()
+    marks["flow body ends"] = time.time() - started
+    return value
+
+floor()
+marks["flow call returned"] = time.time() - started
+print(json.dumps(marks), flush=True)
+"""
+
+
+def _floor(bench: dict[str, Any]) -> tuple[float, float, dict[str, float]]:
+    """Prefect's floor: a one-task flow run against the server, in a fresh interpreter, as
+    `fleet-import run` is (wall s, CPU s, the seconds from its start to each mark)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.time()
+    done = subprocess.run(
+        [sys.executable, "-c", _FLOOR_FLOW, repr(started)],
+        env=bench["run_env"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    seconds = time.time() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise RuntimeError(f"the one-task flow failed ({done.returncode}): {done.stderr[-2000:]}")
+    marks = json.loads(done.stdout.strip().splitlines()[-1])
+    marks["process exited"] = seconds
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return seconds, cpu, marks
+
+
+def _floor_split(marks: dict[str, float]) -> str:
+    """Where the one-task flow's wall went, between consecutive marks."""
+    names = list(marks)
+    return ", ".join(
+        f"{name} {marks[name] - (marks[names[i - 1]] if i else 0.0):.2f}"
+        for i, name in enumerate(names)
+    )
+
+
 def _warm(api_url: str) -> None:
     """A fresh server answers its first version request seconds late (seen: 3.3 s): that is
     the server's start, not a run's cost, so it is paid before anything is timed."""
@@ -183,7 +242,15 @@ def main(argv: list[str] | None = None) -> int:
     prefect_server = _harness._tests_module("prefect_server")
     admin_url = args.database_url or pgtools.server_url()
     prefect_db = pgtools.unique_name("bench_prefect")
-    figures: dict[str, list[float]] = {"core": [], "run": [], "cpu": [], "per_minute": []}
+    figures: dict[str, list[float]] = {
+        "core": [],
+        "run": [],
+        "cpu": [],
+        "per_minute": [],
+        "floor": [],
+        "floor_cpu": [],
+    }
+    floor_marks: list[dict[str, float]] = []
     with ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="small-")))
         database_url = stack.enter_context(_harness.fresh_database(admin_url))
@@ -235,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
             seconds, cpu, counts = _run(bench, f"run{number:02d}")
             line = f"round={number + 1} load={load:.1f} core_s={core:.2f} run_s={seconds:.2f}"
             line += f" run_cpu_s={cpu:.2f} " + " ".join(f"{k}={v}" for k, v in counts.items())
+            floor_s, floor_cpu, marks = _floor(bench)
+            figures["floor"].append(floor_s)
+            figures["floor_cpu"].append(floor_cpu)
+            floor_marks.append(marks)
+            line += f" floor_s={floor_s:.2f} floor_cpu_s={floor_cpu:.2f}"
             figures["core"].append(core)
             figures["run"].append(seconds)
             figures["cpu"].append(cpu)
@@ -247,6 +319,13 @@ def main(argv: list[str] | None = None) -> int:
                 line += f" per_minute_1_worker={figures['per_minute'][-1]:.1f}"
             print(line, flush=True)
     per_minute = statistics.median(figures["per_minute"]) if figures["per_minute"] else 0.0
+    median_floor = statistics.median(figures["floor"])
+    typical = min(floor_marks, key=lambda marks: abs(marks["process exited"] - median_floor))
+    print(
+        f"floor: a flow of one no-op task against the same server took {median_floor:.2f} s "
+        f"and {statistics.median(figures['floor_cpu']):.2f} CPU-s (medians; the median run: "
+        f"{_floor_split(typical)})"
+    )
     print(
         f"small core_s={statistics.median(figures['core']):.2f} "
         f"run_s={statistics.median(figures['run']):.2f} "
