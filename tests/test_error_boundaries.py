@@ -374,6 +374,32 @@ def test_an_s3_error_gets_the_same_kind_in_sources_and_staging(
     assert [(error.retried, should_retry(error)) for error in caught] == [(True, False)] * 2
 
 
+def test_a_staging_error_names_the_object(moto_endpoint: str, tmp_path: Path) -> None:
+    """Which file, not only which staging area: the object an operator goes and looks at."""
+    client = s3_client(moto_endpoint)
+    staging = StagingArea("s3://fleet-staging/stage/", client)
+    local = tmp_path / "abc.parquet"
+    local.write_bytes(b"PAR1")
+    with Stubber(client) as stub:
+        stub.add_client_error(
+            "head_object", service_error_code="AccessDenied", http_status_code=403
+        )
+        stub.add_client_error("put_object", service_error_code="AccessDenied", http_status_code=403)
+        messages = []
+        for attempt in (
+            lambda: staging.get_file("normalized/trips/abc.parquet", tmp_path / "back.parquet"),
+            lambda: staging.put_file(local, "normalized/trips/abc.parquet"),
+        ):
+            with pytest.raises(StagingError) as raised:
+                attempt()
+            messages.append(str(raised.value))
+    assert messages == [
+        f"staging {what} of normalized/trips/abc.parquet failed in s3://fleet-staging/stage/: "
+        "AccessDenied"
+        for what in ("download", "upload")
+    ]
+
+
 # -- the flows' retry rule --------------------------------------------------------------------
 
 

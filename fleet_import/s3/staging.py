@@ -59,7 +59,7 @@ class StagingArea:
     def put_file(self, local: Path, name: str) -> str:
         if self._is_s3:
             self._call(
-                "upload",
+                f"upload of {name}",
                 self._s3.upload_file,
                 str(local),
                 self._bucket,
@@ -77,7 +77,7 @@ class StagingArea:
         local.parent.mkdir(parents=True, exist_ok=True)
         if self._is_s3:
             self._call(
-                "download",
+                f"download of {name}",
                 self._s3.download_file,
                 self._bucket,
                 self._prefix + name,
@@ -96,7 +96,7 @@ class StagingArea:
             for start in range(0, len(names), 1000):
                 chunk = [{"Key": self._prefix + n} for n in names[start : start + 1000]]
                 self._call(
-                    "delete",
+                    f"delete of {len(chunk)} objects",
                     self._s3.delete_objects,
                     Bucket=self._bucket,
                     Delete={"Objects": chunk, "Quiet": True},
