@@ -31,7 +31,8 @@ from flows.story import made_by
 log = logging.getLogger(__name__)
 
 _RECENT_BATCHES = 20
-"""How many of the tenant's newest batches are looked at: the folder's last few runs."""
+"""How many of the folder's newest batches are looked at: its last few runs, however many
+other folders the tenant delivered since."""
 
 
 def tell_unreported_runs(rt: Runtime, tenant_id: str, scope: str) -> None:
@@ -48,9 +49,8 @@ def _tell(rt: Runtime, tenant_id: str, scope: str) -> None:
     this_run = flow_run.get_id()
     ended = {
         run: batch
-        for batch in rt.ctx.repo.list(tenant=tenant_id, limit=_RECENT_BATCHES)
-        if batch.source_scope == scope
-        and batch.status in (BatchStatus.SUCCEEDED, BatchStatus.FAILED)
+        for batch in rt.ctx.repo.list(tenant=tenant_id, scope=scope, limit=_RECENT_BATCHES)
+        if batch.status in (BatchStatus.SUCCEEDED, BatchStatus.FAILED)
         and batch.updated_at < ended_before
         and (run := made_by(batch)) is not None
         and str(run) != this_run

@@ -164,6 +164,7 @@ LIMIT %(limit)s
 SELECT *
 FROM ingestion_batches
 WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s::text)
+  AND (%(source_scope)s::text IS NULL OR source_scope = %(source_scope)s::text)
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
 ORDER BY created_at DESC, id
 LIMIT %(limit)s

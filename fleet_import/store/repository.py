@@ -363,10 +363,16 @@ class BatchRepository(SqlStore):
         return [row["id"] for row in rows]
 
     def list(
-        self, tenant: str | None = None, status: BatchStatus | str | None = None, limit: int = 50
+        self,
+        tenant: str | None = None,
+        status: BatchStatus | str | None = None,
+        limit: int = 50,
+        scope: str | None = None,
     ) -> list[Batch]:
+        """Newest first; `scope` (a source scope) needs `tenant` to mean one folder."""
         params = {
             "tenant_id": tenant,
+            "source_scope": scope,
             "status": None if status is None else str(BatchStatus(status)),
             "limit": int(limit),
         }

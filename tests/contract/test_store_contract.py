@@ -69,6 +69,8 @@ def test_batch_ids_count_up_and_find_by_prefix(store: StoreUnderTest) -> None:
     listed = store.repo.list(tenant="acme")
     assert [b.id for b in listed] == [second.id, first.id]  # newest first
     assert store.repo.list(status="failed") == []
+    assert [b.id for b in store.repo.list(tenant="acme", scope=SCOPE)] == [first.id]
+    assert [b.id for b in store.repo.list(tenant="acme", scope=OTHER_SCOPE, limit=1)] == [second.id]
 
 
 def test_a_delivery_continues_its_batch_unless_it_failed(store: StoreUnderTest) -> None:

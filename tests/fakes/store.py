@@ -349,7 +349,11 @@ class MemoryBatchRepository:
         return ids[: int(limit)]
 
     def list(
-        self, tenant: str | None = None, status: BatchStatus | str | None = None, limit: int = 50
+        self,
+        tenant: str | None = None,
+        status: BatchStatus | str | None = None,
+        limit: int = 50,
+        scope: str | None = None,
     ) -> list[Batch]:
         wanted = None if status is None else str(BatchStatus(status))
         with self.store.transaction("list"):
@@ -357,6 +361,7 @@ class MemoryBatchRepository:
                 row
                 for row in self.store.batch_rows.values()
                 if (tenant is None or row["tenant_id"] == tenant)
+                and (scope is None or row["source_scope"] == scope)
                 and (wanted is None or row["status"] == wanted)
             ]
             rows.sort(key=lambda row: row["id"])
