@@ -4,10 +4,11 @@ Three block types, one document each under a well-known name, editable in the Pr
 
 | block type | document | overrides (`fleet_import.config.Settings`) |
 | --- | --- | --- |
-| FleetOperationalDatabase | `fleet-operational-db` | `database_url` |
+| FleetOperationalDatabase | `fleet-operational-db` | `database_url`, |
+| | | `database_reply_timeout_seconds` |
 | FleetLandingBucket | `fleet-landing` | `s3_endpoint_url`, `staging_uri` |
-| FleetWarehouse | `fleet-warehouse` | `warehouse`, `warehouse_url`, `refresh_sql`; Redshift: |
-| | | `redshift_iam_role`, `staging_uri` |
+| FleetWarehouse | `fleet-warehouse` | `warehouse`, `warehouse_url`, `refresh_sql`, |
+| | | `warehouse_reply_timeout_seconds`; Redshift: `redshift_iam_role`, `staging_uri` |
 
 Flows read the environment first and apply `settings_overrides()` over it, so a worker with
 no blocks registered runs on `FLEET_*` variables alone. Secret values are `SecretStr`: the
@@ -53,9 +54,21 @@ class FleetOperationalDatabase(Block):
         description="postgresql://user:password@host:5432/dbname (a SQLAlchemy "
         "postgresql+psycopg:// URL is accepted too).",
     )
+    # A connection's bound belongs with the connection: every worker reads the block.
+    reply_timeout_seconds: float | None = Field(
+        None,
+        gt=0,
+        title="Reply timeout (s)",
+        description="The longest one operational-database statement may wait for its answer "
+        "before its connection is given up. Empty: FLEET_DATABASE_REPLY_TIMEOUT_SECONDS "
+        "decides (30 by default).",
+    )
 
     def as_settings(self) -> dict[str, Any]:
-        return {"database_url": self.url.get_secret_value()}
+        overrides: dict[str, Any] = {"database_url": self.url.get_secret_value()}
+        if self.reply_timeout_seconds is not None:
+            overrides["database_reply_timeout_seconds"] = self.reply_timeout_seconds
+        return overrides
 
 
 class FleetWarehouse(Block):
@@ -98,6 +111,14 @@ class FleetWarehouse(Block):
         "order, after a slice is committed (e.g. REFRESH MATERIALIZED VIEW fleet_daily). "
         "Empty: FLEET_REFRESH_SQL decides (none by default).",
     )
+    reply_timeout_seconds: float | None = Field(
+        None,
+        gt=0,
+        title="Reply timeout (s)",
+        description="The longest one warehouse statement (a COPY, the COMMIT, a refresh) may "
+        "wait for its answer before its connection is given up. Empty: "
+        "FLEET_WAREHOUSE_REPLY_TIMEOUT_SECONDS decides (900 by default).",
+    )
 
     def as_settings(self) -> dict[str, Any]:
         overrides: dict[str, Any] = {
@@ -110,6 +131,8 @@ class FleetWarehouse(Block):
             overrides["staging_uri"] = self.staging_uri
         if self.refresh_sql:
             overrides["refresh_sql"] = list(self.refresh_sql)
+        if self.reply_timeout_seconds is not None:
+            overrides["warehouse_reply_timeout_seconds"] = self.reply_timeout_seconds
         return overrides
 
 

@@ -18,6 +18,8 @@ Variables read by --from-env (secrets are stored in the blocks, never printed):
 | FLEET_WAREHOUSE (default postgres) | fleet-warehouse.backend |
 | FLEET_WAREHOUSE_IAM_ROLE, FLEET_WAREHOUSE_STAGING_URI | fleet-warehouse.iam_role, .staging_uri |
 | FLEET_REFRESH_SQL (a JSON list of statements) | fleet-warehouse.refresh_sql |
+| FLEET_DATABASE_REPLY_TIMEOUT_SECONDS | fleet-operational-db.reply_timeout_seconds |
+| FLEET_WAREHOUSE_REPLY_TIMEOUT_SECONDS | fleet-warehouse.reply_timeout_seconds |
 | FLEET_STAGING_URI (required) | fleet-landing.staging_uri |
 | FLEET_S3_ENDPOINT_URL | fleet-landing.endpoint_url |
 
@@ -90,13 +92,17 @@ def blocks_from_env(env: Mapping[str, str]) -> dict[str, FleetBlock]:
         raise MissingVariables(", ".join(missing))
     database_url = values["FLEET_DATABASE_URL"]
     return {
-        OPERATIONAL_DB_BLOCK: FleetOperationalDatabase(url=database_url),
+        OPERATIONAL_DB_BLOCK: FleetOperationalDatabase(
+            url=database_url,
+            reply_timeout_seconds=values.get("FLEET_DATABASE_REPLY_TIMEOUT_SECONDS"),
+        ),
         WAREHOUSE_BLOCK: FleetWarehouse(
             backend=values.get("FLEET_WAREHOUSE", "postgres"),
             url=values.get("FLEET_WAREHOUSE_URL", database_url),
             iam_role=values.get("FLEET_WAREHOUSE_IAM_ROLE"),
             staging_uri=values.get("FLEET_WAREHOUSE_STAGING_URI"),
             refresh_sql=_statements(values.get("FLEET_REFRESH_SQL", "[]")),
+            reply_timeout_seconds=values.get("FLEET_WAREHOUSE_REPLY_TIMEOUT_SECONDS"),
         ),
         LANDING_BLOCK: FleetLandingBucket(
             endpoint_url=values.get("FLEET_S3_ENDPOINT_URL"),

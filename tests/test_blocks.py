@@ -131,6 +131,28 @@ def test_refresh_sql_comes_from_the_warehouse_block(monkeypatch) -> None:
     assert "refresh_sql" not in settings_overrides()
 
 
+def test_reply_timeouts_come_from_the_connection_blocks(monkeypatch) -> None:
+    """Every worker reads the blocks; a bound set on a connection's block reaches the
+    store's and the warehouse's connections (Settings), and unset leaves the environment's."""
+    blocks = _blocks()
+    _serve(monkeypatch, blocks)
+    monkeypatch.setenv("FLEET_DATABASE_REPLY_TIMEOUT_SECONDS", "12")
+    assert not {"database_reply_timeout_seconds", "warehouse_reply_timeout_seconds"} & set(
+        settings_overrides()
+    )
+    blocks[OPERATIONAL_DB_BLOCK] = FleetOperationalDatabase(url=DB_URL, reply_timeout_seconds=5)
+    blocks[WAREHOUSE_BLOCK] = FleetWarehouse(
+        url="postgresql://wh/curated", reply_timeout_seconds=60
+    )
+    settings = Settings().model_copy(update=settings_overrides())
+    assert (settings.database_reply_timeout_seconds, settings.warehouse_reply_timeout_seconds) == (
+        5,
+        60,
+    )
+    with pytest.raises(ValidationError):
+        FleetWarehouse(url="postgresql://wh/curated", reply_timeout_seconds=0)
+
+
 def test_settings_overrides_empty_when_no_documents(monkeypatch, caplog) -> None:
     _serve(monkeypatch, {})
     with caplog.at_level(logging.DEBUG, logger="blocks"):
@@ -224,11 +246,14 @@ def test_register_from_env_validates_before_writing() -> None:
             "FLEET_LANDING_BUCKET": "fleet-landing",  # not stored any more
             "FLEET_STAGING_URI": "s3://fleet-staging/",
             "FLEET_REFRESH_SQL": '["REFRESH MATERIALIZED VIEW fleet_daily"]',
+            "FLEET_WAREHOUSE_REPLY_TIMEOUT_SECONDS": "120",
         }
     )
     assert set(built) == {OPERATIONAL_DB_BLOCK, WAREHOUSE_BLOCK, LANDING_BLOCK}
     assert built[WAREHOUSE_BLOCK].url.get_secret_value() == DB_URL
     assert built[WAREHOUSE_BLOCK].refresh_sql == ["REFRESH MATERIALIZED VIEW fleet_daily"]
+    assert built[WAREHOUSE_BLOCK].reply_timeout_seconds == 120
+    assert built[OPERATIONAL_DB_BLOCK].reply_timeout_seconds is None  # the worker's decides
     assert built[LANDING_BLOCK].as_settings() == {"staging_uri": "s3://fleet-staging/"}
 
 
