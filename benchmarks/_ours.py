@@ -3,6 +3,7 @@ timed from just before it starts to its return, with its phases from the progres
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -142,6 +143,12 @@ def measure_ours(spec: dict[str, Any]) -> Measurement:
             force=bool(spec.get("force")),
         )
         marks["end"] = time.perf_counter()
+    pools = arrow_pools()
+    if pools["arrow_mimalloc_peak_mb"] and os.environ.get("ARROW_DEFAULT_MEMORY_POOL") is None:
+        raise RuntimeError(
+            f"Arrow's C++ code took {pools['arrow_mimalloc_peak_mb']} MB from mimalloc, which "
+            "no fleet-import process does: import fleet_import before pyarrow in the child"
+        )
     if spec.get("expect") == "already_loaded":
         if not isinstance(outcome, AlreadyLoaded) or warehouse.copies:
             raise RuntimeError(f"the unchanged rerun did not end AlreadyLoaded: {outcome}")
