@@ -247,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         "run": [],
         "cpu": [],
         "per_minute": [],
+        "per_minute_stock": [],
         "floor": [],
         "floor_cpu": [],
     }
@@ -311,14 +312,37 @@ def main(argv: list[str] | None = None) -> int:
             figures["run"].append(seconds)
             figures["cpu"].append(cpu)
             if not args.no_workers:
-                tenants = [f"r{number:02d}w{index:02d}" for index in range(folders)]
-                wall, _ = workers_scale._round(
-                    cluster, server, env, s3, landing, database_url, 1, folders, logs, tenants
-                )
-                figures["per_minute"].append(folders / wall * 60)
+                for stock in (False, True) if number % 2 else (True, False):
+                    key = "per_minute_stock" if stock else "per_minute"
+                    tenants = [f"r{number:02d}{key[-5:]}{index:02d}" for index in range(folders)]
+                    wall, _ = workers_scale._round(
+                        cluster,
+                        server,
+                        env,
+                        s3,
+                        landing,
+                        database_url,
+                        1,
+                        folders,
+                        logs,
+                        tenants,
+                        stock=stock,
+                    )
+                    figures[key].append(folders / wall * 60)
+                line += f" per_minute_stock_worker={figures['per_minute_stock'][-1]:.1f}"
                 line += f" per_minute_1_worker={figures['per_minute'][-1]:.1f}"
             print(line, flush=True)
     per_minute = statistics.median(figures["per_minute"]) if figures["per_minute"] else 0.0
+    if figures["per_minute"]:
+        ratios = [
+            ours / stock
+            for ours, stock in zip(figures["per_minute"], figures["per_minute_stock"], strict=True)
+        ]
+        print(
+            f"one worker: fleet-import worker {per_minute:.1f} folders/minute, "
+            f"prefect worker start {statistics.median(figures['per_minute_stock']):.1f} "
+            f"(the same deployments and limit, alternating): {statistics.median(ratios):.2f}x"
+        )
     median_floor = statistics.median(figures["floor"])
     typical = min(floor_marks, key=lambda marks: abs(marks["process exited"] - median_floor))
     print(

@@ -2,7 +2,7 @@
 Prefect costs per run.
 
 A private `prefect server` (on PostgreSQL), the deployments applied from prefect.yaml with
-`blocks.register`, and N process workers (`prefect worker start --limit 2`), each a process
+`blocks.register`, and N process workers (`fleet-import worker --limit 2`), each a process
 of its own, as in tests/workers/test_scale.py. Per round, `--folders` tiny deliveries (a few
 rows each: the orchestration is measured, not the COPY) are started at once with
 `run_deployment` (no S3 events: the trigger's latency is not measured here), and the round
@@ -100,6 +100,7 @@ def _round(
     folders: int,
     logs: Path,
     tenants: list[str] | None = None,
+    stock: bool = False,
 ) -> tuple[float, list[Any]]:
     from prefect.deployments import run_deployment
 
@@ -113,7 +114,9 @@ def _round(
     with ExitStack() as stack:
         for index in range(workers):
             stack.enter_context(
-                cluster.worker(server, f"bench-w{workers}-{index}", env, logs, WORKER_LIMIT)
+                cluster.worker(
+                    server, f"bench-w{workers}-{index}", env, logs, WORKER_LIMIT, stock=stock
+                )
             )
         time.sleep(2)  # the workers' first poll; not the runs' time
         started = time.monotonic()

@@ -316,4 +316,4 @@ def demo() -> None:
 
 
 # Registered last: they use this module's app, options and helpers (issue #24).
-from fleet_cli import relay_command, review_commands  # noqa: E402,F401
+from fleet_cli import relay_command, review_commands, worker_command  # noqa: E402,F401

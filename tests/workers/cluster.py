@@ -86,12 +86,20 @@ def _spawned(
 
 
 def worker(
-    server: PrefectServer, name: str, env: Mapping[str, str], log_dir: Path, limit: int = 2
+    server: PrefectServer,
+    name: str,
+    env: Mapping[str, str],
+    log_dir: Path,
+    limit: int = 2,
+    stock: bool = False,
 ) -> AbstractContextManager[subprocess.Popen[bytes]]:
-    """`prefect worker start` as a process of its own (its own process group), at most
-    `limit` flow runs at once."""
-    argv = [PREFECT, "worker", "start", "--pool", WORK_POOL, "--name", name]
-    argv += ["--limit", str(limit), "--type", "process"]
+    """`fleet-import worker` (or, `stock`, Prefect's `prefect worker start`) as a process of
+    its own (its own process group), at most `limit` flow runs at once."""
+    if stock:
+        argv = [PREFECT, "worker", "start", "--type", "process"]
+    else:
+        argv = [str(Path(PREFECT).with_name("fleet-import")), "worker"]
+    argv += ["--pool", WORK_POOL, "--name", name, "--limit", str(limit)]
     return _spawned(argv, server.env(**env), log_dir / f"{name}.log")
 
 
