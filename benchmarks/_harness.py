@@ -167,6 +167,56 @@ def _parent_ticks() -> int:
     return _process_ticks(stat, children=False)
 
 
+def _command_ticks(*words: str) -> int:
+    """CPU ticks, with reaped children, of the processes whose command line holds every
+    one of `words` (a server this benchmark started, found by its arguments)."""
+    total = 0
+    for path in Path("/proc").glob("[0-9]*"):
+        try:
+            command = (path / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            if all(word in command for word in words):
+                total += _process_ticks((path / "stat").read_text(), children=True)
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+class HostSplit:
+    """Where the host's CPU went while orchestrated runs were served: the Prefect server
+    (found by `server_words` in its command line), every local PostgreSQL process, this
+    process (moto's S3 server runs in it) and the rest, which is the workers and their flow
+    runs (and, on a shared host, anybody else's work)."""
+
+    cpu: dict[str, float]
+
+    def __init__(self, *server_words: str) -> None:
+        self._server_words = server_words
+
+    def _ticks(self) -> tuple[int, int, int, float]:
+        times = os.times()
+        busy, _ = _host_cpu_ticks()
+        server = _command_ticks(*self._server_words)
+        return busy, server, _database_ticks(), times.user + times.system
+
+    def __enter__(self) -> HostSplit:
+        self._before = self._ticks()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        after, tick = self._ticks(), os.sysconf("SC_CLK_TCK")
+        host, server, database = (
+            (a - b) / tick for a, b in zip(after[:3], self._before[:3], strict=True)
+        )
+        this = after[3] - self._before[3]
+        self.cpu = {
+            "host": host,
+            "prefect_server": server,
+            "postgres": database,
+            "moto_and_bench": this,
+            "workers_and_runs": host - server - database - this,
+        }
+
+
 class Window:
     """Wall seconds of a measured part and the CPU it cost: this process (all threads), the
     local PostgreSQL processes, moto (the parent), and how busy the host's CPUs were (on a

@@ -204,6 +204,22 @@ def _floor_split(marks: dict[str, float]) -> str:
     )
 
 
+def _bound(splits: list[dict[str, float]], per_minute: float) -> str:
+    """What the host could give one worker's runs if they cost nothing themselves: the CPU
+    the Prefect server, PostgreSQL and moto spend per folder is on the same two cores."""
+    median = {name: statistics.median(s[name] for s in splits) for name in splits[0]}
+    busy = median["host"] * per_minute / 60 / (os.cpu_count() or 1)
+    others = median["host"] - median["workers_and_runs"]
+    ceiling = (os.cpu_count() or 1) * busy * 60 / others
+    return (
+        f"fleet-import worker, CPU-s per folder (medians): host {median['host']:.2f} = the "
+        f"worker and its flow runs {median['workers_and_runs']:.2f} + the Prefect server "
+        f"{median['prefect_server']:.2f} + PostgreSQL {median['postgres']:.2f} + moto and this "
+        f"benchmark {median['moto_and_bench']:.2f}; at the host's {busy:.0%} busy, flow runs "
+        f"that cost nothing would reach {ceiling:.0f} folders/minute"
+    )
+
+
 def _warm(api_url: str) -> None:
     """A fresh server answers its first version request seconds late (seen: 3.3 s): that is
     the server's start, not a run's cost, so it is paid before anything is timed."""
@@ -252,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         "floor_cpu": [],
     }
     floor_marks: list[dict[str, float]] = []
+    splits: dict[str, list[dict[str, float]]] = {"per_minute": [], "per_minute_stock": []}
     with ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="small-")))
         database_url = stack.enter_context(_harness.fresh_database(admin_url))
@@ -315,20 +332,21 @@ def main(argv: list[str] | None = None) -> int:
                 for stock in (False, True) if number % 2 else (True, False):
                     key = "per_minute_stock" if stock else "per_minute"
                     tenants = [f"r{number:02d}{key[-5:]}{index:02d}" for index in range(folders)]
-                    wall, _ = workers_scale._round(
-                        cluster,
-                        server,
-                        env,
-                        s3,
-                        landing,
-                        database_url,
-                        1,
-                        folders,
-                        logs,
-                        tenants,
-                        stock=stock,
-                    )
+                    port = server.api_url.rsplit(":", 1)[1].split("/")[0]
+                    with _harness.HostSplit("server start", port) as split:
+                        wall, _ = workers_scale._round(
+                            cluster, server, env, s3, landing, database_url, 1, folders, logs,
+                            tenants, stock=stock,
+                        )  # fmt: skip
                     figures[key].append(folders / wall * 60)
+                    per_folder = {name: cpu / folders for name, cpu in split.cpu.items()}
+                    splits[key].append(per_folder)
+                    print(
+                        f"  {'prefect worker start' if stock else 'fleet-import worker'}: "
+                        f"{figures[key][-1]:.1f} folders/minute; CPU-s per folder: "
+                        + " ".join(f"{name}={cpu:.2f}" for name, cpu in per_folder.items()),
+                        flush=True,
+                    )
                 line += f" per_minute_stock_worker={figures['per_minute_stock'][-1]:.1f}"
                 line += f" per_minute_1_worker={figures['per_minute'][-1]:.1f}"
             print(line, flush=True)
@@ -343,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             f"prefect worker start {statistics.median(figures['per_minute_stock']):.1f} "
             f"(the same deployments and limit, alternating): {statistics.median(ratios):.2f}x"
         )
+        print(_bound(splits["per_minute"], per_minute))
     median_floor = statistics.median(figures["floor"])
     typical = min(floor_marks, key=lambda marks: abs(marks["process exited"] - median_floor))
     print(

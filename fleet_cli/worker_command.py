@@ -14,39 +14,81 @@ command set by the pool or the deployment still wins.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
-from contextlib import suppress
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext, suppress
 from typing import Annotated, Any
 
 import typer
 
 from fleet_cli.cli import app
 from fleet_cli.guard import CONFIGURATION_ERROR, error_line, prefect_ready
+from fleet_cli.run_client import SERVER_VARIABLE
 
 DEFAULT_POOL = "fleet-process-pool"
+_RUN_SERVER_START_SECONDS = 60.0
+_RUN_SERVER_STOP_SECONDS = 10.0
 
 
-def engine_command() -> str:
-    """The engine, in this interpreter: the one that holds the project, whatever PATH says."""
+def engine_command(run_server: str | None = None) -> str:
+    """The command of a flow run, in this interpreter (the one that holds the project,
+    whatever PATH says): the engine itself, or a client of the run server at `run_server`."""
     from prefect.utilities.processutils import command_to_string
 
-    return command_to_string([sys.executable, "-m", "prefect.engine"])
+    module = "fleet_cli.run_client" if run_server else "prefect.engine"
+    return command_to_string([sys.executable, "-m", module])
 
 
-def direct_engine_worker(**options: Any) -> Any:
-    """A `ProcessWorker` whose runs start `engine_command()` unless a command is set."""
+def direct_engine_worker(run_server: str | None = None, **options: Any) -> Any:
+    """A `ProcessWorker` whose runs start `engine_command(run_server)` unless a command is
+    set by the pool or the deployment."""
     from prefect.workers.process import ProcessJobConfiguration, ProcessWorker
 
     class DirectEngineConfiguration(ProcessJobConfiguration):
         def prepare_for_flow_run(self, *args: Any, **kwargs: Any) -> None:
-            if self.command is None:
-                self.command = engine_command()
+            ours = self.command is None
+            if ours:
+                self.command = engine_command(run_server)
             super().prepare_for_flow_run(*args, **kwargs)
+            if ours and run_server:
+                self.env[SERVER_VARIABLE] = run_server
 
     worker = ProcessWorker(**options)
     # Per instance: a subclass would take over the "process" type in Prefect's registry.
     worker.job_configuration = DirectEngineConfiguration
     return worker
+
+
+@contextmanager
+def run_server() -> Iterator[str | None]:
+    """The run server (`fleet_cli.run_server`) for this worker's runs, its socket's path
+    once it listens; None, said on stderr, when it did not start (runs then start the engine
+    directly)."""
+    with tempfile.TemporaryDirectory(prefix="fleet-worker-") as folder:
+        path = os.path.join(folder, "runs.sock")
+        server = subprocess.Popen([sys.executable, "-m", "fleet_cli.run_server", path])
+        try:
+            deadline = time.monotonic() + _RUN_SERVER_START_SECONDS
+            while not os.path.exists(path) and server.poll() is None:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            if not os.path.exists(path):
+                print(
+                    "fleet-import worker: the run server did not start; each flow run "
+                    "starts Prefect's engine directly",
+                    file=sys.stderr,
+                )
+            yield path if os.path.exists(path) else None
+        finally:
+            server.terminate()
+            try:
+                server.wait(_RUN_SERVER_STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                server.kill()
 
 
 async def _serve(options: dict[str, Any]) -> None:
@@ -75,6 +117,13 @@ def worker(
     limit: Annotated[
         int | None, typer.Option("--limit", "-l", min=1, help="flow runs at once")
     ] = None,
+    preload: Annotated[
+        bool,
+        typer.Option(
+            "--preload/--no-preload",
+            help="fork each flow run from a process with Prefect and the flows imported",
+        ),
+    ] = True,
 ) -> None:
     """Run a process worker for the fleet-import deployments (Ctrl-C stops it).
 
@@ -94,5 +143,5 @@ def worker(
         raise typer.Exit(CONFIGURATION_ERROR)
     prefect_ready()
     options = {"work_pool_name": pool, "name": name, "work_queues": work_queue, "limit": limit}
-    with suppress(KeyboardInterrupt):  # Prefect's handlers print that it stopped
-        anyio.run(_serve, options)
+    with run_server() if preload else nullcontext() as server, suppress(KeyboardInterrupt):
+        anyio.run(_serve, {**options, "run_server": server})  # Prefect prints that it stopped

@@ -4,8 +4,11 @@ Prefect once more per run. The flow runs it starts are tested in tests/workers (
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
+from fleet_cli.run_client import SERVER_VARIABLE
 from fleet_cli.worker_command import direct_engine_worker, engine_command
 from tests.cli.run_cli import CONFIGURATION_ERROR, error_lines, fleet
 from tests.test_deployments import _job_configuration
@@ -50,3 +53,28 @@ def test_without_a_prefect_api_the_worker_is_refused_in_one_line() -> None:
     assert "Traceback" not in result.stderr
     [line] = error_lines(result)
     assert line.startswith("error: PREFECT_API_URL is not set")
+
+
+def test_with_a_run_server_a_run_is_its_client_and_knows_where_it_listens() -> None:
+    configuration = _prepared(direct_engine_worker("/tmp/x/runs.sock", work_pool_name="p"), {})
+    assert configuration.command.split()[1:] == ["-m", "fleet_cli.run_client"]
+    assert configuration.env[SERVER_VARIABLE] == "/tmp/x/runs.sock"
+    deployed = _prepared(direct_engine_worker("/tmp/x/runs.sock", work_pool_name="p"),
+                         {"command": "my-engine"})  # fmt: skip
+    assert deployed.command == "my-engine" and SERVER_VARIABLE not in deployed.env
+
+
+def test_a_client_with_no_run_server_becomes_the_engine(tmp_path) -> None:
+    """What the run server is not there for (not started yet, or gone), the run still gets:
+    its client execs `python -m prefect.engine`, which judges the run as it always does."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    environment.update(
+        {SERVER_VARIABLE: str(tmp_path / "none.sock"), "PREFECT__FLOW_RUN_ID": "not-an-id"}
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "fleet_cli.run_client"],
+        env=environment, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert f"no run server at {tmp_path / 'none.sock'}; starting Prefect's engine" in done.stderr
+    assert "Invalid flow run id" in done.stderr  # prefect.engine's own refusal
