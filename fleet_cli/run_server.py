@@ -100,8 +100,12 @@ def _run(conn: socket.socket, request: dict, fds: list[int]) -> int:
     import prefect.context
     import prefect.logging.configuration
 
+    from fleet_import import failpoints
+
+    # What was read from the server's environment at import, read again from the run's.
     prefect.context.refresh_global_settings_context()
     prefect.logging.configuration.setup_logging()
+    failpoints.read_environment()
     conn.send(json.dumps({"pid": os.getpid()}).encode())
     threading.Thread(target=_die_with, args=(conn,), daemon=True).start()
     try:
@@ -160,6 +164,8 @@ def serve(path: str) -> None:
             conn.close()
             listener.close()
             os.execv(sys.executable, [sys.executable, "-m", "fleet_cli.run_server", path])
+        sys.stdout.flush()  # nothing buffered here is written again by every run
+        sys.stderr.flush()
         if os.fork() == 0:
             _child(listener, conn, request, fds)
         for fd in fds:

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext, suppress
@@ -31,6 +32,7 @@ from fleet_cli.run_client import SERVER_VARIABLE
 DEFAULT_POOL = "fleet-process-pool"
 _RUN_SERVER_START_SECONDS = 60.0
 _RUN_SERVER_STOP_SECONDS = 10.0
+_RUN_SERVER_RESTART_SECONDS = 1.0
 
 
 def engine_command(run_server: str | None = None) -> str:
@@ -65,30 +67,45 @@ def direct_engine_worker(run_server: str | None = None, **options: Any) -> Any:
 @contextmanager
 def run_server() -> Iterator[str | None]:
     """The run server (`fleet_cli.run_server`) for this worker's runs, its socket's path
-    once it listens; None, said on stderr, when it did not start (runs then start the engine
-    directly)."""
+    once it listens (None, said on stderr, when it did not start: runs then start the engine
+    directly); started again whenever it exits while the worker runs."""
     with tempfile.TemporaryDirectory(prefix="fleet-worker-") as folder:
         path = os.path.join(folder, "runs.sock")
-        server = subprocess.Popen([sys.executable, "-m", "fleet_cli.run_server", path])
+        command = [sys.executable, "-m", "fleet_cli.run_server", path]
+        server = [subprocess.Popen(command)]
+        stopping = threading.Event()
+
+        def keep_serving() -> None:
+            while not stopping.is_set():
+                code = server[0].wait()
+                if stopping.wait(_RUN_SERVER_RESTART_SECONDS):
+                    return
+                print(f"fleet-import worker: the run server exited ({code}); starting it again",
+                      file=sys.stderr)  # fmt: skip
+                server[0] = subprocess.Popen(command)
+
+        deadline = time.monotonic() + _RUN_SERVER_START_SECONDS
+        while not os.path.exists(path) and server[0].poll() is None:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if not os.path.exists(path):
+            print(
+                "fleet-import worker: the run server did not start; each flow run starts "
+                "Prefect's engine directly",
+                file=sys.stderr,
+            )
+        else:
+            threading.Thread(target=keep_serving, daemon=True).start()
         try:
-            deadline = time.monotonic() + _RUN_SERVER_START_SECONDS
-            while not os.path.exists(path) and server.poll() is None:
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
-            if not os.path.exists(path):
-                print(
-                    "fleet-import worker: the run server did not start; each flow run "
-                    "starts Prefect's engine directly",
-                    file=sys.stderr,
-                )
             yield path if os.path.exists(path) else None
         finally:
-            server.terminate()
+            stopping.set()
+            server[0].terminate()
             try:
-                server.wait(_RUN_SERVER_STOP_SECONDS)
+                server[0].wait(_RUN_SERVER_STOP_SECONDS)
             except subprocess.TimeoutExpired:
-                server.kill()
+                server[0].kill()
 
 
 async def _serve(options: dict[str, Any]) -> None:

@@ -27,7 +27,17 @@ def _parse(raw: str) -> dict[str, str]:
     return actions
 
 
-_ACTIVE = _parse(os.environ.get("FLEET_FAILPOINTS", ""))
+_ACTIVE: dict[str, str] = {}
+
+
+def read_environment() -> None:
+    """FLEET_FAILPOINTS, read at import and again by a process forked to run a flow
+    (`fleet-import worker`'s run server), which gets its run's environment after the import."""
+    global _ACTIVE
+    _ACTIVE = _parse(os.environ.get("FLEET_FAILPOINTS", ""))
+
+
+read_environment()
 
 
 def hit(name: str, detail: str = "") -> None:

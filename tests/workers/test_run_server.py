@@ -6,6 +6,7 @@ from prefect.yaml.
   worker started for it (SIGKILL, as a cancellation or a dying worker would) kills the
   forked run at once, the worker reports it Crashed, and the next delivery of the folder
   takes the batch over after its lease: loaded once, nothing left running.
+- The run server killed: the worker starts it again.
 - A project file changed in the checkout after the server imported it: that run is not
   forked from old code (its client starts the engine from the files) and the server starts
   itself again, so the next run is forked from the new code.
@@ -131,6 +132,10 @@ def test_runs_are_forked_and_die_with_their_client(cluster: dict[str, Any], tmp_
         assert gone, "the forked run outlived the process the worker started for it"
         wait_for(lambda: _state(run_id) == "Crashed", 60, "the run reported Crashed")
         assert FALLBACK not in _log(cluster, "forks")
+        # A run server that dies is started again by the worker.
+        os.kill(server.pid, signal.SIGKILL)
+        wait_for(lambda: (_run_server(process) or server).pid != server.pid, 30, "a new server")
+        assert "the run server exited (-9); starting it again" in _log(cluster, "forks")
 
     # The batch the killed run held is taken over once its lease (5 s) expires.
     with worker(cluster["server"], "after", cluster["env"], cluster["logs"], limit=1):
