@@ -204,19 +204,21 @@ def _floor_split(marks: dict[str, float]) -> str:
     )
 
 
-def _bound(splits: list[dict[str, float]], per_minute: float) -> str:
-    """What the host could give one worker's runs if they cost nothing themselves: the CPU
-    the Prefect server, PostgreSQL and moto spend per folder is on the same two cores."""
+def _bound(splits: list[dict[str, float]], per_minute: float, limit: int) -> str:
+    """Where one worker's folders per minute stand: the CPU the Prefect server, PostgreSQL
+    and moto spend per folder is on the same cores as the runs, and a worker of `limit`
+    slots holds each run for limit x 60 / folders-per-minute seconds of wall."""
     median = {name: statistics.median(s[name] for s in splits) for name in splits[0]}
-    busy = median["host"] * per_minute / 60 / (os.cpu_count() or 1)
+    cores = os.cpu_count() or 1
+    busy = median["host"] * per_minute / 60 / cores
     others = median["host"] - median["workers_and_runs"]
-    ceiling = (os.cpu_count() or 1) * busy * 60 / others
     return (
         f"fleet-import worker, CPU-s per folder (medians): host {median['host']:.2f} = the "
         f"worker and its flow runs {median['workers_and_runs']:.2f} + the Prefect server "
         f"{median['prefect_server']:.2f} + PostgreSQL {median['postgres']:.2f} + moto and this "
-        f"benchmark {median['moto_and_bench']:.2f}; at the host's {busy:.0%} busy, flow runs "
-        f"that cost nothing would reach {ceiling:.0f} folders/minute"
+        f"benchmark {median['moto_and_bench']:.2f}; the host {busy:.0%} busy; with every core "
+        f"busy, runs that cost nothing would allow {cores * 60 / others:.0f} folders/minute; "
+        f"each of the {limit} slots held {limit * 60 / per_minute:.1f} s per run"
     )
 
 
@@ -361,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             f"prefect worker start {statistics.median(figures['per_minute_stock']):.1f} "
             f"(the same deployments and limit, alternating): {statistics.median(ratios):.2f}x"
         )
-        print(_bound(splits["per_minute"], per_minute))
+        print(_bound(splits["per_minute"], per_minute, workers_scale.WORKER_LIMIT))
     median_floor = statistics.median(figures["floor"])
     typical = min(floor_marks, key=lambda marks: abs(marks["process exited"] - median_floor))
     print(

@@ -28,6 +28,7 @@ import socket
 import sys
 import threading
 import traceback
+import warnings
 from contextlib import suppress
 from pathlib import Path
 
@@ -108,6 +109,8 @@ def _run(conn: socket.socket, request: dict, fds: list[int]) -> int:
     failpoints.read_environment()
     conn.send(json.dumps({"pid": os.getpid()}).encode())
     threading.Thread(target=_die_with, args=(conn,), daemon=True).start()
+    # The flows imported prefect.engine as a module; running it as __main__ is intended.
+    warnings.filterwarnings("ignore", "'prefect.engine' found in sys.modules", RuntimeWarning)
     try:
         runpy.run_module("prefect.engine", run_name="__main__", alter_sys=True)
     except SystemExit as exc:
