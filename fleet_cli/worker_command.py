@@ -108,6 +108,26 @@ def run_server() -> Iterator[str | None]:
                 server[0].kill()
 
 
+def pool_mismatch(pool: str) -> str | None:
+    """Why this worker must not serve `pool` (a pool of another type: its runs would start
+    here as processes, not as its pods or tasks), or None (a process pool, or none yet:
+    the worker creates it)."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            kind = client.read_work_pool(pool).type
+        except ObjectNotFound:
+            return None
+    if kind == "process":
+        return None
+    return (
+        f"work pool {pool!r} is a {kind} pool: fleet-import worker serves process pools; "
+        f"start Prefect's worker for it (prefect worker start --pool {pool} --type {kind})"
+    )
+
+
 async def _serve(options: dict[str, Any]) -> None:
     from prefect.settings import PREFECT_WORKER_HEARTBEAT_SECONDS, PREFECT_WORKER_PREFETCH_SECONDS
     from prefect.utilities.processutils import setup_signal_handlers_worker
@@ -159,6 +179,10 @@ def worker(
         )
         raise typer.Exit(CONFIGURATION_ERROR)
     prefect_ready()
+    mismatch = pool_mismatch(pool)
+    if mismatch:
+        error_line(mismatch)
+        raise typer.Exit(CONFIGURATION_ERROR)
     options = {"work_pool_name": pool, "name": name, "work_queues": work_queue, "limit": limit}
     with run_server() if preload else nullcontext() as server, suppress(KeyboardInterrupt):
         anyio.run(_serve, {**options, "run_server": server})  # Prefect prints that it stopped

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 
 from fleet_cli.run_client import SERVER_VARIABLE
 from fleet_cli.worker_command import direct_engine_worker, engine_command
@@ -78,3 +79,21 @@ def test_a_client_with_no_run_server_becomes_the_engine(tmp_path) -> None:
     assert done.returncode == 1
     assert f"no run server at {tmp_path / 'none.sock'}; starting Prefect's engine" in done.stderr
     assert "Invalid flow run id" in done.stderr  # prefect.engine's own refusal
+
+
+def test_a_pool_of_another_type_is_refused_with_prefects_own_worker_named(prefect_api) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+
+    from fleet_cli.worker_command import pool_mismatch
+
+    name = f"k8s-{uuid.uuid4().hex[:8]}"
+    with get_client(sync_client=True) as client:
+        client.create_work_pool(WorkPoolCreate(name=name, type="kubernetes"))
+        client.create_work_pool(WorkPoolCreate(name=f"{name}-p", type="process"))
+    assert pool_mismatch(name) == (
+        f"work pool {name!r} is a kubernetes pool: fleet-import worker serves process pools; "
+        f"start Prefect's worker for it (prefect worker start --pool {name} --type kubernetes)"
+    )
+    assert pool_mismatch(f"{name}-p") is None
+    assert pool_mismatch(f"{name}-none") is None  # the worker creates it, as Prefect's does
