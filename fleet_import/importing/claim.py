@@ -91,6 +91,11 @@ def claim(
         continued = _take_over_holder(ctx, reserved.holder_batch_id, owner)
         if isinstance(continued, Claimed):
             return continued
+        if continued is None:
+            # The holder is alive. Reserving again would succeed only if it ended meanwhile,
+            # and then load again the content it may just have committed (seen: a sweep's
+            # import and a rerun of one folder, 2 s apart, both loaded it).
+            return Skipped(scope, reserved.holder_batch_id)
         if isinstance(continued, Committed) and not force:
             # The holder was just settled from its stamp, perhaps with this very content.
             loaded = already_loaded(ctx, tenant, scope, delivery_key)

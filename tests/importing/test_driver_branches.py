@@ -89,6 +89,29 @@ def test_a_scope_held_by_a_live_batch_is_skipped(world: World) -> None:
     assert world.warehouse.copies == 0 and world.events == []
 
 
+def test_a_holder_that_ends_just_after_it_was_found_alive_still_skips(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in tests/workers/test_scale.py: a sweep's import and a rerun raced for one
+    abandoned batch; the loser found the winner alive, the winner finished, and the loser's
+    second reservation made a new batch that loaded the same content again."""
+    folder = world.deliver()
+    holder = world.repo.reserve(ACME, source_scope(folder), "other")
+    world.repo.acquire_lease(holder.batch.id, "alive", LEASE_TTL)
+    found_alive = world.repo.take_over
+
+    def take_over_then_the_holder_ends(batch_id, owner, ttl):  # noqa: ANN001, ANN202
+        outcome = found_alive(batch_id, owner, ttl)
+        world.repo.mark_failed(holder.batch.id, "alive", FailureKind.FAILED_PRE_COMMIT, "ended")
+        return outcome
+
+    monkeypatch.setattr(world.repo, "take_over", take_over_then_the_holder_ends)
+    outcome = import_folder(world.ctx, ACME, folder, "d1")
+    assert outcome == Skipped(source_scope(folder), holder.batch.id)
+    assert world.repo.delivery_batch("acme", source_scope(folder), "d1") is None
+    assert world.warehouse.copies == 0
+
+
 def test_a_duplicate_delivery_waits_for_or_skips_its_batch(world: World) -> None:
     folder = world.deliver()
     running = world.repo.reserve(ACME, source_scope(folder), "d1")
