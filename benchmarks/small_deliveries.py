@@ -316,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
         }
         _warm(server.api_url)
+        server_port = server.api_url.rsplit(":", 1)[1].split("/")[0]  # finds its process
         for number in range(args.repeat):
             load = os.getloadavg()[0]
             core = _core(bench, f"core{number:02d}")
@@ -334,8 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                 for stock in (False, True) if number % 2 else (True, False):
                     key = "per_minute_stock" if stock else "per_minute"
                     tenants = [f"r{number:02d}{key[-5:]}{index:02d}" for index in range(folders)]
-                    port = server.api_url.rsplit(":", 1)[1].split("/")[0]
-                    with _harness.HostSplit("server start", port) as split:
+                    with _harness.HostSplit("server start", server_port) as split:
                         wall, _ = workers_scale._round(
                             cluster, server, env, s3, landing, database_url, 1, folders, logs,
                             tenants, stock=stock,

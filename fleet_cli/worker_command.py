@@ -1,14 +1,16 @@
-"""`fleet-import worker`: Prefect's process worker, each flow run started as the engine
-itself in this worker's interpreter.
+"""`fleet-import worker`: Prefect's process worker, each flow run forked from a run server
+that has Prefect and the flows imported (`--no-preload`: the engine started directly).
 
 A stock process worker with no `command` configured starts every flow run through Prefect's
 workspace supervisor, a Python process that imports Prefect, prepares the run's workspace,
 then replaces itself with `python -m prefect.engine`, which imports Prefect again: Prefect's
 import is paid twice per run. Our deployments need none of what the supervisor adds (their
-pull steps run in the engine either way), so a run here starts the engine directly, as a
-process worker does when a pool or deployment sets `command` (benchmarks/README.md,
-`workers_scale.py`: the per-run CPU and folders per minute, both ways, in one run). A
-command set by the pool or the deployment still wins.
+pull steps run in the engine either way), so a run here starts without it, as a process
+worker's does when a pool or deployment sets `command`: as a client of the run server
+(`fleet_cli.run_server`, `fleet_cli.run_client`), or as the engine in this interpreter
+(benchmarks/README.md, `small_deliveries.py`: folders per minute and the host's CPU per
+folder against `prefect worker start`, in one run). A command set by the pool or the
+deployment still wins.
 """
 
 from __future__ import annotations
@@ -89,16 +91,17 @@ def run_server() -> Iterator[str | None]:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        if not os.path.exists(path):
+        listening = os.path.exists(path)
+        if listening:
+            threading.Thread(target=keep_serving, daemon=True).start()
+        else:
             print(
                 "fleet-import worker: the run server did not start; each flow run starts "
                 "Prefect's engine directly",
                 file=sys.stderr,
             )
-        else:
-            threading.Thread(target=keep_serving, daemon=True).start()
         try:
-            yield path if os.path.exists(path) else None
+            yield path if listening else None
         finally:
             stopping.set()
             server[0].terminate()
@@ -164,9 +167,10 @@ def worker(
 ) -> None:
     """Run a process worker for the fleet-import deployments (Ctrl-C stops it).
 
-    What `prefect worker start --pool fleet-process-pool` does, but each flow run starts
-    Prefect's engine in this worker's Python directly, not through Prefect's workspace
-    supervisor, which imports Prefect once more per run.
+    What `prefect worker start --pool fleet-process-pool` does, but each flow run is forked
+    from a process that has Prefect and the flows imported (--no-preload: Prefect's engine
+    started in this worker's Python), not started through Prefect's workspace supervisor,
+    which imports Prefect twice per run.
 
     Example: fleet-import worker --limit 2   (with FLEET_PROJECT_DIR set to this checkout)
     """

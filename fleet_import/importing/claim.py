@@ -93,8 +93,9 @@ def claim(
             return continued
         if continued is None:
             # The holder is alive. Reserving again would succeed only if it ended meanwhile,
-            # and then load again the content it may just have committed (seen: a sweep's
-            # import and a rerun of one folder, 2 s apart, both loaded it).
+            # and then load again the content it may just have committed (seen in
+            # tests/workers/test_scale.py: a sweep's import and a rerun raced for one
+            # abandoned batch, and the loser reserved a new batch for the winner's content).
             return Skipped(scope, reserved.holder_batch_id)
         if isinstance(continued, Committed) and not force:
             # The holder was just settled from its stamp, perhaps with this very content.
