@@ -58,6 +58,7 @@ from fleet_import.warehouse.shape import TableMigrationNeeded
 log = logging.getLogger(__name__)
 
 TAKEN_OVER_EVENT = "fleet.batch.taken_over"
+_UNREAD = object()  # the slice registry could not be read (or was not: a forced load)
 
 
 def new_owner() -> str:
@@ -82,8 +83,10 @@ def claim(
     # Content is read with the tables' evolved columns, as the batch will (importing.drift).
     ctx = with_effective_contracts(ctx, tenant.tenant_id)
     _check_tables(ctx, tenant)
+    seen: Batch | None | object = _UNREAD
     if not force:
-        loaded = already_loaded(ctx, tenant, scope, delivery_key)
+        seen = _slice_owner(ctx, tenant, scope)
+        loaded = already_loaded(ctx, tenant, scope, delivery_key, seen)
         if loaded is not None:
             return loaded
     reserved = ctx.repo.reserve(tenant, scope, delivery_key)
@@ -99,18 +102,14 @@ def claim(
             return Skipped(scope, reserved.holder_batch_id)
         if isinstance(continued, Committed) and not force:
             # The holder was just settled from its stamp, perhaps with this very content.
-            loaded = already_loaded(ctx, tenant, scope, delivery_key)
+            seen = _slice_owner(ctx, tenant, scope)
+            loaded = already_loaded(ctx, tenant, scope, delivery_key, seen)
             if loaded is not None:
                 return loaded
         reserved = ctx.repo.reserve(tenant, scope, delivery_key)
         if isinstance(reserved, ScopeBusy):
             return Skipped(scope, reserved.holder_batch_id)
     batch = reserved.batch
-    if isinstance(reserved, Reserved):
-        ctx.events(
-            "fleet.batch.reserved",
-            event_payload(tenant.tenant_id, scope, batch.id, delivery_key=delivery_key),
-        )
     failpoints.hit("after_reserve")
     sent = time.monotonic()
     lease = ctx.repo.acquire_lease(batch.id, owner, ctx.lease_ttl)
@@ -118,6 +117,15 @@ def claim(
         return NotClaimed(batch.id, lease.owner, lease.expires_at)
     if isinstance(lease, BatchNotRunning):
         return NothingToDo(batch.id, str(lease.status))
+    if isinstance(reserved, Reserved):
+        if not force:
+            loaded = _loaded_meanwhile(ctx, tenant, scope, delivery_key, seen, batch.id, owner)
+            if loaded is not None:
+                return loaded
+        ctx.events(
+            "fleet.batch.reserved",
+            event_payload(tenant.tenant_id, scope, batch.id, delivery_key=delivery_key),
+        )
     if lease.previous_owner is not None:  # this delivery's own batch, after its executor died
         _taken_over(ctx, batch.id, owner, lease.previous_owner)
     failpoints.hit("after_lease")
@@ -263,23 +271,34 @@ def _check_tables(ctx: ImportContext, tenant: Tenant) -> None:
         log.debug("curated tables not checked before reserving: %s", exc)
 
 
-def already_loaded(
-    ctx: ImportContext, tenant: Tenant, scope: str, delivery_key: str
-) -> AlreadyLoaded | None:
-    """The slice's owner, when it succeeded with exactly the content the folder holds now
-    (manifest fingerprint and contract versions): then a new delivery has nothing to do.
-    Costs a registry read and one listing, before any row is written. A delivery that made
-    a batch already (a duplicate, a rerun) goes its usual way."""
+def _slice_owner(ctx: ImportContext, tenant: Tenant, scope: str) -> Batch | None | object:
+    """The batch the slice registry names for the scope, as the store has it now."""
     try:
         owner_id = ctx.warehouse.slice_owner(tenant.tenant_id, scope)
     except FleetImportError:
-        return None  # the load itself will say what is wrong
-    if owner_id is None:
+        return _UNREAD  # the load itself will say what is wrong
+    return None if owner_id is None else ctx.repo.get(owner_id)
+
+
+def already_loaded(
+    ctx: ImportContext,
+    tenant: Tenant,
+    scope: str,
+    delivery_key: str,
+    owner: Batch | None | object,
+    *,
+    own_batch: uuid.UUID | None = None,
+) -> AlreadyLoaded | None:
+    """The slice's `owner`, when it succeeded with exactly the content the folder holds now
+    (manifest fingerprint and contract versions): then a new delivery has nothing to do.
+    Costs a registry read and one listing, before any row is written. A delivery that made
+    a batch already (a duplicate, a rerun; `own_batch` aside) goes its usual way."""
+    if not isinstance(owner, Batch):
         return None
-    owner = ctx.repo.get(owner_id)
-    if owner is None or owner.status != BatchStatus.SUCCEEDED or owner.delivery_key == delivery_key:
+    if owner.status != BatchStatus.SUCCEEDED or owner.delivery_key == delivery_key:
         return None
-    if ctx.repo.delivery_batch(tenant.tenant_id, scope, delivery_key) is not None:
+    earlier = ctx.repo.delivery_batch(tenant.tenant_id, scope, delivery_key)
+    if earlier is not None and earlier.id != own_batch:
         return None
     try:
         manifest = discover(ctx.s3, folder_of_scope(scope), ctx.contracts)
@@ -289,6 +308,34 @@ def already_loaded(
         return None
     ctx.events(
         "fleet.delivery.already_loaded",
-        event_payload(tenant.tenant_id, scope, owner_id, delivery_key=delivery_key),
+        event_payload(tenant.tenant_id, scope, owner.id, delivery_key=delivery_key),
     )
-    return AlreadyLoaded(scope, owner_id)
+    return AlreadyLoaded(scope, owner.id)
+
+
+def _loaded_meanwhile(
+    ctx: ImportContext,
+    tenant: Tenant,
+    scope: str,
+    delivery_key: str,
+    seen: Batch | None | object,
+    batch_id: uuid.UUID,
+    owner: str,
+) -> AlreadyLoaded | None:
+    """Whether a batch that ended between the first look and our reservation loaded this
+    very content (two deliveries of one content racing); then our fresh batch, leased and
+    untouched, is withdrawn, not run. Costs one registry read when the slice's owner is the
+    succeeded batch seen before."""
+    now = _slice_owner(ctx, tenant, scope)
+    unchanged = (
+        isinstance(seen, Batch)
+        and isinstance(now, Batch)
+        and now.id == seen.id
+        and seen.status == BatchStatus.SUCCEEDED
+    )
+    if unchanged or now is None:
+        return None
+    loaded = already_loaded(ctx, tenant, scope, delivery_key, now, own_batch=batch_id)
+    if loaded is not None and not ctx.repo.withdraw(batch_id, owner):
+        return None  # cannot happen while we hold its lease; then it runs as usual
+    return loaded

@@ -96,6 +96,14 @@ UPDATE ingestion_batches
 SET execution_lease_id = NULL, execution_lease_expires_at = NULL, updated_at = now()
 WHERE id = %(batch_id)s AND execution_lease_id = %(owner)s
 
+-- withdraw --
+-- A fresh batch whose delivery found its content loaded meanwhile, before any work: gone as
+-- if never reserved. Only its lease holder, only while nothing is recorded on it.
+DELETE FROM ingestion_batches
+WHERE id = %(batch_id)s AND status = 'running' AND execution_lease_id = %(owner)s
+  AND details->>'phase' = 'reserved'
+RETURNING id
+
 -- update_details --
 UPDATE ingestion_batches
 SET details = details || %(patch)s, updated_at = now()

@@ -176,6 +176,11 @@ class BatchRepository(SqlStore):
             ).rowcount
         return released == 1
 
+    def withdraw(self, batch_id: uuid.UUID, owner: str) -> bool:
+        """Delete our fresh batch (leased by us, nothing recorded yet): its delivery was
+        loaded meanwhile by another (importing.claim). False leaves it as it is."""
+        return self._one("withdraw", {"batch_id": batch_id, "owner": owner}) is not None
+
     def _lease_lost(self, batch_id: uuid.UUID, owner: str | None) -> LeaseLost:
         state = self._one("lease_state", {"batch_id": batch_id})
         if state is None:

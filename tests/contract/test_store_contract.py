@@ -166,6 +166,24 @@ def test_renew_and_release_only_for_the_owner(store: StoreUnderTest) -> None:
     assert isinstance(free, LeaseAcquired) and free.previous_owner is None
 
 
+def test_only_a_fresh_batch_is_withdrawn_and_only_by_its_lease_holder(
+    store: StoreUnderTest,
+) -> None:
+    batch = reserved(store)
+    assert store.repo.withdraw(batch.id, "w1") is False  # nobody leased it
+    assert isinstance(store.repo.acquire_lease(batch.id, "w1", TTL), LeaseAcquired)
+    assert store.repo.withdraw(batch.id, "w2") is False
+    assert store.repo.withdraw(batch.id, "w1") is True
+    assert store.repo.get(batch.id) is None
+    assert store.repo.delivery_batch("acme", SCOPE, "d1") is None
+    again = reserved(store)  # the scope is free: the same delivery may reserve again
+    assert again.id != batch.id
+    store.repo.acquire_lease(again.id, "w1", TTL)
+    store.repo.update_details(again.id, "w1", {"phase": "discovered"})
+    assert store.repo.withdraw(again.id, "w1") is False  # work recorded: it stays
+    assert store.repo.get(again.id).status == BatchStatus.RUNNING
+
+
 # -- transitions --------------------------------------------------------------------------------
 
 

@@ -197,6 +197,19 @@ class MemoryBatchRepository:
             row["updated_at"] = self.store.clock.now()
             return True
 
+    def withdraw(self, batch_id: uuid.UUID, owner: str) -> bool:
+        with self.store.transaction("withdraw"):
+            row = self.store.batch_rows.get(batch_id)
+            if (
+                row is None
+                or row["status"] != "running"
+                or row["execution_lease_id"] != owner
+                or row["details"].get("phase") != "reserved"
+            ):
+                return False
+            del self.store.batch_rows[batch_id]
+            return True
+
     # -- transitions (each fenced by the caller's lease) ----------------------------------
 
     def _patch(self, name: str, batch_id: uuid.UUID, owner: str | None, **changes: Any) -> Batch:

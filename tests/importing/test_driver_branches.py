@@ -112,6 +112,35 @@ def test_a_holder_that_ends_just_after_it_was_found_alive_still_skips(
     assert world.warehouse.copies == 0
 
 
+def test_content_loaded_by_another_delivery_while_this_one_reserved_is_not_loaded_again(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two deliveries of one content: the second looked at the slice (not loaded yet), then
+    the first committed and ended before the second reserved. The second's fresh batch is
+    withdrawn, not run."""
+    folder = world.deliver()
+    reserve = world.repo.reserve
+    first: list[Committed] = []
+    copies: list[int] = []
+
+    def the_other_delivery_ends_first(tenant, scope, key, *args, **kwargs):  # noqa: ANN001, ANN202
+        if key == "d2" and not first:
+            first.append(import_folder(world.ctx, ACME, folder, "d1"))
+            copies.append(world.warehouse.copies)
+        return reserve(tenant, scope, key, *args, **kwargs)
+
+    monkeypatch.setattr(world.repo, "reserve", the_other_delivery_ends_first)
+    outcome = import_folder(world.ctx, ACME, folder, "d2")
+    assert isinstance(first[0], Committed) and first[0].published
+    assert outcome == AlreadyLoaded(source_scope(folder), first[0].batch_id)
+    assert [batch.id for batch in world.repo.list()] == [first[0].batch_id]
+    assert world.warehouse.copies == copies[0]  # d2 copied nothing
+    assert world.event_names().count("fleet.batch.reserved") == 1
+    assert world.event_names()[-1] == "fleet.delivery.already_loaded"
+    again = import_folder(world.ctx, ACME, folder, "d2")  # its retry: the same answer
+    assert again == outcome
+
+
 def test_a_duplicate_delivery_waits_for_or_skips_its_batch(world: World) -> None:
     folder = world.deliver()
     running = world.repo.reserve(ACME, source_scope(folder), "d1")
