@@ -108,6 +108,23 @@ def test_a_stray_quote_closed_into_the_right_column_count_is_one_record(tmp_path
     assert reject.reason == "longer than 64 characters"
 
 
+def test_a_quote_left_open_on_the_last_line_swallowed_no_line(tmp_path: Path) -> None:
+    """Found by the identity below: a value spanning lines 2-3 as meant, then a quote that
+    opens on line 3 and runs only into the line end that ends the file. Nothing after it was
+    swallowed: one record, rejected once on line 2, its text holding both lines."""
+    first = "T0,V1,D1,2026-07-22T08:15:00Z,,1.5,1,2,completed"
+    second = 'T1,V1,D1",2026-07-22T08:15:00Z,",1.5,1,2,completed'
+    text = f'{HEADER}\n"{first}\n{second}\n'
+
+    result = run(tmp_path, text)
+
+    assert result.row_count == 0
+    [reject] = result.rejects
+    assert (reject.line, reject.reason) == (2, "expected 9 columns, found 3")
+    assert reject.value == f'"{first}\n{second}'
+    check_every_line_is_accounted_for(text, result)
+
+
 def test_blank_lines_a_quote_swallowed_are_not_rejected(tmp_path: Path) -> None:
     content = trips_csv(1) + 'T2,V1,"D1\n\nT3\n\n'  # lines 3-6
 
@@ -186,7 +203,7 @@ def parse(text: str) -> list[Record]:
     position, line, end = 0, 1, len(text)
     while position < end:
         first, start_line, fields, balanced = position, line, 1, True
-        state, breaks_in_quote = "field", False
+        state, breaks_in_quote = "field", 0
         while position < end:
             char = text[position]
             position += 1
@@ -194,7 +211,7 @@ def parse(text: str) -> list[Record]:
                 if char == '"':
                     state = "closed"
                 elif char == "\n":
-                    line, breaks_in_quote = line + 1, True
+                    line, breaks_in_quote = line + 1, breaks_in_quote + 1
                 continue
             if state == "closed":
                 if char == '"':
@@ -212,11 +229,12 @@ def parse(text: str) -> list[Record]:
                 position += text.startswith("\n", position)
                 break
             elif state == "field" and char == '"':
-                state, breaks_in_quote = "quoted", False
+                state, breaks_in_quote = "quoted", 0
             else:
                 state = "unquoted"
         else:
-            if state == "quoted" and breaks_in_quote:
+            # The line end that ends the file, inside a quote left open, swallowed no line.
+            if state == "quoted" and breaks_in_quote - text.endswith("\n") > 0:
                 balanced = False
         records.append(Record(start_line, line, fields, balanced, position - first))
         line += 1
