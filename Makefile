@@ -17,14 +17,15 @@ $(STAMP): pyproject.toml
 # only its sampled cells (marker `faults_sample`), `make test-faults` all of it; CI runs both.
 # The crash matrix and the soak (marker `crash`) kill and stall real processes at every
 # failpoint: minutes of both cores, so `make test` leaves them to `make test-crash`; CI runs both.
-# The end-to-end command tests (marker `e2e`: `fleet-import run`, `batches`, `slices`, the
-# demo as child processes, tens of seconds each) are left to `make test-e2e`; CI runs both.
+# The end-to-end tests (marker `e2e`: `fleet-import run`, `batches`, `slices`, the demo,
+# `prefect deploy --all` against a real server, sixteen importing processes at once; tens of
+# seconds each) are left to `make test-e2e`; CI runs both.
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=15 \
 		-m "not workers and not browser and not crash and not e2e and (not faults or faults_sample)"
 
 test-e2e: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -m e2e
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m e2e
 
 test-crash: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m crash

@@ -366,6 +366,7 @@ def _read_deployments() -> dict[str, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # a real `prefect server` and the commands: `make test-e2e`
 def test_deploy_all_registers_every_deployment(
     deployed: subprocess.CompletedProcess[str], api: None
 ) -> None:
@@ -421,6 +422,7 @@ def test_deploy_all_registers_every_deployment(
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # a real `prefect server` and the commands: `make test-e2e`
 def test_manual_run_parameters_are_described_for_the_ui(
     deployed: subprocess.CompletedProcess[str], api: None
 ) -> None:
@@ -440,6 +442,7 @@ def test_manual_run_parameters_are_described_for_the_ui(
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # a real `prefect server` and the commands: `make test-e2e`
 def test_redeploy_updates_in_place(
     deployed: subprocess.CompletedProcess[str], prefect_server: PrefectServer, api: None
 ) -> None:
@@ -465,6 +468,7 @@ print(json.dumps({"cwd": os.getcwd(), "flows": names}))
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # a real `prefect server` and the commands: `make test-e2e`
 def test_worker_pull_step_finds_the_project(
     deployed: subprocess.CompletedProcess[str],
     prefect_server: PrefectServer,
@@ -513,6 +517,7 @@ def _register(server: PrefectServer, *args: str, **env: str) -> subprocess.Compl
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # a real `prefect server` and the commands: `make test-e2e`
 def test_register_blocks_and_settings_overrides(prefect_server: PrefectServer, api: None) -> None:
     from blocks.fleet_blocks import (
         LANDING_BLOCK,
@@ -591,6 +596,7 @@ def test_register_blocks_and_settings_overrides(prefect_server: PrefectServer, a
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # a real `prefect server` and the commands: `make test-e2e`
 def test_invalid_block_document_is_skipped_with_a_clean_warning(
     prefect_server: PrefectServer, api: None, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -655,6 +661,7 @@ def test_prefect_yaml_triggers_use_only_keys_prefect_reads() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # a real `prefect server` and the commands: `make test-e2e`
 def test_deploy_all_registers_the_sweep_and_the_import_trigger(
     deployed: subprocess.CompletedProcess[str], api: None
 ) -> None:
@@ -732,6 +739,7 @@ def test_late_notification_template_is_an_automation_prefect_reads_and_off_by_de
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # a real `prefect server` and the commands: `make test-e2e`
 def test_late_notification_template_creates_the_automation_as_documented(
     prefect_server: PrefectServer, api: None, tmp_path: Path
 ) -> None:

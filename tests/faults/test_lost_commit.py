@@ -23,7 +23,6 @@ from tests.reliability.conftest import Source, refresh_count
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 
-@pytest.mark.faults_sample
 @pytest.mark.parametrize("outage_seconds", [25.0])
 def test_a_lost_commit_answer_across_an_outage_ends_succeeded(
     cli_env: dict[str, str],

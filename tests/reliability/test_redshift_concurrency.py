@@ -25,7 +25,7 @@ from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 from tests.redshift_emulator import ISOLATION_LEVELS, RedshiftEmulator
 from tests.reliability.conftest import connect, make_source, slice_differences, upload_sources
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]  # 16 processes at once: `make test-e2e`
 
 TENANTS = 16
 ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
