@@ -204,8 +204,9 @@ def prefect_api():
 
 def _with_traceback(record: logging.LogRecord) -> bool:
     """Prefect logs a background service's failure without its traceback unless at DEBUG;
-    the record is made inside the `except`, so the exception is still at hand to attach."""
-    if str(record.msg).startswith("Service %r failed") and record.exc_info is None:
+    the record is made inside the `except`, so the exception is still at hand to attach.
+    (Prefect passes `exc_info=False` there, not None: a dropped event was seen without why.)"""
+    if str(record.msg).startswith("Service %r failed") and not record.exc_info:
         record.exc_info = sys.exc_info()
     return True
 
