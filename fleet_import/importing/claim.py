@@ -271,13 +271,18 @@ def _check_tables(ctx: ImportContext, tenant: Tenant) -> None:
         log.debug("curated tables not checked before reserving: %s", exc)
 
 
-def _slice_owner(ctx: ImportContext, tenant: Tenant, scope: str) -> Batch | None | object:
-    """The batch the slice registry names for the scope, as the store has it now."""
+def _slice_owner_id(ctx: ImportContext, tenant: Tenant, scope: str) -> uuid.UUID | None | object:
+    """The batch id the slice registry names for the scope, None, or _UNREAD."""
     try:
-        owner_id = ctx.warehouse.slice_owner(tenant.tenant_id, scope)
+        return ctx.warehouse.slice_owner(tenant.tenant_id, scope)
     except FleetImportError:
         return _UNREAD  # the load itself will say what is wrong
-    return None if owner_id is None else ctx.repo.get(owner_id)
+
+
+def _slice_owner(ctx: ImportContext, tenant: Tenant, scope: str) -> Batch | None | object:
+    """The batch the slice registry names for the scope, as the store has it now."""
+    owner_id = _slice_owner_id(ctx, tenant, scope)
+    return ctx.repo.get(owner_id) if isinstance(owner_id, uuid.UUID) else owner_id
 
 
 def already_loaded(
@@ -325,17 +330,14 @@ def _loaded_meanwhile(
     """Whether a batch that ended between the first look and our reservation loaded this
     very content (two deliveries of one content racing); then our fresh batch, leased and
     untouched, is withdrawn, not run. Costs one registry read when the slice's owner is the
-    succeeded batch seen before."""
-    now = _slice_owner(ctx, tenant, scope)
-    unchanged = (
-        isinstance(seen, Batch)
-        and isinstance(now, Batch)
-        and now.id == seen.id
-        and seen.status == BatchStatus.SUCCEEDED
-    )
-    if unchanged or now is None:
+    succeeded batch seen before (a success stays one), or when nothing owns the slice."""
+    owner_id = _slice_owner_id(ctx, tenant, scope)
+    if not isinstance(owner_id, uuid.UUID):
         return None
+    if isinstance(seen, Batch) and seen.id == owner_id and seen.status == BatchStatus.SUCCEEDED:
+        return None
+    now = ctx.repo.get(owner_id)
     loaded = already_loaded(ctx, tenant, scope, delivery_key, now, own_batch=batch_id)
     if loaded is not None and not ctx.repo.withdraw(batch_id, owner):
-        return None  # cannot happen while we hold its lease; then it runs as usual
+        return None  # our lease was lost meanwhile: the run goes on and its lease check stops it
     return loaded
