@@ -319,6 +319,8 @@ def test_code_version_pull_step_pins_the_worker(monkeypatch, tmp_path: Path) -> 
 # --- a real server --------------------------------------------------------------------------
 
 
+# The tests that use it start a real `prefect server` and run the commands: marked `e2e`, they
+# are left to `make test-e2e`.
 @pytest.fixture(scope="module")
 def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
     """`prefect server start` on a free port with a private PREFECT_HOME and SQLite file."""
@@ -366,7 +368,7 @@ def _read_deployments() -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.e2e  # a real `prefect server` and the commands: `make test-e2e`
+@pytest.mark.e2e
 def test_deploy_all_registers_every_deployment(
     deployed: subprocess.CompletedProcess[str], api: None
 ) -> None:
@@ -422,7 +424,7 @@ def test_deploy_all_registers_every_deployment(
 
 
 @pytest.mark.slow
-@pytest.mark.e2e  # a real `prefect server` and the commands: `make test-e2e`
+@pytest.mark.e2e
 def test_manual_run_parameters_are_described_for_the_ui(
     deployed: subprocess.CompletedProcess[str], api: None
 ) -> None:
@@ -442,7 +444,7 @@ def test_manual_run_parameters_are_described_for_the_ui(
 
 
 @pytest.mark.slow
-@pytest.mark.e2e  # a real `prefect server` and the commands: `make test-e2e`
+@pytest.mark.e2e
 def test_redeploy_updates_in_place(
     deployed: subprocess.CompletedProcess[str], prefect_server: PrefectServer, api: None
 ) -> None:
@@ -468,7 +470,7 @@ print(json.dumps({"cwd": os.getcwd(), "flows": names}))
 
 
 @pytest.mark.slow
-@pytest.mark.e2e  # a real `prefect server` and the commands: `make test-e2e`
+@pytest.mark.e2e
 def test_worker_pull_step_finds_the_project(
     deployed: subprocess.CompletedProcess[str],
     prefect_server: PrefectServer,
@@ -517,7 +519,7 @@ def _register(server: PrefectServer, *args: str, **env: str) -> subprocess.Compl
 
 
 @pytest.mark.slow
-@pytest.mark.e2e  # a real `prefect server` and the commands: `make test-e2e`
+@pytest.mark.e2e
 def test_register_blocks_and_settings_overrides(prefect_server: PrefectServer, api: None) -> None:
     from blocks.fleet_blocks import (
         LANDING_BLOCK,
@@ -596,7 +598,7 @@ def test_register_blocks_and_settings_overrides(prefect_server: PrefectServer, a
 
 
 @pytest.mark.slow
-@pytest.mark.e2e  # a real `prefect server` and the commands: `make test-e2e`
+@pytest.mark.e2e
 def test_invalid_block_document_is_skipped_with_a_clean_warning(
     prefect_server: PrefectServer, api: None, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -661,7 +663,7 @@ def test_prefect_yaml_triggers_use_only_keys_prefect_reads() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.e2e  # a real `prefect server` and the commands: `make test-e2e`
+@pytest.mark.e2e
 def test_deploy_all_registers_the_sweep_and_the_import_trigger(
     deployed: subprocess.CompletedProcess[str], api: None
 ) -> None:
@@ -739,7 +741,7 @@ def test_late_notification_template_is_an_automation_prefect_reads_and_off_by_de
 
 
 @pytest.mark.slow
-@pytest.mark.e2e  # a real `prefect server` and the commands: `make test-e2e`
+@pytest.mark.e2e
 def test_late_notification_template_creates_the_automation_as_documented(
     prefect_server: PrefectServer, api: None, tmp_path: Path
 ) -> None:
