@@ -21,7 +21,7 @@ from fleet_import.checks.settings import IMPORTS, SettingsInvalid, Uses, check_s
 from fleet_import.config import Settings
 
 CONFIGURATION_ERROR = 78
-"""sysexits.h's EX_CONFIG: the settings are wrong and nothing was started (README's table;
+"""sysexits.h's EX_CONFIG: the settings are wrong and nothing was started (README's exit-code table;
 flows/reporting.py ExitCode.CONFIGURATION_ERROR is the same number)."""
 FAILED = 1
 DEBUG_VARIABLE = "FLEET_DEBUG"

@@ -36,7 +36,7 @@ DEFAULT_TENANT_LOAD_SLOTS = 2
 DEFAULT_LANDING_PATTERN = "{tenant}/fleet/{yyyy-mm-dd}/"
 # S3 is retried by botocore alone (fleet_import.s3.client): these bound one S3 call, and so
 # how soon a run against an S3 that stopped answering ends (fleet_import.s3.client.call_bound:
-# 63 s with these; README "Faults").
+# 63 s with these; docs/faults.md).
 DEFAULT_S3_CONNECT_TIMEOUT_SECONDS = 5.0
 DEFAULT_S3_READ_TIMEOUT_SECONDS = 15.0
 DEFAULT_S3_MAX_ATTEMPTS = 3

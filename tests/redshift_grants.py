@@ -1,5 +1,5 @@
-"""The least-privilege loading user the Redshift tests connect as (README "Amazon Redshift",
-docs/redshift.md "Database grants"): a login role, no superuser, that may use and create in
+"""The least-privilege loading user the Redshift tests connect as (docs/redshift.md,
+"Database grants"): a login role, no superuser, that may use and create in
 the schemas an administrator created beforehand and create session temp tables: nothing
 more. Everything it loads it creates, and so owns (LOCK, ALTER COLUMN ... TYPE)."""
 
@@ -42,6 +42,6 @@ def create_loader(database_url: str) -> str:
 
 
 def give(conn: psycopg.Connection, user: str, *tables: str) -> None:
-    """Tables an administrator created, handed to the loader (as README says: its owner)."""
+    """Tables an administrator created, handed to the loader (docs/redshift.md: its owner)."""
     for table in tables:
         conn.execute(f"ALTER TABLE {table} OWNER TO {user}")

@@ -6,7 +6,7 @@ with no answer fails the batch before commit; the invariants hold after recovery
 
 The proxy's black hole still acknowledges packets (it is a process, not the network), so what
 ends the wait here is the reply bound (`FLEET_WAREHOUSE_REPLY_TIMEOUT_SECONDS`, set short);
-on a real network the TCP keepalive and user timeouts end it sooner (README "Faults")."""
+on a real network the TCP keepalive and user timeouts end it sooner (docs/faults.md)."""
 
 from __future__ import annotations
 

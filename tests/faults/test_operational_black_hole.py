@@ -7,7 +7,7 @@ delivery or the drain recovers the batch: loaded once, published once.
 
 The proxy's black hole acknowledges packets (it is a process, not the network), so what
 ends the wait here is the reply bound (`FLEET_DATABASE_REPLY_TIMEOUT_SECONDS`, set short);
-on a real network the TCP keepalive and user timeouts end it sooner (README "Faults")."""
+on a real network the TCP keepalive and user timeouts end it sooner (docs/faults.md)."""
 
 from __future__ import annotations
 

@@ -31,9 +31,9 @@ Redshift is set, FLEET_WAREHOUSE_URL being unset."""
 
 @pytest.fixture
 def warehouse(emulator: RedshiftEmulator, staging_bucket: str, s3: Any) -> Iterator[Any]:
-    """The curated tables made by the loader on the emulator (so it owns them, as README's
-    grants say), instead of the PostgreSQL tables flow_env's default `warehouse` creates in
-    the same database."""
+    """The curated tables made by the loader on the emulator (so it owns them, as the grants
+    in docs/redshift.md say), instead of the PostgreSQL tables flow_env's default `warehouse`
+    creates in the same database."""
     warehouse = RedshiftWarehouse(
         emulator.connect_kwargs(password=PASSWORD),
         s3=s3,

@@ -280,8 +280,8 @@ def test_the_lookback_default_is_a_documented_setting() -> None:
     from flows.sweep_landing_zone import sweep_landing_zone
 
     assert Settings.model_fields["sweep_lookback_days"].default == DEFAULT_SWEEP_LOOKBACK_DAYS == 3
-    readme = (PREFECT_YAML.parent / "README.md").read_text()
-    assert "| `FLEET_SWEEP_LOOKBACK_DAYS` | 3 |" in readme
+    reference = (PREFECT_YAML.parent / "docs" / "configuration.md").read_text()
+    assert "`FLEET_SWEEP_LOOKBACK_DAYS` (default 3)" in reference
     assert "FLEET_SWEEP_LOOKBACK_DAYS" in (sweep_landing_zone.fn.__doc__ or "")
     day = dt.date(2026, 7, 22)
     assert lookback_dates(1, day) == [dt.date(2026, 7, d) for d in (21, 22, 23)]

@@ -1,5 +1,5 @@
 """Least privilege (issue 27, Deliver 3): the Redshift suite logs in as a user with only the
-grants README and docs/redshift.md list (tests/redshift_grants.py), and `ensure_tables` runs
+grants docs/redshift.md lists (tests/redshift_grants.py), and `ensure_tables` runs
 no DDL it does not need, so that such a user never meets a 42501 for what already exists."""
 
 from __future__ import annotations
