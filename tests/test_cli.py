@@ -1,5 +1,6 @@
-"""The CLI as users run it: a real subprocess against a real database (and in-process, with
-the flow replaced, for the final state line of `run` and `resume`)."""
+"""The CLI as users run it against a real database: in this process (typer's runner), a
+child process where the terminal's width is what is tested (rich reads it once, at start),
+and with the flow replaced for the final state line of `run` and `resume`."""
 
 from __future__ import annotations
 
@@ -21,17 +22,22 @@ from fleet_import.scope import Tenant, source_scope
 from fleet_import.store.models import Batch, FailureKind, Reserved
 from fleet_import.store.repository import BatchRepository
 from tests import pgtools
+from tests.cli.run_cli import Ran, invoke
 
 
-def run_cli(*args: str, database_url: str, columns: int = 200) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, database_url: str, columns: int | None = None) -> Ran:
+    """`columns`: the command in a child whose terminal is that wide."""
+    if columns is None:
+        return invoke(args, {"FLEET_DATABASE_URL": database_url})
     env = {**os.environ, "FLEET_DATABASE_URL": database_url, "COLUMNS": str(columns)}
-    return subprocess.run(
+    child = subprocess.run(
         [sys.executable, "-m", "fleet_cli", *args],
         capture_output=True,
         text=True,
         env=env,
         timeout=120,
     )
+    return Ran(child.returncode, child.stdout, child.stderr)
 
 
 def test_db_upgrade_then_batches_list(empty_database_url: str) -> None:
@@ -158,7 +164,7 @@ def test_batches_list_reads_whole_in_80_columns(database_url: str) -> None:
         assert str(batch.id) not in narrow.stdout  # the 8-digit prefix `show` takes back
     assert {"2026-07-22", "2026-07-23"} <= set(narrow.stdout.split())
 
-    wide = run_cli("batches", "list", database_url=database_url, columns=200)
+    wide = run_cli("batches", "list", database_url=database_url)
     assert wide.returncode == 0, wide.stderr
     for batch in batches:
         assert str(batch.id) in wide.stdout and (batch.source_scope or "") in wide.stdout
@@ -169,7 +175,7 @@ def test_json_is_all_that_is_printed(database_url: str) -> None:
     repo = BatchRepository(database_url)
     batch = _failed_publication(repo, "acme", "2026-07-22", "division by zero [/bold]")
 
-    listed = run_cli("batches", "list", "--json", database_url=database_url, columns=80)
+    listed = run_cli("batches", "list", "--json", database_url=database_url)
     assert listed.returncode == 0, listed.stderr
     (record,) = json.loads(listed.stdout)
     assert record["id"] == str(batch.id) and record["status"] == "failed"

@@ -1,41 +1,31 @@
 """`fleet-import run` of a shrinking redelivery, `batches list --status held`, `batches
 approve` and `batches reject`, `slices rollback`, and a run a delivery manifest blocks, as
-users run them: subprocesses, each running its flow (issue #24)."""
+users run them: the command in this process, each running its flow (issue #24)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from fleet_import.s3.delivery_manifest import MANIFEST_NAME, manifest_for
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.store.repository import BatchRepository
+from tests.cli.run_cli import Ran, invoke_with_test_settings
 from tests.helpers import slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot
 from tests.warehouse_helpers import WAREHOUSE_BACKENDS
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+pytestmark = pytest.mark.slow
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "fleet_cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-    )
+def cli(*args: str, env: dict[str, str] | None = None) -> Ran:
+    return invoke_with_test_settings(*args, **(env or {}))
 
 
 @pytest.fixture
 def api_env(flow_env: str) -> dict[str, str]:
-    from prefect.settings import PREFECT_API_URL
-
-    return {"PREFECT_API_URL": PREFECT_API_URL.value()}
+    return {}  # invoke_with_test_settings hands the command the test harness's API
 
 
 @pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)

@@ -1,13 +1,10 @@
 """Drift policies (issue #25, part 1) as users meet them: a contract file (FLEET_CONTRACTS)
 with `on_new_columns`, an `emissions` export that gained `co2_grams` and lacks its optional
-`note`, run by `fleet-import run` / `batches approve` (subprocesses) and by the flows under
+`note`, run by `fleet-import run` / `batches approve` (in this process) and by the flows under
 Prefect's test harness. Real PostgreSQL, moto's S3 server."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +12,7 @@ import pytest
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.store.models import BatchStatus
 from fleet_import.store.repository import BatchRepository
+from tests.cli.run_cli import Ran, invoke_with_test_settings
 from tests.helpers import curated, upload
 
 pytestmark = pytest.mark.slow
@@ -64,21 +62,13 @@ def emissions(database_url: str) -> list[tuple]:
     )
 
 
-def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "fleet_cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "COLUMNS": "200", **env},
-    )
+def cli(*args: str, env: dict[str, str]) -> Ran:
+    return invoke_with_test_settings(*args, **env)
 
 
 @pytest.fixture
 def api_env(flow_env: str) -> dict[str, str]:
-    from prefect.settings import PREFECT_API_URL
-
-    return {"PREFECT_API_URL": PREFECT_API_URL.value()}
+    return {}
 
 
 @pytest.mark.parametrize("policy", ["reject", "ignore", "evolve", "review"])

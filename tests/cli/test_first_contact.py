@@ -1,4 +1,5 @@
-"""A new user's first mistakes, made through the real command (a subprocess): every
+"""A new user's first mistakes, made through the real command (in this process; a child
+where Prefect's own start is what is tested): every
 misconfiguration is refused before anything starts, all problems at once, one line each,
 exit 78, no traceback, quickly; a service that does not answer is one line with the next
 step; and under the flow the run ends Failed with that line, not Prefect's wrapper."""
@@ -178,6 +179,7 @@ def test_the_temporary_prefect_api_that_does_not_start_says_how_to_point_at_a_se
         FLEET_STAGING_URI=str(tmp_path / "staging"),
         PREFECT_HOME=str(tmp_path / "prefect"),
         PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="1",  # a start that cannot finish
+        in_child=True,  # Prefect reads its own settings once, from a fresh environment
     )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr

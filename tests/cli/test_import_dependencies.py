@@ -70,10 +70,14 @@ def test_no_aws_credentials(flow_env: str, s3, landing_bucket: str, tmp_path) ->
 
 @pytest.fixture
 def no_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The import's transient steps still retry, without the waits between attempts."""
+    """The import's transient steps and its slice load still retry, without the waits
+    between attempts."""
     import flows.import_s3_folder as module
+    from fleet_import.importing import load
+    from fleet_import.retry import Backoff
 
     monkeypatch.setattr(module, "TASK_RETRY_DELAYS", [0.0] * module.TASK_RETRIES)
+    monkeypatch.setattr(load, "LOAD_BACKOFF", Backoff((0.0,) * load.LOAD_BACKOFF.retries))
 
 
 @pytest.mark.usefixtures("no_retry_waits")

@@ -1,4 +1,4 @@
-"""`fleet-import freshness` as users run it (a subprocess against the real store and moto's
+"""`fleet-import freshness` as users run it (in this process, against the real store and moto's
 S3) with a controlled clock (`--at`): the table and the JSON name tenant, dataset, last
 loaded, expected by and state; judging tells and remembers nothing."""
 
@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from fleet_import.importing.context import Committed
@@ -16,17 +13,12 @@ from fleet_import.importing.driver import import_folder
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant
 from fleet_import.store.freshness_repository import FreshnessRepository
+from tests.cli.run_cli import Ran, invoke
 from tests.helpers import upload
 
 
-def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fleet_cli", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "200", **env},
-        timeout=120,
-    )
+def run_cli(*args: str, env: dict[str, str]) -> Ran:
+    return invoke(args, env)
 
 
 def test_freshness_table_and_json(

@@ -5,9 +5,6 @@ terminal markup is printed by the CLI as it is."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -26,6 +23,7 @@ from fleet_import.scope import InvalidFolder, InvalidTenant, ScopeTooLong, Tenan
 from fleet_import.store.models import FailureKind, Reserved
 from fleet_import.store.repository import BatchRepository
 from fleet_import.warehouse.base import WarehouseError
+from tests.cli.run_cli import Ran, invoke_with_test_settings
 from tests.helpers import upload
 
 ACME = Tenant.named("acme")
@@ -310,16 +308,8 @@ def test_a_failure_message_holding_nul_is_stored(repo) -> None:
 MARKUP_FILE = "trips [bold]x.csv"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    from prefect.settings import PREFECT_API_URL
-
-    return subprocess.run(
-        [sys.executable, "-m", "fleet_cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200", "PREFECT_API_URL": PREFECT_API_URL.value()},
-    )
+def _cli(*args: str) -> Ran:
+    return invoke_with_test_settings(*args)
 
 
 def _with_markup_column(csv: bytes) -> bytes:

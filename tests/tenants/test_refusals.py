@@ -23,6 +23,7 @@ from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.store.repository import BatchRepository
 from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT
 from fleet_import.tenants.registry import load_registry
+from tests.cli.run_cli import invoke_with_test_settings
 from tests.helpers import curated, upload
 from tests.prefect_reads import resource_events
 from tests.s3fixtures import notify_queue_of, put_objects
@@ -85,17 +86,9 @@ def test_the_flow_refuses_a_disabled_tenant(
 
 @pytest.mark.slow
 def test_the_cli_exits_9_and_writes_nothing(flow_env: str, s3, landing_bucket: str) -> None:
-    from prefect.settings import PREFECT_API_URL
-
     globex = today_folder(landing_bucket, "globex")
     upload(s3, globex, fleet_delivery(trips=20))
-    done = subprocess.run(
-        [sys.executable, "-m", "fleet_cli", "run", "--tenant", "acme", globex],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "COLUMNS": "300", "PREFECT_API_URL": PREFECT_API_URL.value()},
-    )
+    done = invoke_with_test_settings("run", "--tenant", "acme", globex, COLUMNS="300")
     assert done.returncode == 9, done.stdout + done.stderr
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("Refused")]
     assert f"{globex} belongs to tenant 'globex', not 'acme'" in line
