@@ -67,8 +67,9 @@ def test_run_show_and_exit_codes(flow_env: str, api_env, s3, landing_bucket: str
     forced = cli("run", "--tenant", "acme", folder, "--force", env=api_env)
     assert forced.returncode == 0, forced.stdout + forced.stderr
 
+    # A folder that can never be one is a usage error too, said before the flow starts.
     broken = cli("run", "--tenant", "acme", "s3://fleet-landing/acme/../x/", env=api_env)
-    assert broken.returncode == 1 and "'..' path segments" in broken.stdout
+    assert broken.returncode == 2 and "'..' path segments" in broken.stderr
 
 
 def test_a_business_failure_prints_its_reason_not_a_traceback(
