@@ -9,6 +9,7 @@ from data is a `Text`, never markup.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -215,11 +216,21 @@ def _failure_text(failure: object, *, reviewed: bool = False) -> str:
 
     if not isinstance(failure, Mapping):
         return str(failure)
-    facts = {k: v for k, v in failure.items() if k not in ("kind", "error", "at")}
+    # A hold's breaches are in its error already (`--json` has them all, with the content).
+    facts = {k: v for k, v in failure.items() if k not in ("kind", "error", "at", "held")}
     text = f"{failure.get('kind')}: {held_error(failure, reviewed)}"
     if failure.get("at"):
         text += f" (at {failure['at']})"
-    return text + "".join(f"; {k}: {v}" for k, v in facts.items())
+    return text + "".join(f"; {k}: {_fact_text(v)}" for k, v in facts.items())
+
+
+def _fact_text(value: object) -> str:
+    """A failure's fact as people read it: yes/no, not True/False; JSON, not a Python repr."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, Mapping | list):
+        return json.dumps(value, default=str)
+    return str(value)
 
 
 def failure_history(details: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -237,6 +248,19 @@ def failure_history(details: Mapping[str, Any]) -> list[tuple[str, str]]:
     if details.get("publication_expired"):
         history.append(("publication expired", "yes: a newer batch owns the slice"))
     return history
+
+
+def _rows_shown(batch: Batch) -> str:
+    """Rows per dataset as committed (`trips 5,003, vehicles 40`), or why there are none."""
+    counts = batch.details.get("row_counts") or {}
+    if counts:
+        return ", ".join(f"{dataset} {int(rows):,}" for dataset, rows in counts.items())
+    return "none yet" if batch.status.value == "running" else "none"
+
+
+def _when(value: dt.datetime | None) -> str:
+    """A time as people read it, in UTC to the second (`--json` has the full ISO time)."""
+    return "" if value is None else value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _cells(*values: object) -> list[Text]:
@@ -265,18 +289,18 @@ def batch_views(
         ("delivery", batch.delivery_key),
         ("status", batch.status.value),
         ("phase", details.get("phase")),
-        ("committed", warehouse_committed(details)),
-        ("rows", details.get("row_counts")),
+        ("committed", "yes" if warehouse_committed(details) else "no"),
+        ("rows", _rows_shown(batch)),
         (
             "lease",
-            f"{batch.execution_lease_id} until {batch.execution_lease_expires_at}"
+            f"{batch.execution_lease_id} until {_when(batch.execution_lease_expires_at)}"
             if batch.execution_lease_id
             else "free",
         ),
         *failure_history(details),
         ("superseded by", details.get("superseded_by")),
-        ("created", batch.created_at),
-        ("updated", batch.updated_at),
+        ("created", _when(batch.created_at)),
+        ("updated", _when(batch.updated_at)),
     ):
         if value is not None:
             facts.add_row(Text(name, style="bold"), Text(str(value)))

@@ -177,10 +177,19 @@ def parse_batch_id(value: str, expected: str = "a UUID") -> uuid.UUID:
         raise _fail(f"{value!r} is not a batch id ({expected})", 2) from None  # a usage error
 
 
-def resolve_batch_id(value: str, repo: BatchRepository) -> uuid.UUID:
-    """A full id, or a prefix (as `batches list` prints in 80 columns) naming one batch."""
+def full_batch_id(value: str) -> uuid.UUID | None:
+    """A full id; None for a prefix, to look up (`resolve_batch_id`); anything else is a
+    usage error, said before any setting is read."""
     if not _ID_PREFIX.fullmatch(value) or len(value.replace("-", "")) >= _UUID_DIGITS:
         return parse_batch_id(value, "a UUID, or a unique prefix of at least 4 hex digits")
+    return None
+
+
+def resolve_batch_id(value: str, repo: BatchRepository) -> uuid.UUID:
+    """A full id, or a prefix (as `batches list` prints in 80 columns) naming one batch."""
+    full = full_batch_id(value)
+    if full is not None:
+        return full
     matches = repo.ids_with_prefix(value, limit=_AMBIGUOUS_SHOWN + 1)
     if not matches:
         raise _fail(f"no batch id starts with {value!r}", 2)
@@ -245,18 +254,16 @@ def run(
     Prints the final state and its message. Exit codes:
     0 succeeded;
     1 failed;
-    2 usage error: an option or argument missing or malformed (the folder, the tenant id);
+    2 usage error;
     3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
     4 committed, publication pending: still running until a drain or resume publishes it;
     5 already loaded: the slice holds exactly this content (--force loads it again);
-    6 held for review: a slice guard stopped it (batches approve loads it);
-    7 commit unknown: the COMMIT got no answer; the batch stays running until settled;
-    9 refused: the folder is not the tenant's, or the tenant is unknown or disabled;
+    9 refused: the folder is not the tenant's, or the tenant is unknown or disabled.
+    6 held for review: a slice guard stopped it (batches approve loads it).
     78 configuration error: the settings are wrong, nothing was started.
 
     Example: fleet-import run --tenant acme s3://fleet-landing/acme/fleet/2026-07-22/
     """
-    _refuse_malformed(tenant, folder)
     ready_to_run()
     with foreseen_errors():
         from flows.common import freeze_startup_heap
@@ -273,46 +280,31 @@ def run(
 
 
 @app.command("resume")
-def resume(batch_id: Annotated[str, typer.Argument(help="the batch to resume")]) -> None:
+def resume(
+    batch_id: Annotated[str, typer.Argument(help="the batch to resume, or a unique prefix of it")],
+) -> None:
     """Finish a failed publication without copying a row (the resume-publication flow).
 
     Prints the final state and its message. Exit codes:
     0 succeeded;
     1 failed, or refused (NotResumable);
-    2 usage error (not a batch id);
+    2 usage error (not a batch id, or a prefix no batch id or several start with);
     3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
     4 committed, publication pending: still running until a drain or resume publishes it;
     9 refused: the batch's tenant is unknown or disabled, or its folder is not the tenant's.
     78 configuration error: the settings are wrong, nothing was started.
 
-    Example: fleet-import resume 1f0c3a9e-5b7d-4c2e-9a61-0d3f8e2b4c17
+    Example: fleet-import resume 1f0c3a9e
     """
-    parse_batch_id(batch_id)
-    ready_to_run()
+    full = full_batch_id(batch_id)
+    settings = ready_to_run()
     with foreseen_errors():
+        from fleet_import.store.repository import BatchRepository
         from flows.resume_publication import resume_publication
 
-        state = run_flow(lambda: resume_publication(batch_id=batch_id, return_state=True))
+        parsed = full or resolve_batch_id(batch_id, BatchRepository.from_settings(settings))
+        state = run_flow(lambda: resume_publication(batch_id=str(parsed), return_state=True))
     _report(state)
-
-
-def _refuse_malformed(tenant: str, folder: str) -> None:
-    """A tenant id or folder that can never name a delivery is a usage error (exit 2), every
-    one printed, before the settings, Prefect or a database are touched. The core's own
-    rules decide (fleet_import.scope), the ones the flow would refuse them by."""
-    from fleet_import.errors import InvalidInput
-    from fleet_import.scope import source_scope, validate_tenant_id
-
-    problems = []
-    for check, value in ((validate_tenant_id, tenant), (source_scope, folder)):
-        try:
-            check(value)
-        except InvalidInput as exc:
-            problems.append(str(exc))
-    for problem in problems:
-        error_line(problem)
-    if problems:
-        raise typer.Exit(2)
 
 
 def _report(state) -> None:

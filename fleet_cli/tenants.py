@@ -99,8 +99,41 @@ def tenants_show(
     if as_json:
         typer.echo(json.dumps(record, indent=2))
         return
-    for field, value in record.items():
-        _console.print(Text(f"{field}: {value}"))
+    for label, value in _shown(record, settings.tenants):
+        _console.print(Text(f"{label}: {value}"), soft_wrap=True)
+
+
+def _where_slices_go(record: dict[str, Any]) -> str:
+    """The database and why it is that one: `database` null in the record means the registry
+    names none, so the slices go to the shared database (or the template's own)."""
+    name = record["warehouse_database"]
+    if record["database"] is not None:
+        return f"{name} (its own, as the tenant registry names it)"
+    if record["own_database"]:
+        return f"{name} (its own: the warehouse names a database per tenant, {{database}})"
+    return f"{name or 'the shared one'} (the shared warehouse database)"
+
+
+def _shown(record: dict[str, Any], registry: str | None) -> list[tuple[str, str]]:
+    """`tenants show` for people: words, not Python values (`--json` has the record)."""
+    overrides = record["overrides"]
+    shown = [
+        ("tenant", record["tenant_id"]),
+        ("company", record["company_id"]),
+        ("enabled", "yes" if record["enabled"] else "no: every import of it is refused"),
+        ("warehouse database", _where_slices_go(record)),
+        ("landing", ", ".join(record["landing_prefixes"]) or "the landing layout's folders"),
+        ("overrides", ", ".join(f"{k}: {v}" for k, v in overrides.items()) or "none"),
+        (
+            "registry",
+            registry
+            if record["registered"]
+            else "none (FLEET_TENANTS is unset): any valid tenant id is a tenant",
+        ),
+    ]
+    if record["recorded_database"] != record["warehouse_database"]:
+        shown.append(("batches record the database as", str(record["recorded_database"])))
+    return shown
 
 
 @tenants_app.command("purge")

@@ -1,0 +1,152 @@
+"""Issue 40, "The first hour": what a new user meets in the first hour, through the command.
+
+`resume` takes the 8-digit prefix `batches list` prints; `batches show` and `tenants show`
+print words, not Python values. Each command
+runs in this process (tests/cli/run_cli.py) against a real PostgreSQL; no flow runs here
+(the stand-in for `resume`'s flow records what it was asked)."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import psycopg
+import pytest
+from prefect.states import Completed
+
+from fleet_import.scope import Tenant, source_scope
+from fleet_import.store.models import Batch, FailureKind, Reserved
+from fleet_import.store.repository import BatchRepository
+from tests.cli.run_cli import Ran, fleet
+
+FOLDER = "s3://fleet-landing/{tenant}/fleet/2026-07-22/"
+
+
+def _env(database_url: str, **extra: str) -> dict[str, str]:
+    return {
+        "FLEET_DATABASE_URL": database_url,
+        "FLEET_STAGING_URI": "s3://fleet-staging/stage/",
+        **extra,
+    }
+
+
+def _no_traceback(ran: Ran) -> None:
+    assert "Traceback" not in ran.stdout + ran.stderr, ran.stdout + ran.stderr
+
+
+def _failed_publication(repo: BatchRepository, tenant: str = "acme") -> Batch:
+    reserved = repo.reserve(
+        Tenant.named(tenant), source_scope(FOLDER.format(tenant=tenant)), f"d-{uuid.uuid4()}"
+    )
+    assert isinstance(reserved, Reserved)
+    owner = f"test:{uuid.uuid4().hex}"
+    repo.acquire_lease(reserved.batch.id, owner, 300)
+    repo.mark_committed(reserved.batch.id, owner, row_counts={"trips": 12_345, "vehicles": 40})
+    return repo.mark_failed(reserved.batch.id, owner, FailureKind.FAILED_PUBLICATION, "boom")
+
+
+# -- resume takes a prefix ------------------------------------------------------------------
+
+
+@pytest.fixture
+def resumed(monkeypatch) -> list[str]:
+    """The resume-publication flow replaced: the batch ids it was asked to resume."""
+    asked: list[str] = []
+
+    def resume_publication(*, batch_id: str, return_state: bool) -> Any:
+        asked.append(batch_id)
+        return Completed(message=f"batch {batch_id} published")
+
+    stand_in = SimpleNamespace(resume_publication=resume_publication)
+    monkeypatch.setitem(sys.modules, "flows.resume_publication", stand_in)
+    return asked
+
+
+def test_resume_takes_the_8_digit_prefix_batches_list_prints(
+    database_url: str, db: psycopg.Connection[Any], resumed: list[str]
+) -> None:
+    batch = _failed_publication(BatchRepository(database_url))
+    prefix = str(batch.id)[:8]
+    assert prefix == "00000001"  # ordered ids: a new database's first batch
+
+    ran, seconds = fleet("resume", prefix, **_env(database_url))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert resumed == [str(batch.id)]
+    assert ran.stdout == f"Completed: batch {batch.id} published\n"
+    _no_traceback(ran)
+    assert seconds < 10
+
+
+def test_resume_refuses_an_unknown_or_ambiguous_prefix_in_one_line(
+    database_url: str, db: psycopg.Connection[Any], resumed: list[str]
+) -> None:
+    repo = BatchRepository(database_url)
+    twins = ["abcd1234-0000-4000-8000-100000000000", "abcd1234-0000-4000-8000-200000000000"]
+    for twin in twins:
+        old = _failed_publication(repo).id
+        db.execute("UPDATE ingestion_batches SET id = %s WHERE id = %s", (twin, old))
+
+    unknown, _ = fleet("resume", "0000ffff", **_env(database_url))
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert unknown.stderr == "error: no batch id starts with '0000ffff'\n"
+    ambiguous, _ = fleet("resume", "abcd1234", **_env(database_url))
+    assert ambiguous.returncode == 2 and ambiguous.stdout == ""
+    (line,) = ambiguous.stderr.splitlines()
+    assert line.startswith("error: 'abcd1234' is ambiguous: batches ") and twins[1] in line
+    not_an_id, _ = fleet("resume", "not-a-uuid", **_env(database_url))
+    assert not_an_id.returncode == 2 and "'not-a-uuid' is not a batch id" in not_an_id.stderr
+    for ran in (unknown, ambiguous, not_an_id):
+        _no_traceback(ran)
+    assert resumed == []  # no flow started
+
+
+# -- batches show and tenants show print words ---------------------------------------------
+
+
+def test_batches_show_prints_rows_per_dataset_and_yes_no(database_url: str) -> None:
+    repo = BatchRepository(database_url)
+    committed = _failed_publication(repo)
+    shown, _ = fleet("batches", "show", str(committed.id)[:8], **_env(database_url))
+    assert shown.returncode == 0, shown.stderr
+    lines = {
+        label: value.strip()
+        for label, _, value in (line.partition("  ") for line in shown.stdout.splitlines())
+    }
+    assert lines["committed"] == "yes"
+    assert lines["rows"] == "trips 12,345, vehicles 40"
+    assert lines["created"].endswith(" UTC") and "+00:00" not in shown.stdout
+
+    globex = source_scope(FOLDER.format(tenant="globex"))
+    reserved = repo.reserve(Tenant.named("globex"), globex, "d")
+    assert isinstance(reserved, Reserved)
+    fresh, _ = fleet("batches", "show", str(reserved.batch.id), **_env(database_url))
+    assert fresh.returncode == 0, fresh.stderr
+    assert "committed  no" in fresh.stdout and "rows       none yet" in fresh.stdout
+    for python in ("{}", "False", "True", "None"):
+        assert python not in shown.stdout + fresh.stdout, python
+    _no_traceback(fresh)
+
+
+def test_tenants_show_says_which_database_and_why(tmp_path: Path) -> None:
+    registry = tmp_path / "tenants.yaml"
+    registry.write_text("tenants:\n  acme: {}\n  globex: {database: globex_dw}\n")
+    env = {"FLEET_TENANTS": str(registry), "FLEET_WAREHOUSE_URL": "postgresql://u@h/dw"}
+
+    shared, _ = fleet("tenants", "show", "acme", **env)
+    assert shared.returncode == 0, shared.stderr
+    assert "warehouse database: dw (the shared warehouse database)\n" in shared.stdout
+    own, _ = fleet("tenants", "show", "globex", **env)
+    assert "warehouse database: globex_dw (its own, as the tenant registry names it)\n" in (
+        own.stdout
+    )
+    unregistered, _ = fleet("tenants", "show", "acme", FLEET_WAREHOUSE_URL="postgresql://u@h/dw")
+    assert "registry: none (FLEET_TENANTS is unset)" in unregistered.stdout
+    for ran in (shared, own, unregistered):
+        assert ran.returncode == 0, ran.stderr
+        assert "enabled: yes\n" in ran.stdout and "overrides: none\n" in ran.stdout
+        for python in ("None", "True", "False", "[]", "{}"):
+            assert python not in ran.stdout, (python, ran.stdout)
+        _no_traceback(ran)
