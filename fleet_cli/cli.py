@@ -254,16 +254,18 @@ def run(
     Prints the final state and its message. Exit codes:
     0 succeeded;
     1 failed;
-    2 usage error;
+    2 usage error: an option or argument missing or malformed (the folder, the tenant id);
     3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
     4 committed, publication pending: still running until a drain or resume publishes it;
     5 already loaded: the slice holds exactly this content (--force loads it again);
-    9 refused: the folder is not the tenant's, or the tenant is unknown or disabled.
-    6 held for review: a slice guard stopped it (batches approve loads it).
+    6 held for review: a slice guard stopped it (batches approve loads it);
+    7 commit unknown: the COMMIT got no answer; the batch stays running until settled;
+    9 refused: the folder is not the tenant's, or the tenant is unknown or disabled;
     78 configuration error: the settings are wrong, nothing was started.
 
     Example: fleet-import run --tenant acme s3://fleet-landing/acme/fleet/2026-07-22/
     """
+    _refuse_malformed(tenant, folder)
     ready_to_run()
     with foreseen_errors():
         from flows.common import freeze_startup_heap
@@ -305,6 +307,25 @@ def resume(
         parsed = full or resolve_batch_id(batch_id, BatchRepository.from_settings(settings))
         state = run_flow(lambda: resume_publication(batch_id=str(parsed), return_state=True))
     _report(state)
+
+
+def _refuse_malformed(tenant: str, folder: str) -> None:
+    """A tenant id or folder that can never name a delivery is a usage error (exit 2), every
+    one printed, before the settings, Prefect or a database are touched. The core's own
+    rules decide (fleet_import.scope), the ones the flow would refuse them by."""
+    from fleet_import.errors import InvalidInput
+    from fleet_import.scope import source_scope, validate_tenant_id
+
+    problems = []
+    for check, value in ((validate_tenant_id, tenant), (source_scope, folder)):
+        try:
+            check(value)
+        except InvalidInput as exc:
+            problems.append(str(exc))
+    for problem in problems:
+        error_line(problem)
+    if problems:
+        raise typer.Exit(2)
 
 
 def _report(state) -> None:
