@@ -1,5 +1,6 @@
 """`fleet-import batches approve / reject` and `slices rollback` (issue #24): what an
-operator does with a held batch, or with a slice a bad delivery replaced."""
+operator does with a held batch, or with a slice a bad delivery replaced; `slices list`:
+what each slice holds now (issue #40)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rich.text import Text
 
 from fleet_cli.cli import (
     DatabaseOption,
+    JsonOption,
     _fail,
     _report,
     _store_settings,
@@ -20,10 +22,14 @@ from fleet_cli.cli import (
     resolve_batch_id,
 )
 from fleet_cli.flow_call import run_flow
-from fleet_cli.guard import foreseen_errors, ready_to_run
-from fleet_import.errors import FleetImportError
+from fleet_cli.guard import foreseen_errors, ready_to_run, require_settings
+from fleet_import.checks.settings import Uses
+from fleet_import.errors import FleetImportError, InvalidInput
+from fleet_import.scope import validate_tenant_id
 
-slices_app = typer.Typer(no_args_is_help=True, help="Curated slices: roll one back.")
+slices_app = typer.Typer(
+    no_args_is_help=True, help="Curated slices: `fleet-import slices list`, roll one back."
+)
 app.add_typer(slices_app, name="slices")
 
 
@@ -150,3 +156,40 @@ def slices_rollback(
             )
         )
     _report(state)
+
+
+@slices_app.command("list")
+def slices_list(
+    tenant: Annotated[str | None, typer.Option("--tenant", help="only this tenant")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Every slice the slice registry holds: tenant, folder, the batch that owns it (the
+    8-digit prefix `batches show` takes; the full id with --json), rows per dataset and when
+    it was loaded. Read from the shared warehouse database and each registered tenant's own.
+
+    Example: fleet-import slices list --tenant acme
+    """
+    if tenant is not None:
+        try:
+            validate_tenant_id(tenant)
+        except InvalidInput as exc:
+            raise _fail(str(exc), 2) from None
+    settings = require_settings({Uses.DATABASE, Uses.WAREHOUSE, Uses.S3})
+    from fleet_cli.slice_views import (
+        NO_KNOWN_DATABASE,
+        nothing_loaded,
+        read_slices,
+        slice_record,
+        slices_table,
+    )
+
+    with foreseen_errors():
+        slices = read_slices(settings, tenant)
+    if slices is None:
+        raise _fail(NO_KNOWN_DATABASE, 2)
+    if as_json:
+        typer.echo(json.dumps([slice_record(s) for s in slices], indent=2))
+    elif slices:
+        console.print(slices_table(slices))
+    else:
+        console.print(Text(nothing_loaded(tenant)))

@@ -6,9 +6,10 @@ callable, counters, ...) and never sees its warehouse."""
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Self, TypeVar
 
 from fleet_import.contracts.model import DatasetContract
@@ -31,6 +32,7 @@ from fleet_import.warehouse.sql import (
     register_slices_sql,
     registered_counts_sql,
     registered_slices_sql,
+    registry_rows_sql,
 )
 
 Cursor = Any
@@ -55,6 +57,35 @@ def read_registry(
         return []
     rows = run(cursor, registered_slices_sql(tenant_id, source_scope)).fetchall()
     return [tuple(row) for row in rows]
+
+
+@dataclass(frozen=True)
+class RegisteredSlice:
+    """One slice as the registry holds it: its batch, rows per dataset and commit time."""
+
+    tenant_id: str
+    source_scope: str
+    batch_id: uuid.UUID
+    row_counts: dict[str, int]
+    committed_at: dt.datetime
+
+
+def registered_slices(rows: Iterable[Sequence[Any]]) -> list[RegisteredSlice]:
+    """Registry rows (tenant, scope, dataset, batch, rows, committed at), a slice's datasets
+    together, as one RegisteredSlice per (tenant, scope). A slice's datasets are registered
+    in one transaction: one batch, one commit time (the latest, should they differ)."""
+    slices: dict[tuple[str, str], RegisteredSlice] = {}
+    for tenant_id, scope, dataset, batch_id, count, committed_at in rows:
+        key = (str(tenant_id), str(scope))
+        seen = slices.get(key)
+        if seen is None:
+            seen = slices[key] = RegisteredSlice(
+                key[0], key[1], uuid.UUID(str(batch_id)), {}, committed_at
+            )
+        elif committed_at > seen.committed_at:
+            seen = slices[key] = replace(seen, committed_at=committed_at)
+        seen.row_counts[str(dataset)] = int(count)
+    return list(slices.values())
 
 
 @dataclass
@@ -259,6 +290,18 @@ class SliceCommitter(CommitsThroughOpenSlice):
                 return {}
             rows = run(cursor, registered_counts_sql(tenant_id, source_scope)).fetchall()
             return {str(dataset): int(count) for dataset, count in rows}
+
+        return self._in_transaction(work)
+
+    def slice_registry(self, tenant_id: str | None = None) -> list[RegisteredSlice]:
+        """Every slice the registry holds in this database (or one tenant's): none before
+        the registry exists."""
+
+        def work(cursor: Cursor) -> list[RegisteredSlice]:
+            exists = run(cursor, self._registry_exists_sql()).fetchone()
+            if not (exists and exists[0]):
+                return []
+            return registered_slices(run(cursor, registry_rows_sql(tenant_id)).fetchall())
 
         return self._in_transaction(work)
 

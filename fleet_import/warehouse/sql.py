@@ -132,6 +132,18 @@ def registered_counts_sql(tenant_id: str, source_scope: str) -> Statement:
     )
 
 
+def registry_rows_sql(tenant_id: str | None = None) -> Statement:
+    """Every registry row (one per tenant, scope and dataset), or one tenant's: what
+    `fleet-import slices list` shows. Ordered so that a slice's datasets come together."""
+    where, params = ("WHERE tenant_id = %s ", [tenant_id]) if tenant_id is not None else ("", [])
+    return (
+        "SELECT tenant_id, source_scope, dataset, batch_id, row_count, committed_at "
+        f"FROM {table_name(REGISTRY_TABLE)} {where}"
+        "ORDER BY tenant_id, source_scope, dataset",
+        params,
+    )
+
+
 def forget_slices_sql(tenant_id: str, source_scope: str, dataset: str | None = None) -> Statement:
     """The scope's registry rows, or only one dataset's."""
     where, params = _scope_filter(tenant_id, source_scope)

@@ -1,12 +1,13 @@
 """Issue 40, "The first hour": what a new user meets in the first hour, through the command.
 
 `resume` takes the 8-digit prefix `batches list` prints; `batches show` and `tenants show`
-print words, not Python values. Each command
+print words, not Python values; `slices list` says what each slice holds now. Each command
 runs in this process (tests/cli/run_cli.py) against a real PostgreSQL; no flow runs here
 (the stand-in for `resume`'s flow records what it was asked)."""
 
 from __future__ import annotations
 
+import json
 import sys
 import uuid
 from pathlib import Path
@@ -20,6 +21,8 @@ from prefect.states import Completed
 from fleet_import.scope import Tenant, source_scope
 from fleet_import.store.models import Batch, FailureKind, Reserved
 from fleet_import.store.repository import BatchRepository
+from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
+from tests import pgtools
 from tests.cli.run_cli import Ran, fleet
 
 FOLDER = "s3://fleet-landing/{tenant}/fleet/2026-07-22/"
@@ -149,4 +152,99 @@ def test_tenants_show_says_which_database_and_why(tmp_path: Path) -> None:
         assert "enabled: yes\n" in ran.stdout and "overrides: none\n" in ran.stdout
         for python in ("None", "True", "False", "[]", "{}"):
             assert python not in ran.stdout, (python, ran.stdout)
+        _no_traceback(ran)
+
+
+# -- slices list ----------------------------------------------------------------------------
+
+
+def _register(url: str, tenant: str, batch: uuid.UUID, rows: dict[str, int]) -> None:
+    """A slice in the registry of the warehouse at `url`, as a commit records it."""
+    PostgresWarehouse(url).ensure_tables([])  # the registry
+    with psycopg.connect(url, autocommit=True) as conn:
+        for dataset, count in rows.items():
+            conn.execute(
+                "INSERT INTO curated.ingestion_slices (tenant_id, source_scope, dataset, "
+                "batch_id, row_count, committed_at, target_table) VALUES "
+                "(%s, %s, %s, %s, %s, '2026-07-22 06:30:00+00', %s)",
+                (tenant, source_scope(FOLDER.format(tenant=tenant)), dataset, str(batch), count,
+                 f"curated.fleet_{dataset}"),
+            )
+
+
+def test_slices_list_says_so_when_nothing_is_loaded(database_url: str) -> None:
+    env = _env(database_url, FLEET_WAREHOUSE_URL="")
+    empty, _ = fleet("slices", "list", **env)  # no registry yet: a first hour's warehouse
+    assert empty.returncode == 0, empty.stderr
+    assert empty.stdout.startswith("no slice loaded yet (the slice registry is empty): ")
+    assert "fleet-import run --tenant TENANT FOLDER" in empty.stdout
+    PostgresWarehouse(database_url).ensure_tables([])
+    none_for_acme, _ = fleet("slices", "list", "--tenant", "acme", **env)
+    assert none_for_acme.returncode == 0, none_for_acme.stderr
+    assert none_for_acme.stdout.startswith("tenant acme has no slice loaded yet: ")
+    as_json, _ = fleet("slices", "list", "--json", **env)
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == []
+    for ran in (empty, none_for_acme, as_json):
+        _no_traceback(ran)
+
+
+def test_slices_list_shows_each_slice_from_every_tenant_database(
+    pg_server_url: str, database_url: str, tmp_path: Path
+) -> None:
+    """acme's slice is in the shared database, globex's in its own (the registry's)."""
+    name = pgtools.unique_name("globex_dw")
+    globex_url = pgtools.create_database(pg_server_url, name)
+    try:
+        acme, globex = uuid.uuid4(), uuid.uuid4()
+        _register(database_url, "acme", acme, {"trips": 5_003, "vehicles": 40})
+        _register(globex_url, "globex", globex, {"trips": 12})
+        registry = tmp_path / "tenants.yaml"
+        registry.write_text(f"tenants:\n  acme: {{}}\n  globex: {{database: {name}}}\n")
+        env = _env(database_url, FLEET_WAREHOUSE_URL="", FLEET_TENANTS=str(registry))
+
+        listed, _ = fleet("slices", "list", **env)
+        assert listed.returncode == 0, listed.stderr
+        lines = listed.stdout.splitlines()
+        assert lines[0].split() == ["tenant", "folder", "batch", "rows", "loaded", "UTC"]
+        assert lines[1].split() == [
+            "acme", FOLDER.format(tenant="acme"), str(acme)[:8], "trips", "5,003",
+            "2026-07-22", "06:30",
+        ]  # fmt: skip
+        assert lines[2].split() == ["vehicles", "40"]  # the slice's next dataset
+        assert lines[3].split() == [
+            "globex", FOLDER.format(tenant="globex"), str(globex)[:8], "trips", "12",
+            "2026-07-22", "06:30",
+        ]  # fmt: skip
+        assert str(acme) not in listed.stdout
+
+        only, _ = fleet("slices", "list", "--tenant", "globex", "--json", **env)
+        assert only.returncode == 0, only.stderr
+        (record,) = json.loads(only.stdout)
+        assert record == {
+            "tenant_id": "globex",
+            "folder": FOLDER.format(tenant="globex"),
+            "source_scope": source_scope(FOLDER.format(tenant="globex")),
+            "batch_id": str(globex),
+            "rows": {"trips": 12},
+            "loaded_at": "2026-07-22T06:30:00+00:00",
+            "database": name,
+        }
+        for ran in (listed, only):
+            _no_traceback(ran)
+    finally:
+        pgtools.drop_database(pg_server_url, name)
+
+
+def test_slices_list_usage_errors_say_what_to_give(database_url: str) -> None:
+    bad, _ = fleet("slices", "list", "--tenant", "Not A Slug", **_env(database_url))
+    (line,) = bad.stderr.splitlines()
+    assert line.startswith("error: ") and "Not A Slug" in line
+    template = f"{database_url.rsplit('/', 1)[0]}/{{database}}"
+    unknown, _ = fleet("slices", "list", **_env(database_url, FLEET_WAREHOUSE_URL=template))
+    (line,) = unknown.stderr.splitlines()
+    assert line.startswith("error: the warehouse names a database per tenant") and (
+        line.endswith("give --tenant")
+    )
+    for ran in (bad, unknown):
+        assert ran.returncode == 2 and ran.stdout == ""
         _no_traceback(ran)

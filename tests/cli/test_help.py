@@ -11,7 +11,7 @@ from fleet_cli.cli import app
 
 COMMANDS = (
     "doctor", "db upgrade", "run", "batches list", "batches show", "batches approve",
-    "batches reject", "slices rollback", "resume",
+    "batches reject", "slices list", "slices rollback", "resume",
     "tenants list", "tenants show", "tenants purge", "contracts show", "tables migrate",
     "freshness", "relay", "worker", "demo",
 )
