@@ -140,3 +140,22 @@ def test_a_manifest_with_a_missing_or_short_file_blocks_the_run_from_the_cli(
     assert f"size differs: {folder}trips-2.csv.gz" in short.stdout, short.stdout
     assert slice_rows(flow_env, "fleet_trips", "acme", folder) == []
     assert BatchRepository(flow_env).list(status="running") == []
+
+
+def test_a_manifest_naming_a_dataset_s_only_file_that_never_arrived_names_it_from_the_cli(
+    flow_env: str, api_env, s3, landing_bucket: str
+) -> None:
+    """Issue 40, item 8: the one line names the missing file and the manifest (it said only
+    `no file for required dataset(s) vehicles`), and nothing reached the warehouse."""
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=20)
+    arrived = {k: v for k, v in files.items() if k != "vehicles.csv"}
+    upload(s3, folder, {**arrived, MANIFEST_NAME: manifest_for(files, folder, {})})
+    missing = cli("run", "--tenant", "acme", folder, env=api_env)
+    assert missing.returncode == 1, missing.stdout + missing.stderr
+    (line,) = missing.stdout.splitlines()
+    assert line.startswith("Failed: failed_pre_commit: "), line
+    assert f"does not match its manifest {MANIFEST_NAME}: missing: {folder}vehicles.csv" in line
+    assert "Traceback" not in missing.stdout + missing.stderr
+    assert slice_rows(flow_env, "fleet_vehicles", "acme", folder) == []
+    assert BatchRepository(flow_env).list(status="running") == []

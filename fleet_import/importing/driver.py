@@ -40,6 +40,7 @@ from fleet_import.importing.guards import (
     GuardOverride,
     SliceHeld,
     check_delivery_manifest,
+    explain_refusal,
     hold_batch,
     record_override,
 )
@@ -63,7 +64,7 @@ from fleet_import.importing.settle import (
 from fleet_import.publication.events import EventSink
 from fleet_import.retry import NO_RETRY, Backoff
 from fleet_import.s3.delivery import DeliveryIdentity
-from fleet_import.s3.sources import Manifest, discover
+from fleet_import.s3.sources import DiscoveryError, Manifest, discover
 from fleet_import.scope import Tenant, folder_of_scope, source_scope
 from fleet_import.store.heartbeat import leased, release_lease_quietly
 
@@ -257,7 +258,11 @@ def discover_step(batch: LeasedBatch) -> Manifest:
     ctx.progress(f"listing {folder}", None)
     # A rollback pins the content it loads (issue #24); every other batch lists its folder.
     pinned = pinned_manifest(ctx, batch.batch_id)
-    manifest = pinned or discover(ctx.s3, folder, ctx.contracts)
+    try:
+        manifest = pinned or discover(ctx.s3, folder, ctx.contracts)
+    except DiscoveryError as refused:
+        explain_refusal(ctx, refused)  # the folder's own manifest may name the missing file
+        raise
     # The folder's own manifest, if it has one (issue #24): raises on a mismatch.
     declared = None if pinned else check_delivery_manifest(ctx, manifest)
     failpoints.hit("mid_discovery")

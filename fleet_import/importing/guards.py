@@ -26,8 +26,9 @@ from fleet_import.s3.delivery_manifest import (
     MANIFEST_NAME,
     DeliveryManifestMismatch,
     read_delivery_manifest,
+    read_listed_manifest,
 )
-from fleet_import.s3.sources import Manifest
+from fleet_import.s3.sources import DiscoveryError, Manifest
 from fleet_import.store.models import FailureKind
 
 log = logging.getLogger(__name__)
@@ -156,10 +157,14 @@ def content_of(ctx: ImportContext, manifest: Manifest) -> dict[str, Any]:
     return {"fingerprint": identity.fingerprint, "contract_versions": identity.versions}
 
 
+def _manifest_name(ctx: ImportContext) -> str:
+    return ctx.settings.delivery_manifest_name if ctx.settings is not None else MANIFEST_NAME
+
+
 def check_delivery_manifest(ctx: ImportContext, listing: Manifest) -> dict[str, Any] | None:
     """Verify the folder against its own manifest, if it holds one: raises naming the
     missing, short or unlisted files; else what it declares, for the batch's details."""
-    name = ctx.settings.delivery_manifest_name if ctx.settings is not None else MANIFEST_NAME
+    name = _manifest_name(ctx)
     declared = read_delivery_manifest(ctx.s3, listing, name)
     if declared is None:
         return None
@@ -169,6 +174,23 @@ def check_delivery_manifest(ctx: ImportContext, listing: Manifest) -> dict[str, 
             f"{listing.folder} does not match its manifest {name}: {'; '.join(problems)}"
         )
     return {"name": name, "declared_rows": declared.declared_rows()}
+
+
+def explain_refusal(ctx: ImportContext, refused: DiscoveryError) -> None:
+    """A folder discovery refused, held against its own manifest if it holds one: raises
+    naming the manifest and the files it lists that are missing or short, the cause a
+    `no file for required dataset` hides (the file that never arrived was that dataset's
+    only one). Returns when there is no manifest, or it has nothing to add."""
+    name = _manifest_name(ctx)
+    if refused.folder is None or not refused.sizes:
+        return
+    declared = read_listed_manifest(ctx.s3, refused.folder, refused.sizes, name)
+    problems = declared.missing_or_short(refused.folder, refused.sizes) if declared else []
+    if problems:
+        raise DeliveryManifestMismatch(
+            f"{refused.folder} does not match its manifest {name}: {'; '.join(problems)}"
+            f" (so: {'; '.join(refused.problems)})"
+        ) from refused
 
 
 def record_override(ctx: ImportContext, claimed: Claimed, override: GuardOverride | None) -> None:

@@ -12,7 +12,7 @@ rejected rows differ is held for review (importing.guards).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,13 +94,22 @@ class DeliveryManifest:
         bucket, _ = split_folder(listing.folder)
         sizes = {f"s3://{bucket}/{obj.key}": obj.size for obj in listing.objects}
         listed = {e.url for e in self.entries}
+        return self._problems(sizes, sorted(url for url in sizes if url not in listed))
+
+    def missing_or_short(self, folder: str, sizes: Mapping[str, int]) -> list[str]:
+        """The mandatory entries absent from the folder, and sizes that differ, against
+        every object its listing held (key -> bytes): why a folder discovery refused may be
+        a file that never arrived (`no file for required dataset` names no file)."""
+        bucket, _ = split_folder(folder)
+        return self._problems({f"s3://{bucket}/{key}": size for key, size in sizes.items()}, [])
+
+    def _problems(self, sizes: Mapping[str, int], unlisted: list[str]) -> list[str]:
         missing = [e.url for e in self.entries if e.mandatory and e.url not in sizes]
         short = [
             f"{e.url} ({sizes[e.url]:,} bytes, manifest says {e.content_length:,})"
             for e in self.entries
             if e.url in sizes and e.content_length is not None and sizes[e.url] != e.content_length
         ]
-        unlisted = sorted(url for url in sizes if url not in listed)
         problems = []
         for what, urls in (("missing", missing), ("size differs", short), ("unlisted", unlisted)):
             if urls:
@@ -113,9 +122,16 @@ def read_delivery_manifest(
     s3: Any, listing: Manifest, name: str = MANIFEST_NAME
 ) -> DeliveryManifest | None:
     """The folder's manifest, if discovery saw one (it is among the ignored keys)."""
-    bucket, prefix = split_folder(listing.folder)
+    return read_listed_manifest(s3, listing.folder, listing.ignored, name)
+
+
+def read_listed_manifest(
+    s3: Any, folder: str, keys: Collection[str], name: str = MANIFEST_NAME
+) -> DeliveryManifest | None:
+    """The folder's manifest, if its listing (`keys`) holds one."""
+    bucket, prefix = split_folder(folder)
     key = prefix + name
-    if key not in listing.ignored:
+    if key not in keys:
         return None
     with _s3_errors(f"read the delivery manifest {key}", DeliveryManifestMismatch):
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()

@@ -164,11 +164,19 @@ class DiscoveryError(PreCommitError):
     bucket_named_by = "the folder's bucket (s3://bucket/prefix/)"
 
     def __init__(
-        self, message: str | None = None, *, folder: str | None = None, problems: Sequence[str] = ()
+        self,
+        message: str | None = None,
+        *,
+        folder: str | None = None,
+        problems: Sequence[str] = (),
+        sizes: Mapping[str, int] | None = None,
     ) -> None:
         super().__init__(message)
         self.folder = folder
         self.problems = tuple(problems)
+        self.sizes = dict(sizes or {})
+        """Every object the folder's listing held (key -> bytes), matched or not: what its
+        own delivery manifest is held against to say which file is missing."""
 
 
 @transient_variant_of(DiscoveryError)
@@ -227,6 +235,7 @@ def discover(
     ignored: list[str] = list(sub_folders)
     problems: list[str] = []
     file_names: list[str] = []
+    sizes: dict[str, int] = {}
     seen_datasets: set[str] = set()
     for item in contents:
         key: str = item["Key"]
@@ -239,6 +248,7 @@ def discover(
             ignored.append(key)
             continue
         file_names.append(name)
+        sizes[key] = int(item["Size"])
         globbed = [c.name for c in contracts.values() if fnmatch.fnmatchcase(name, c.file_glob)]
         if not globbed:
             ignored.append(key)
@@ -284,6 +294,7 @@ def discover(
             f"cannot import {canonical}: " + "; ".join(problems),
             folder=canonical,
             problems=problems,
+            sizes=sizes,
         )
     return Manifest(
         folder=canonical,

@@ -70,3 +70,40 @@ def test_a_file_whose_rows_differ_from_its_declared_count_is_held(
     assert isinstance(held, Failed) and held.kind == FailureKind.HELD, held
     assert f"{folder}trips-1.csv: the delivery manifest declares 120 rows, 100 were" in held.error
     assert import_ctx.warehouse.slice_owner("acme", f"fleet_s3:{folder}") is None
+
+
+def test_a_dataset_whose_only_file_never_arrived_names_the_file_and_the_manifest(
+    import_ctx: ImportContext, s3, landing_bucket: str
+) -> None:
+    """Discovery refuses the folder first (no file for a required dataset names no file):
+    the folder's own manifest says which file that was, and that it never arrived."""
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=200)
+    arrived = {k: v for k, v in files.items() if k != "vehicles.csv"}
+    upload(s3, folder, {**arrived, MANIFEST_NAME: manifest_for(files, folder, {})})
+    copies = import_ctx.warehouse.copies
+    missing = import_folder(import_ctx, ACME, folder, "d1")
+    assert isinstance(missing, Failed) and missing.kind == FailureKind.FAILED_PRE_COMMIT
+    assert missing.error.startswith(
+        f"{folder} does not match its manifest {MANIFEST_NAME}: missing: {folder}vehicles.csv"
+    ), missing.error
+    assert "no file for required dataset(s) vehicles" in missing.error  # the consequence
+
+    upload(s3, folder, {"vehicles.csv": b""})  # arrived empty: the manifest's size says so
+    empty = import_folder(import_ctx, ACME, folder, "d2")
+    assert isinstance(empty, Failed), empty
+    assert f"size differs: {folder}vehicles.csv (0 bytes, manifest says " in empty.error
+    assert import_ctx.warehouse.copies == copies  # nothing reached the warehouse
+    assert import_ctx.repo.list(status="running") == []
+
+
+def test_without_a_manifest_discovery_says_what_it_found(
+    import_ctx: ImportContext, s3, landing_bucket: str
+) -> None:
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=200)
+    upload(s3, folder, {k: v for k, v in files.items() if k != "vehicles.csv"})
+    refused = import_folder(import_ctx, ACME, folder, "d1")
+    assert isinstance(refused, Failed), refused
+    assert refused.error.startswith(f"cannot import {folder}: no file for required dataset")
+    assert MANIFEST_NAME not in refused.error
