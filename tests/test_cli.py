@@ -296,7 +296,7 @@ def test_run_prints_the_final_state_verbatim_and_exits_with_its_code(
 ) -> None:
     monkeypatch.setenv("FLEET_DATABASE_URL", database_url)
     _replace_flow(monkeypatch, "import_s3_folder", "import_s3_folder", state)
-    result = CliRunner().invoke(app, ["run", "--tenant", "acme", "s3://b/a/"])
+    result = CliRunner().invoke(app, ["run", "--tenant", "acme", "s3://fleet-landing/acme/a/"])
     assert result.exit_code == code, result.output
     assert result.stdout == f"{state.name}: {state.message}\n"
 
