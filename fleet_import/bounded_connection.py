@@ -5,10 +5,12 @@ implementation both the operational store and the PostgreSQL warehouse connect w
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
 
 CONNECT_TIMEOUT_SECONDS = 10
 KEEPALIVE_IDLE_SECONDS = 30
@@ -33,6 +35,23 @@ a migration may wait on a lock or rewrite a table for longer than any import sta
 
 
 REPLY_LOST = "the server, or the network to it, stopped answering mid-statement"
+_LIBPQ_DEFAULT_PORT = "5432"
+
+
+def server_address(conninfo: str) -> str:
+    """`host:port` a connection to `conninfo` tries (libpq's defaults where it names none;
+    each of a multi-host list), never its user or password: what a failed connection names
+    in place of the SQLSTATE it does not have."""
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return "an unparsable connection URL"
+    host = str(params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST") or "")
+    port = str(params.get("port") or os.environ.get("PGPORT") or _LIBPQ_DEFAULT_PORT)
+    hosts, ports = host.split(","), port.split(",")
+    if len(ports) != len(hosts):
+        ports = ports[:1] * len(hosts)
+    return ", ".join(f"{h or 'the local socket'}:{p}" for h, p in zip(hosts, ports, strict=True))
 
 
 class ReplyTimeout(psycopg.OperationalError):

@@ -223,3 +223,21 @@ def libpq_url(url: str) -> str:
 def sqlalchemy_url(url: str) -> str:
     """The same database as a SQLAlchemy URL on the psycopg 3 driver."""
     return "postgresql+psycopg://" + libpq_url(url).removeprefix("postgresql://")
+
+
+_MASK = "***"
+
+
+def masked_url(url: str) -> str:
+    """`url` as it may be printed: its password (in the user part or a `password=` query
+    parameter) replaced by ***, everything else as given."""
+    parts = urlsplit(url)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    user, colon, _password = userinfo.partition(":")
+    netloc = f"{user}{colon and ':' + _MASK}{at}{hostport}"
+    query = "&".join(
+        f"{key}={_MASK}" if key.lower() == "password" else f"{key}{eq}{value}"
+        for key, eq, value in (pair.partition("=") for pair in parts.query.split("&") if pair)
+    )
+    # Built by hand: urlunsplit drops an empty host (`postgresql:///db`) to `postgresql:/db`.
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from fleet_import.bounded_connection import connect_bounded
-from fleet_import.config import Settings, libpq_url
+from fleet_import.bounded_connection import connect_bounded, server_address
+from fleet_import.config import Settings, libpq_url, masked_url
 from fleet_import.errors import FleetImportError
 from fleet_import.explain import DB_UPGRADE_HINT, advise, advise_s3
 
@@ -21,16 +21,19 @@ _PROBE_REPLY_TIMEOUT_SECONDS = 15.0  # a probe's catalog reads answer in millise
 _PROBE_NAME = "_fleet-import-doctor-probe"
 # What a load does to a curated table and the registry: delete the old slice, insert the new.
 _TABLE_PRIVILEGES = "SELECT, INSERT, DELETE"
+_DATABASE_URL = "FLEET_DATABASE_URL"
 
 
 @dataclass(frozen=True)
 class Check:
-    """One line of the doctor's table. `ok` None: not applicable here (skipped)."""
+    """One line of the doctor's table. `ok` None: not applicable here (skipped). `error`:
+    what a failed check caught, our own error (its message is the reason), for --debug."""
 
     name: str
     ok: bool | None
     reason: str
     fix: str = ""
+    error: BaseException | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, object]:
         status = "skipped" if self.ok is None else ("ok" if self.ok else "failed")
@@ -57,16 +60,21 @@ def _connect(url: str) -> psycopg.Connection[Any]:
     )
 
 
-def _connection_failure(name: str, exc: psycopg.Error, variable: str) -> Check:
-    """Never the driver's own text for a failed connection: libpq may quote the URL."""
-    from fleet_import.store.connection import translate_driver_error
-
-    advice = advise(translate_driver_error(exc))
+def _connection_failure(
+    name: str, error: FleetImportError, exc: psycopg.Error, variable: str
+) -> Check:
+    """`error`: `exc` translated at its store's or warehouse's boundary, which never keeps
+    the driver's own text for a failed connection (libpq may quote the URL); its reason and
+    next step name `variable`, where that URL is set. It keeps `exc`'s traceback."""
+    advice = advise(error)
     reason = advice.problem if advice else type(exc).__name__
-    if variable != "FLEET_DATABASE_URL":
-        reason = reason.replace("operational database", "warehouse")
-    fix = advice.next_step.replace("FLEET_DATABASE_URL", variable) if advice else ""
-    return failed(name, reason, fix or f"check {variable}")
+    fix = advice.next_step if advice else ""
+    if variable == _DATABASE_URL:  # a warehouse that is the operational database
+        reason = reason.replace("FLEET_WAREHOUSE_URL", variable)
+        fix = fix.replace("FLEET_WAREHOUSE_URL", variable)
+    return Check(
+        name, False, reason, fix or f"check {variable}", error.with_traceback(exc.__traceback__)
+    )
 
 
 def check_operational_database(url: str) -> Iterator[Check]:
@@ -76,13 +84,16 @@ def check_operational_database(url: str) -> Iterator[Check]:
     head = head_revision()
     try:
         with _connect(url) as conn:
-            yield passed("operational database reachable", _version(conn))
+            yield passed("operational database reachable", f"{_version(conn)} at {masked_url(url)}")
             try:
                 row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
             except psycopg.errors.UndefinedTable:
                 row = None
     except psycopg.Error as exc:
-        yield _connection_failure("operational database reachable", exc, "FLEET_DATABASE_URL")
+        from fleet_import.store.connection import translate_driver_error
+
+        error = translate_driver_error(exc, address=server_address(libpq_url(url)))
+        yield _connection_failure("operational database reachable", error, exc, _DATABASE_URL)
         return
     current = row[0] if row else None
     if current == head:
@@ -135,7 +146,7 @@ def _check_postgres(
     from fleet_import.tenants.databases import postgres_url_for
 
     url = postgres_url_for(settings, database)
-    variable = "FLEET_WAREHOUSE_URL" if settings.warehouse_url else "FLEET_DATABASE_URL"
+    variable = "FLEET_WAREHOUSE_URL" if settings.warehouse_url else _DATABASE_URL
     suffix = f" ({database})" if database else ""
     try:
         contracts = list(contracts_in_force(settings.contracts).values())
@@ -144,11 +155,14 @@ def _check_postgres(
         return
     try:
         with _connect(url) as conn:
-            yield passed("warehouse reachable" + suffix, _version(conn))
+            yield passed("warehouse reachable" + suffix, f"{_version(conn)} at {masked_url(url)}")
             if not reachable_only:
                 yield from _curated_tables(conn, contracts)
     except psycopg.Error as exc:
-        yield _connection_failure("warehouse reachable" + suffix, exc, variable)
+        from fleet_import.warehouse.postgres.driver import translate
+
+        error = translate(exc, address=server_address(libpq_url(url)))
+        yield _connection_failure("warehouse reachable" + suffix, error, exc, variable)
 
 
 def _curated_tables(conn: psycopg.Connection[Any], contracts: Iterable[Any]) -> Iterator[Check]:

@@ -11,15 +11,28 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 
-from fleet_import.bounded_connection import REPLY_LOST, ReplyTimeout, connect_bounded
+from fleet_import.bounded_connection import (
+    REPLY_LOST,
+    ReplyTimeout,
+    connect_bounded,
+    server_address,
+)
 from fleet_import.config import DEFAULT_DATABASE_REPLY_TIMEOUT_SECONDS, Settings, libpq_url
 from fleet_import.error_table import psycopg_kind
 from fleet_import.errors import OperationalStoreError
 
 RUNNING_SCOPE_INDEX = "ux_ingestion_batches_running_scope"
-CONNECTION_HINT = (
-    "could not connect (is the server up, is FLEET_DATABASE_URL right, are there free connections?)"
-)
+
+
+def _connection_refused(address: str | None = None) -> str:
+    """Why a connection was not made, naming the host:port it tried when known."""
+    to = f" to {address}" if address else ""
+    return (
+        f"could not connect{to} (is the server up, is FLEET_DATABASE_URL right, are there free "
+        "connections?)"
+    )
+
+
 CONNECTION_LOST = (
     "the connection was lost mid-statement (the server restarted, or the network cut it)"
 )
@@ -56,7 +69,7 @@ class SqlStore:
         try:
             conn = connect_bounded(self._conninfo, self._reply_timeout, row_factory=dict_row)
         except psycopg.Error as exc:
-            raise translate_driver_error(exc) from None
+            raise translate_driver_error(exc, address=server_address(self._conninfo)) from None
         try:
             with conn:
                 yield conn
@@ -73,11 +86,13 @@ class SqlStore:
 
 
 def translate_driver_error(
-    exc: psycopg.Error, *, connected: bool = False
+    exc: psycopg.Error, *, connected: bool = False, address: str | None = None
 ) -> OperationalStoreError:
     """The single boundary where driver errors become ours: decided by constraint name, or
     given the kind the classification table gives them; never by message text. `connected`:
-    the connection was made, so a connection error is one lost, not one refused."""
+    the connection was made, so a connection error is one lost, not one refused. `address`:
+    the host:port a refused connection tried (`server_address`), named in its message, which
+    has no SQLSTATE to show."""
     if (
         isinstance(exc, pg_errors.UniqueViolation)
         and exc.diag.constraint_name == RUNNING_SCOPE_INDEX
@@ -85,14 +100,15 @@ def translate_driver_error(
         return ScopeTaken()
     # Never the driver's own text for a connection failure: libpq may quote the connection
     # string, and with a malformed URL part of the password.
-    hint = CONNECTION_LOST if connected else CONNECTION_HINT
+    hint = CONNECTION_LOST if connected else _connection_refused(address)
     if isinstance(exc, ReplyTimeout):
         hint = f"{exc} (FLEET_DATABASE_REPLY_TIMEOUT_SECONDS): {REPLY_LOST}"
     reason = exc.diag.message_primary or (
         hint if isinstance(exc, psycopg.OperationalError) else type(exc).__name__
     )
+    state = f", SQLSTATE {exc.sqlstate}" if exc.sqlstate else ""
     return OperationalStoreError(
-        f"operational database error ({type(exc).__name__}, SQLSTATE {exc.sqlstate}): {reason}",
+        f"operational database error ({type(exc).__name__}{state}): {reason}",
         kind=psycopg_kind(exc),
         code=exc.sqlstate,
     )
