@@ -29,6 +29,9 @@ DEBUG_VARIABLE = "FLEET_DEBUG"
 # tens of seconds on a busy 2-core machine, past Prefect's default wait (flows/demo.py).
 EPHEMERAL_STARTUP_TIMEOUT_SECONDS = "120"
 _EPHEMERAL_TIMEOUT_VARIABLE = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+# Its telemetry service would report to Prefect's servers; without a way out (a firewall, no
+# network) it logs an ERROR into the run's output (flows/demo.py turns it off too).
+_ANALYTICS_VARIABLE = "PREFECT_SERVER_ANALYTICS_ENABLED"
 _PREFECT_PROBE_TIMEOUT_SECONDS = 5.0
 _POINT_AT_A_SERVER = (
     "start one (`prefect server start`) and set PREFECT_API_URL=http://127.0.0.1:4200/api"
@@ -59,10 +62,12 @@ def require_settings(uses: Collection[Uses], **overrides: object) -> Settings:
 
 def prefect_ready() -> None:
     """Before a flow runs in this process: a configured API must answer; with none, the
-    temporary one Prefect starts gets a start-up wait that holds on a busy machine."""
+    temporary one Prefect starts gets a start-up wait that holds on a busy machine, and no
+    telemetry. An operator's own values win."""
     url = os.environ.get("PREFECT_API_URL")
     if not url:
         os.environ.setdefault(_EPHEMERAL_TIMEOUT_VARIABLE, EPHEMERAL_STARTUP_TIMEOUT_SECONDS)
+        os.environ.setdefault(_ANALYTICS_VARIABLE, "false")
         return
     import httpx
 
