@@ -49,12 +49,19 @@ def error_line(message: str) -> None:
     err_console.print(Text.assemble(("error:", "red"), " ", message), soft_wrap=True)
 
 
+def debug_traceback(exc: BaseException | None) -> None:
+    """With --debug / FLEET_DEBUG=1, a foreseen error's traceback, printed before its line."""
+    if exc is not None and debugging():
+        traceback.print_exception(exc, file=sys.stderr)
+
+
 def require_settings(uses: Collection[Uses], **overrides: object) -> Settings:
     """The settings from the environment (`overrides`: a command's options over it), or
     every problem printed and CONFIGURATION_ERROR."""
     try:
         return check_settings(uses, **{k: v for k, v in overrides.items() if v is not None})
     except SettingsInvalid as exc:
+        debug_traceback(exc)
         for problem in exc.problems:
             error_line(str(problem))
         raise typer.Exit(CONFIGURATION_ERROR) from None
@@ -74,6 +81,7 @@ def prefect_ready() -> None:
     try:
         httpx.get(url.rstrip("/") + "/health", timeout=_PREFECT_PROBE_TIMEOUT_SECONDS)
     except httpx.HTTPError as exc:
+        debug_traceback(exc)
         error_line(
             f"the Prefect API at PREFECT_API_URL does not answer ({type(exc).__name__}): "
             f"start it, or fix PREFECT_API_URL; unset it to run on a temporary local API"
@@ -92,10 +100,12 @@ def services_ready(settings: Settings) -> None:
             reason = check.reason
             if not reason.startswith("operational database"):
                 reason = f"operational database: {reason}"
+            debug_traceback(check.error)
             error_line(f"{reason}: {check.fix}")
             raise typer.Exit(FAILED)
     for reachable in check_warehouse(settings, reachable_only=True):
         if reachable.ok is False:
+            debug_traceback(reachable.error)
             error_line(f"{reachable.reason}: {reachable.fix}")
             raise typer.Exit(FAILED)
 
@@ -146,7 +156,6 @@ def foreseen_errors(code: int = FAILED) -> Iterator[None]:
         line = explain(exc) or _prefect_advice(exc)
         if line is None:
             raise
-        if debugging():
-            traceback.print_exception(exc, file=sys.stderr)
+        debug_traceback(exc)
         error_line(line)
         raise typer.Exit(code) from None

@@ -17,6 +17,7 @@ from tests.cli.run_cli import (
     CONFIGURATION_ERROR,
     FAST_ENOUGH_SECONDS,
     FOLDER,
+    SECRET,
     assert_refused,
     error_lines,
     fleet,
@@ -234,3 +235,52 @@ def test_an_unreachable_warehouse_is_one_line_naming_its_variable(database_url: 
     ]
     assert "s3cret-pw" not in result.stderr
     assert seconds < FAST_ENOUGH_SECONDS
+
+
+STAGING = "s3://fleet-staging/stage/"
+PREFLIGHT = {  # what `run` checks before its flow, broken: (env, exit code, error raised)
+    "settings": lambda _: (
+        {"FLEET_DATABASE_URL": f"mysql://root:{SECRET}@db/fleet"},
+        CONFIGURATION_ERROR,
+        "SettingsInvalid",
+    ),
+    "Prefect API": lambda _: (
+        {"FLEET_STAGING_URI": STAGING, "PREFECT_API_URL": f"http://127.0.0.1:{free_port()}/api"},
+        1,
+        "httpx.ConnectError",
+    ),
+    "operational database": lambda _: (
+        {"FLEET_STAGING_URI": STAGING, "FLEET_DATABASE_URL": _closed_port_url()},
+        1,
+        "OperationalStoreError",
+    ),
+    "warehouse": lambda database_url: (
+        {
+            "FLEET_STAGING_URI": STAGING,
+            "FLEET_DATABASE_URL": database_url,
+            "FLEET_WAREHOUSE_URL": _closed_port_url(),
+        },
+        1,
+        "WarehouseError",
+    ),
+}
+
+
+@pytest.mark.parametrize("failure", PREFLIGHT)
+def test_debug_adds_the_traceback_to_a_preflight_failure(failure: str, database_url: str) -> None:
+    """README: `--debug` (or FLEET_DEBUG=1) adds the traceback to a foreseen error's line;
+    the checks before the flow printed their lines alone."""
+    env, code, raised = PREFLIGHT[failure](database_url)
+    plain, _ = fleet("run", "--tenant", "acme", FOLDER, **env)
+    assert plain.returncode == code and "Traceback" not in plain.stderr
+    lines = error_lines(plain)
+    assert lines and all(line.startswith("error: ") for line in lines), lines
+    for shown in (
+        fleet("--debug", "run", "--tenant", "acme", FOLDER, **env)[0],
+        fleet("run", "--tenant", "acme", FOLDER, FLEET_DEBUG="1", **env)[0],
+    ):
+        assert shown.returncode == code
+        assert shown.stderr.startswith("Traceback (most recent call last):"), shown.stderr
+        assert f"{raised}: " in shown.stderr
+        assert error_lines(shown)[-len(lines) :] == lines  # then the same lines
+        assert SECRET not in shown.stderr
