@@ -8,8 +8,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -170,12 +171,13 @@ def recovered_invariants(database_url: str, source: Source) -> list[str]:
 from tests.warehouse.conftest import emulator  # noqa: E402, F401
 
 
-def matrix_cells(
-    phases: Iterable[str], faults: Iterable[str], sampled: set[tuple[str, str]]
-) -> list[Any]:
-    """(phase, fault) parameters of a fault matrix; the `sampled` cells are marked
+def matrix_cells(cells: Mapping[tuple[str, str], str], sampled: set[tuple[str, str]]) -> list[Any]:
+    """(phase, fault) parameters of a fault matrix, one per distinct recovery path: `cells`
+    maps each kept cell to the path it stands for (the other cells of phase x fault meet the
+    same code, and the module's docstring says which). The `sampled` cells are marked
     `faults_sample`, which `make test` runs too (`make test-faults` runs them all)."""
-    faults = tuple(faults)
+    unknown = sampled - set(cells)
+    assert not unknown, f"sampled cells that are not in the matrix: {unknown}"
     return [
         pytest.param(
             phase,
@@ -183,6 +185,12 @@ def matrix_cells(
             id=f"{phase}-{fault}",
             marks=[pytest.mark.faults_sample] if (phase, fault) in sampled else [],
         )
-        for phase in phases
-        for fault in faults
+        for phase, fault in cells
     ]
+
+
+def wait_out_abandoned(database_url: str) -> None:
+    """A batch left running without its executor is abandoned one lease TTL later, when the
+    next delivery or the drain may take it over: wait that long only if one is left."""
+    if any(status == "running" for _, status, _, _ in batch_rows(database_url)):
+        time.sleep(LEASE_TTL_SECONDS + 0.5)

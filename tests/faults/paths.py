@@ -1,17 +1,20 @@
-"""The warehouse (PostgreSQL), operational database and S3 fault matrices again, through the
-two ways a user starts an import (issue #26: each cell "through the CLI and through the
+"""The warehouse (PostgreSQL and Redshift), operational database and S3 fault cells again,
+through the two ways a user starts an import (issue #26: "through the CLI and through the
 flow"): the import flow (`import_s3_folder` on Prefect's test API, FLEET_* pointing at the
 proxy, as `flow_env` does) and `fleet-import run` as a child process. The core runtime's
-cells stay in test_warehouse_matrix.py and test_operational_matrix.py.
+matrices (test_warehouse_matrix.py, test_operational_matrix.py, test_s3_matrix.py) hold a
+cell per recovery path of the core; these add what the flow and the command add on top.
 
-Helpers of test_paths_warehouse_matrix.py, test_paths_operational_matrix.py and
-test_paths_s3_matrix.py (a file each, so `--dist loadfile` runs them side by side; S3's
-runtime cells are test_s3_matrix.py's). The flow gets every cell of each matrix;
-the CLI one cell per fault kind and dependency
-(CLI_CELLS: a child process costs seconds of Prefect's imports). What each path *reports*
-must be true at once: the exit code (the flow's by `exit_code_for` of its final state) is
-what the batch is, the message is one line without a traceback and names the failure or
-the dependency's setting; then the same recovery and invariants as the runtime's cells.
+Helpers of test_paths_warehouse_matrix.py, test_paths_redshift_matrix.py,
+test_paths_operational_matrix.py and test_paths_s3_matrix.py (a file each, so `--dist
+loadfile` runs them side by side). What each path *reports* must be true at once: the exit
+code (the flow's by `exit_code_for` of its final state) is what the batch is, the message
+is one line without a traceback and names the failure or the dependency's setting; then
+the same recovery and invariants as the runtime's cells.
+
+The command runs the flow in its process, so a CLI cell covers the flow too; a flow cell is
+kept only for what the CLI cells do not reach (FLOW_CELLS says which). CLI_CELLS: one cell
+per fault kind and dependency, each a child process (its exit code, its one line).
 """
 
 from __future__ import annotations
@@ -36,31 +39,39 @@ from flows.reporting import EXIT_CODES, ExitCode, exit_code_for
 from tests.faults import test_operational_matrix as operational
 from tests.faults import test_s3_matrix as s3_matrix
 from tests.faults import test_warehouse_matrix as warehouse_matrix
-from tests.faults.conftest import LEASE_TTL_SECONDS, batch_rows, recovered_invariants, run_cli
+from tests.faults.conftest import (
+    LEASE_TTL_SECONDS,
+    batch_rows,
+    recovered_invariants,
+    run_cli,
+    wait_out_abandoned,
+)
 from tests.faults.proxy import FaultProxy, proxied_url
-from tests.faults.test_warehouse_matrix import RUNTIME_FAULTS, truth_now
+from tests.faults.test_warehouse_matrix import truth_now
 from tests.reliability.conftest import REFRESH_SQL, Source, refresh_count
 
-DEPENDENCIES = {
-    "warehouse": warehouse_matrix.PHASES,
-    "operational": operational.PHASES,
-    "s3": s3_matrix.PHASES,
+FLOW_CELLS = {
+    "warehouse": {
+        ("claim", "outage"): "Prefect's task retries of the claim step outlast the outage",
+        ("publication", "lost_reply"): "failed_publication as the run's state, resumed",
+    },
+    "operational": {
+        ("discover", "outage"): "Prefect's task retries of a store step outlast the outage",
+        ("publication", "lost_reply"): "exit 1 after the commit: the drain publishes",
+        ("succeed", "outage"): "the success read back is the run's state",
+    },
+    "s3": {
+        ("get", "black_hole"): "the flow's normalise tasks: no queued file starts after one failed",
+        ("upload", "black_hole"): "no task retry over botocore's attempts at a staging PUT",
+    },
 }
-FAULTS_OF = {"s3": s3_matrix.FAULTS}
-"""A dependency's faults where they are not the databases' (reset, stall, lost_reply, an
-outage past the lease TTL)."""
+"""The flow's own cells, each with what it shows that the CLI cells do not."""
 CLI_CELLS = {
     "warehouse": {("commit", "lost_reply"), ("copy", "reset"), ("publication", "stall")},
     "operational": {("record", "lost_reply"), ("claim", "reset"), ("normalise", "stall")},
-    "s3": {
-        ("discover", "black_hole"),
-        ("get", "throttle"),
-        ("get", "stall"),
-        ("upload", "reset"),
-        ("upload", "outage"),
-    },
+    "s3": {("discover", "black_hole"), ("get", "throttle"), ("upload", "outage")},
 }
-"""The CLI's subset: one cell per fault kind and dependency."""
+"""The CLI's cells: one per fault kind and dependency."""
 SAMPLED = {("cli", "operational", "record", "lost_reply")}
 """The cells `make test` runs too; `make test-faults` runs them all."""
 SETTING = {
@@ -74,18 +85,20 @@ ACME = Tenant.named("acme")
 
 def cells(dependency: str) -> list[Any]:
     """(path, phase, fault) parameters of `dependency`'s cells, the sampled ones marked."""
-    params = []
-    for path in ("flow", "cli"):
-        for phase in DEPENDENCIES[dependency]:
-            for fault in FAULTS_OF.get(dependency, RUNTIME_FAULTS):
-                if path == "cli" and (phase, fault) not in CLI_CELLS[dependency]:
-                    continue
-                sampled = (path, dependency, phase, fault) in SAMPLED
-                marks = [pytest.mark.faults_sample] if sampled else []
-                params.append(
-                    pytest.param(path, phase, fault, id=f"{path}-{phase}-{fault}", marks=marks)
-                )
-    return params
+    chosen = [("flow", *cell) for cell in FLOW_CELLS[dependency]]
+    chosen += [("cli", *cell) for cell in sorted(CLI_CELLS[dependency])]
+    return [
+        pytest.param(
+            path,
+            phase,
+            fault,
+            id=f"{path}-{phase}-{fault}",
+            marks=[pytest.mark.faults_sample]
+            if (path, dependency, phase, fault) in SAMPLED
+            else [],
+        )
+        for path, phase, fault in chosen
+    ]
 
 
 @dataclass(frozen=True)
@@ -250,7 +263,7 @@ def run_cell(
             "failed_publication"
         ):
             resume_batch(rt.ctx, rt.outbox, batch_id)
-    time.sleep(LEASE_TTL_SECONDS + 0.5)  # a batch left without its executor is abandoned
+    wait_out_abandoned(database_url)  # a batch left without its executor is abandoned
     import_folder(rt.ctx, ACME, source.folder, "d2")  # the next delivery of the folder
     settle_abandoned_batches(rt.ctx, "drain", limit=10)
     rt.publisher.drain("drain", lease_ttl=rt.ctx.lease_ttl, limit=10)

@@ -10,6 +10,32 @@ record (the commit recorded), publication (an outbox step claimed), succeed (the
 succeeded), release (its lease released, the run's last statement). Faults: reset, 2 s
 stall, lost reply (then 2 s refused), outage (a reset, then refused for longer than the
 lease TTL: the heartbeat cannot renew the lease meanwhile).
+
+One cell per distinct recovery path (`CELLS`); the rest of phase x fault meet the same code:
+- claim, reset: the reservation never reached the server: nothing reserved, the run ends
+  with the store's one line. An outage there ends the same way.
+- claim, lost_reply: reserved, the answer lost: a batch nobody leased, abandoned after one
+  TTL and settled by the drain.
+- discover, outage: the manifest record's step retries outlast the outage. A reset or a
+  lost answer (the update is idempotent) is their first attempt.
+- normalise, outage: cache entries fail while the heartbeat cannot renew the lease: the
+  cache only saves work, and the load goes on. A reset or a lost answer to one entry is the
+  same skipped entry.
+- record, reset: the commit record never reached the server: retried, then published.
+- record, lost_reply: recorded, the answer lost, the retry refused: the run ends with the
+  store's line; the drain finds the commit recorded and publishes it.
+- record, outage: not recorded and the database gone: the run ends with the store's line;
+  the takeover finds the slice stamped, records the commit and publishes it.
+- publication, reset: a step claim never reached the server: the run ends with the store's
+  line, the drain publishes. An outage there ends the same way.
+- publication, lost_reply: the step claimed, the answer lost: the claim ends with the
+  lease, and the drain claims the step anew.
+- succeed, lost_reply: succeeded, the answer lost: read back, the run reports the success.
+- succeed, outage: not succeeded, the database gone: read back across the outage, then
+  succeeded. A reset there is its first half.
+- release, reset: the lease's release fails: nothing the run reports changes, the lease of
+  the settled batch expires. A lost answer or an outage there is the same.
+- record, stall: a 2 s stall is waited out; at any other statement, the same wait.
 """
 
 from __future__ import annotations
@@ -27,9 +53,14 @@ from fleet_import.importing.driver import import_folder
 from fleet_import.importing.resume import resume_batch
 from fleet_import.importing.runtime import Runtime, build_runtime
 from fleet_import.scope import Tenant
-from tests.faults.conftest import LEASE_TTL_SECONDS, matrix_cells, recovered_invariants
+from tests.faults.conftest import (
+    LEASE_TTL_SECONDS,
+    matrix_cells,
+    recovered_invariants,
+    wait_out_abandoned,
+)
 from tests.faults.proxy import FaultProxy, proxied_url
-from tests.faults.test_warehouse_matrix import RUNTIME_FAULTS, arm_fault, truth_now
+from tests.faults.test_warehouse_matrix import arm_fault, truth_now
 from tests.reliability.conftest import REFRESH_SQL, Source, refresh_count
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -43,6 +74,22 @@ PHASES = {
     "succeed": r"SET status\s*=\s*'succeeded'",  # mark_succeeded, not a step reading successes
     "release": r"SET execution_lease_id = NULL, execution_lease_expires_at = NULL, updated_at",
 }
+CELLS = {
+    ("claim", "reset"): "nothing reserved",
+    ("claim", "lost_reply"): "reserved, never leased: abandoned, settled by the drain",
+    ("discover", "outage"): "the step's retries outlast the outage",
+    ("normalise", "outage"): "cache entries skipped, the lease unrenewed",
+    ("record", "reset"): "the record retried",
+    ("record", "lost_reply"): "recorded: the drain publishes",
+    ("record", "outage"): "not recorded: the takeover records the stamped commit",
+    ("publication", "reset"): "no claim: the drain publishes",
+    ("publication", "lost_reply"): "a claim that ends with the lease",
+    ("succeed", "lost_reply"): "succeeded: read back",
+    ("succeed", "outage"): "read back across the outage, then succeeded",
+    ("release", "reset"): "the lease expires",
+    ("record", "stall"): "waited out",
+}
+"""Each kept cell and the recovery path it stands for (the module's docstring)."""
 SAMPLED = {("record", "lost_reply")}
 ACME = Tenant.named("acme")
 
@@ -71,7 +118,7 @@ def operational_runtime(
     return build_runtime(settings)
 
 
-@pytest.mark.parametrize(("phase", "fault"), matrix_cells(PHASES, RUNTIME_FAULTS, SAMPLED))
+@pytest.mark.parametrize(("phase", "fault"), matrix_cells(CELLS, SAMPLED))
 def test_an_operational_database_fault_is_reported_truly_and_recovered(
     phase: str,
     fault: str,
@@ -100,7 +147,7 @@ def test_an_operational_database_fault_is_reported_truly_and_recovered(
     proxy.pass_through()
     if isinstance(first, Failed) and first.resumable:
         resume_batch(rt.ctx, rt.outbox, first.batch_id)
-    time.sleep(LEASE_TTL_SECONDS + 0.5)  # a batch left without its executor is abandoned
+    wait_out_abandoned(database_url)  # a batch left without its executor is abandoned
     import_folder(rt.ctx, ACME, source.folder, "d2")
     settle_abandoned_batches(rt.ctx, "drain", limit=10)
     rt.publisher.drain("drain", lease_ttl=rt.ctx.lease_ttl, limit=10)

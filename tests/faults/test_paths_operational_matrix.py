@@ -1,5 +1,6 @@
-"""The operational database fault matrix through the import flow (every cell) and through
-`fleet-import run` (one cell per fault kind): tests/faults/paths.py says what is checked."""
+"""The operational database's fault cells through the import flow (its own cells,
+FLOW_CELLS) and through `fleet-import run` (one cell per fault kind): tests/faults/paths.py
+says what is checked."""
 
 from __future__ import annotations
 

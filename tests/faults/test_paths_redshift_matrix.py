@@ -1,9 +1,9 @@
 """The warehouse fault matrix on Redshift (the emulator as a provisioned cluster at
 SERIALIZABLE, logged in as the least-privilege loader, as the runtime's Redshift cells run)
-through the import flow (every cell) and through `fleet-import run` (one cell per fault
-kind): the flow and the CLI read FLEET_WAREHOUSE=redshift and FLEET_REDSHIFT_* pointing at
-the fault proxy in front of the emulator, the recovery runtime reaches the emulator
-directly. tests/faults/paths.py says what is checked."""
+through the import flow (its own cells, FLOW_CELLS) and through `fleet-import run` (one
+cell per fault kind): the flow and the CLI read FLEET_WAREHOUSE=redshift and
+FLEET_REDSHIFT_* pointing at the fault proxy in front of the emulator, the recovery runtime
+reaches the emulator directly. tests/faults/paths.py says what is checked."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The S3 fault matrix (tests/faults/test_s3_matrix.py: discover, get, upload x reset,
-stall, outage, black hole, throttle) through the import flow (every cell) and through
-`fleet-import run` (one cell per fault kind), FLEET_S3_ENDPOINT_URL pointing at the HTTP
+"""The S3 fault cells (tests/faults/test_s3_matrix.py: discover, get, upload x reset,
+stall, outage, black hole, throttle) through the import flow (its own cells, FLOW_CELLS)
+and through `fleet-import run` (one cell per fault kind), FLEET_S3_ENDPOINT_URL pointing at the HTTP
 fault proxy with the S3 cells' short limits: tests/faults/paths.py says what is checked.
 A black hole also proves that the flow's task retries do not call S3 again on top of
 botocore (`retried_above_botocore`)."""

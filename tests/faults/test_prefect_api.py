@@ -84,10 +84,7 @@ def _live_leases(database_url: str) -> list[str]:
     return [row[0] for row in rows]
 
 
-@pytest.mark.parametrize(
-    "outage",
-    [pytest.param("short", marks=pytest.mark.faults_sample), "past-the-lease"],
-)
+@pytest.mark.parametrize("outage", ["short", "past-the-lease"])  # `make test-faults` only
 def test_the_prefect_api_cut_mid_run(
     cli_env: dict[str, str],
     warehouse_proxy: FaultProxy,
