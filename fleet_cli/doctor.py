@@ -21,12 +21,13 @@ from fleet_import.checks.settings import (
     check_settings,
     read_settings,
 )
-from fleet_import.config import Settings
+from fleet_import.config import Settings, masked_url
 
 if TYPE_CHECKING:  # the probes import psycopg and botocore: only `doctor` itself needs them
     from fleet_import.checks.services import Check
 
 DEFAULT_LANDING_BUCKET = "fleet-landing"  # the bucket prefect.yaml's trigger matches
+_DEFAULT_DATABASE = "the default: FLEET_DATABASE_URL is not set"
 _MARKS = {True: ("✓", "green"), False: ("✗", "red"), None: ("–", "dim")}
 
 
@@ -50,7 +51,7 @@ def run_checks(landing_bucket: str, queue_url: str | None) -> Iterator[Check]:
 
     settings, settings_check = _settings()
     yield settings_check
-    yield from services.check_operational_database(settings.database_url)
+    yield from _operational_database(settings)
     yield from services.check_warehouse(settings)
     from dataclasses import replace
 
@@ -74,6 +75,26 @@ def run_checks(landing_bucket: str, queue_url: str | None) -> Iterator[Check]:
         yield services.check_queue(sqs, queue_url)
     else:
         yield services.Check("relay queue", None, "FLEET_RELAY_QUEUE_URL is not set")
+
+
+def _operational_database(settings: Settings) -> Iterator[Check]:
+    """Its checks, the first (reachable) naming the URL it tried, password masked, and
+    whether that is the default: with nothing set, a database on 127.0.0.1 answering must
+    not pass for the one meant."""
+    from dataclasses import replace
+
+    from fleet_import.checks.services import check_operational_database
+
+    checks = check_operational_database(settings.database_url)
+    reachable = next(checks)
+    default = "database_url" not in settings.model_fields_set
+    if reachable.ok:  # its reason says `at <url>` already
+        note = f" ({_DEFAULT_DATABASE})" if default else ""
+    else:
+        note = f"; tried {masked_url(settings.database_url)}"
+        note += f", {_DEFAULT_DATABASE}" if default else ""
+    yield replace(reachable, reason=reachable.reason + note)
+    yield from checks
 
 
 def settings_sqs_endpoint() -> str | None:

@@ -169,3 +169,40 @@ def test_prefect_that_does_not_answer(healthy_env: dict[str, str]) -> None:
     code, report = doctor_json(env)
     assert code == 1
     assert set(failing(report)) == {"Prefect API reachable"}
+
+
+def _operational_reachable(report: dict[str, Any]) -> dict[str, Any]:
+    (check,) = [c for c in report["checks"] if c["check"] == "operational database reachable"]
+    return check
+
+
+def test_with_nothing_set_it_says_which_database_it_checked() -> None:
+    """With FLEET_DATABASE_URL unset it checks libpq's usual local database: a server that
+    happens to answer there must not pass, silently, for the one meant."""
+    closed_s3 = f"http://127.0.0.1:{free_port()}"  # S3 not reached off this machine
+    _, report = doctor_json({"FLEET_S3_ENDPOINT_URL": closed_s3})
+    reason = _operational_reachable(report)["reason"]
+    assert "postgresql://postgres@127.0.0.1:5432/postgres" in reason, reason  # passed or not
+    assert reason.endswith("the default: FLEET_DATABASE_URL is not set)") or reason.endswith(
+        "; tried postgresql://postgres@127.0.0.1:5432/postgres, the default: FLEET_DATABASE_URL "
+        "is not set"
+    ), reason
+
+
+def test_it_names_the_database_it_tried_without_its_password() -> None:
+    port = free_port()
+    env = {
+        "FLEET_DATABASE_URL": f"postgresql://postgres:pw-never-shown@127.0.0.1:{port}/fleet",
+        "FLEET_S3_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
+    }
+    code, report = doctor_json(env)
+    assert code == 1
+    check = _operational_reachable(report)
+    assert check["reason"] == (
+        f"operational database error (OperationalError): could not connect to 127.0.0.1:{port} "
+        "(is the server up, is FLEET_DATABASE_URL right, are there free connections?); tried "
+        f"postgresql://postgres:***@127.0.0.1:{port}/fleet"
+    )
+    assert "pw-never-shown" not in json.dumps(report)
+    table, _ = fleet("doctor", **env, COLUMNS="400")  # the reason on one line of its cell
+    assert f"tried postgresql://postgres:***@127.0.0.1:{port}/fleet" in table.stdout
