@@ -15,13 +15,15 @@ $(STAMP): pyproject.toml
 # minutes of both cores each: `make test` leaves them to `make test-cluster`; CI runs both.
 # The fault-injection suite (tests/faults, marker `faults`) takes minutes: `make test` runs
 # only its sampled cells (marker `faults_sample`), `make test-faults` all of it; CI runs both.
-# The crash matrix and the soak (marker `crash`) kill and stall real processes at every
-# failpoint: minutes of both cores, so `make test` leaves them to `make test-crash`; CI runs both.
+# The crash matrix, the soak and the takeover of killed and frozen holders (marker `crash`)
+# kill and stall real processes: minutes, so `make test` leaves them to `make test-crash`.
+# make test and test-faults mostly wait (lease TTLs, Prefect's and moto's answers, bounds
+# waited out): one core busy of two at -n 2, so they run more workers than cores.
 # The end-to-end tests (marker `e2e`: `fleet-import run`, `batches`, `slices`, the demo,
 # `prefect deploy --all` against a real server, sixteen importing processes at once; tens of
 # seconds each) are left to `make test-e2e`; CI runs both.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=15 \
+	$(BIN)/python -m pytest -n 4 --dist loadfile --durations=15 \
 		-m "not workers and not browser and not crash and not e2e and (not faults or faults_sample)"
 
 test-e2e: $(STAMP)
@@ -31,7 +33,7 @@ test-crash: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m crash
 
 test-faults: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m faults
+	$(BIN)/python -m pytest -n 3 --dist loadfile -m faults
 
 # The tests that need no server (tests/no_servers.py: the fakes' branch tests, the pure
 # ones), in seconds, with every server pointed at a closed port and refused outright, so none

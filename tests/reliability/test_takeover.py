@@ -49,7 +49,8 @@ from tests.reliability.conftest import (
 )
 from tests.s3fixtures import put_objects
 
-pytestmark = pytest.mark.slow
+# Real kills and freezes, each waiting out a lease TTL: `make test-crash`, with the crash matrix.
+pytestmark = [pytest.mark.slow, pytest.mark.crash]
 
 ACME = Tenant.named("acme")
 _TTL = 2.0
