@@ -48,7 +48,9 @@ def server_address(conninfo: str) -> str:
         return "an unparsable connection URL"
     host = str(params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST") or "")
     port = str(params.get("port") or os.environ.get("PGPORT") or _LIBPQ_DEFAULT_PORT)
-    hosts, ports = host.split(","), port.split(",")
+    # An unencoded '@' in the password leaves the password's tail in libpq's host: a host
+    # name holds no '@', so only what follows the last one is named.
+    hosts, ports = [h.rpartition("@")[2] for h in host.split(",")], port.split(",")
     if len(ports) != len(hosts):
         ports = ports[:1] * len(hosts)
     return ", ".join(f"{h or 'the local socket'}:{p}" for h, p in zip(hosts, ports, strict=True))
