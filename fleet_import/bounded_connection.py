@@ -38,19 +38,29 @@ REPLY_LOST = "the server, or the network to it, stopped answering mid-statement"
 _LIBPQ_DEFAULT_PORT = "5432"
 
 
-def server_address(conninfo: str) -> str:
+def server_address(conninfo: str) -> str | None:
     """`host:port` a connection to `conninfo` tries (libpq's defaults where it names none;
     each of a multi-host list), never its user or password: what a failed connection names
-    in place of the SQLSTATE it does not have."""
+    in place of the SQLSTATE it does not have. None when the URL does not say it cleanly."""
     try:
         params = conninfo_to_dict(conninfo)
     except psycopg.Error:
-        return "an unparsable connection URL"
-    host = str(params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST") or "")
-    port = str(params.get("port") or os.environ.get("PGPORT") or _LIBPQ_DEFAULT_PORT)
-    # An unencoded '@' in the password leaves the password's tail in libpq's host: a host
-    # name holds no '@', so only what follows the last one is named.
-    hosts, ports = [h.rpartition("@")[2] for h in host.split(",")], port.split(",")
+        return None
+    # A password with an unencoded '@' or '/' is parsed all the same, a piece of it taken for
+    # a host or a port ('u:p@SECRET@db' -> host 'SECRET@db'; 'u:1234/x@db' -> host 'u', port
+    # '1234'). Only what the URL spells after its user part is named, or nothing.
+    after_user = conninfo.rpartition("@")[2]
+    named = [str(params.get(key) or "") for key in ("host", "hostaddr", "port")]
+    if any(
+        part not in after_user or "@" in part
+        for value in named
+        for part in value.split(",")
+        if part
+    ):
+        return None
+    host = named[0] or named[1] or os.environ.get("PGHOST") or ""
+    port = named[2] or os.environ.get("PGPORT") or _LIBPQ_DEFAULT_PORT
+    hosts, ports = host.split(","), port.split(",")
     if len(ports) != len(hosts):
         ports = ports[:1] * len(hosts)
     return ", ".join(f"{h or 'the local socket'}:{p}" for h, p in zip(hosts, ports, strict=True))

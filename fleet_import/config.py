@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
@@ -226,18 +227,17 @@ def sqlalchemy_url(url: str) -> str:
 
 
 _MASK = "***"
+_PASSWORD_PARAMETER = re.compile(r"(?i)(?<=[?&])password=[^&]*")
 
 
 def masked_url(url: str) -> str:
     """`url` as it may be printed: its password (in the user part or a `password=` query
     parameter) replaced by ***, everything else as given."""
-    parts = urlsplit(url)
-    userinfo, at, hostport = parts.netloc.rpartition("@")
+    scheme, sep, rest = url.partition("://")
+    rest = _PASSWORD_PARAMETER.sub(f"password={_MASK}", rest)
+    # The user part ends at the last '@', not at the first '/', '?' or '#' as urlsplit has it:
+    # a password holding one of those unencoded (libpq may still connect) is masked whole. An
+    # '@' in the query masks more than the password, never less.
+    userinfo, at, after = rest.rpartition("@")
     user, colon, _password = userinfo.partition(":")
-    netloc = f"{user}{colon and ':' + _MASK}{at}{hostport}"
-    query = "&".join(
-        f"{key}={_MASK}" if key.lower() == "password" else f"{key}{eq}{value}"
-        for key, eq, value in (pair.partition("=") for pair in parts.query.split("&") if pair)
-    )
-    # Built by hand: urlunsplit drops an empty host (`postgresql:///db`) to `postgresql:/db`.
-    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
+    return f"{scheme}{sep}{user}{colon and ':' + _MASK}{at}{after}"
