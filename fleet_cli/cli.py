@@ -339,14 +339,23 @@ def _report(state) -> None:
 
 
 @app.command("demo")
-def demo() -> None:
+def demo(
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh", help="delete .fleet-demo (the earlier runs' database and runs) first"
+        ),
+    ] = False,
+) -> None:
     """Run the real flows end to end on an embedded PostgreSQL and S3 (nothing to configure).
 
-    Example: fleet-import demo
+    Its state stays in .fleet-demo; a second run adds its batches beside the first's.
+
+    Example: fleet-import demo --fresh
     """
     from flows.demo import run_demo
 
-    raise typer.Exit(run_demo())
+    raise typer.Exit(run_demo(fresh=fresh))
 
 
 # Registered last: they use this module's app, options and helpers (issue #24).

@@ -6,6 +6,10 @@ forces a publication failure and resumes it; then a truncated redelivery of one 
 folder is held by the slice guard, approved (loaded from its staged files) and rolled back
 to the slice before it (issue #24); then prints batches and slice counts. The Prefect runs
 are kept in .fleet-demo/prefect so the UI can show them afterwards.
+
+Everything the demo keeps is under .fleet-demo (its database, Prefect runs, work files), so
+a second run finds the first one's batches there: it says so, and `--fresh` deletes that
+directory first (issue 40).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -36,6 +42,8 @@ tenants:
     company_id: GLOBEX-042
 """
 _FAILING_REFRESH = '["SELECT 1/0 AS refresh_that_fails"]'
+# What the demo writes under its home; `--fresh` deletes a home holding nothing else.
+_DEMO_ENTRIES = frozenset({"pgdata", "prefect", "work", "tenants.yaml"})
 _TRUNCATED_TRIPS = 100
 
 
@@ -63,7 +71,54 @@ def _start_services(home: Path, say: Callable[[str], None]) -> tuple[str, str, o
     return database_url, f"http://{host}:{port}", (server, moto)
 
 
-def run_demo(home: Path = DEMO_HOME) -> int:
+class NotADemoHome(Exception):
+    """`--fresh` was asked to delete a directory that holds more than a demo leaves."""
+
+
+def fleet_import_command() -> str:
+    """The command as this process was started (`.venv/bin/fleet-import` under make demo),
+    so a printed command can be pasted as it is."""
+    started = Path(sys.argv[0])
+    if started.name != "fleet-import":
+        return "fleet-import"
+    try:
+        return str(started.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(started)
+
+
+def start_clean_hint(home: Path) -> str:
+    """How to start the demo clean: said at its end, and when it finds earlier runs."""
+    return (
+        f"to start clean: {fleet_import_command()} demo --fresh (deletes {home}: the demo's "
+        "database, Prefect runs and work files)"
+    )
+
+
+def earlier_runs_note(home: Path) -> str:
+    """Said when the demo's database holds batches of earlier runs."""
+    return (
+        f"{home} holds the batches of earlier demo runs: this run adds its own beside them; "
+        + start_clean_hint(home)
+    )
+
+
+def clear_demo_home(home: Path) -> bool:
+    """Delete the demo's home (`--fresh`); False when there was none. A directory holding
+    anything the demo does not write is refused: `--fresh` deletes the demo's state only."""
+    if not home.exists():
+        return False
+    foreign = sorted(entry.name for entry in home.iterdir() if entry.name not in _DEMO_ENTRIES)
+    if not home.is_dir() or foreign:
+        raise NotADemoHome(
+            f"{home} holds more than the demo writes ({', '.join(foreign) or 'not a directory'})"
+            ": not deleted; remove it yourself, or run the demo elsewhere"
+        )
+    shutil.rmtree(home)
+    return True
+
+
+def run_demo(home: Path = DEMO_HOME, *, fresh: bool = False) -> int:
     console = Console()
     started = time.monotonic()
 
@@ -76,6 +131,14 @@ def run_demo(home: Path = DEMO_HOME) -> int:
         )
 
     home = home.resolve()
+    if fresh:
+        try:
+            cleared = clear_demo_home(home)
+        except NotADemoHome as exc:
+            Console(stderr=True).print(Text.assemble(("error:", "red"), f" {exc}"), soft_wrap=True)
+            return 1
+        if cleared:
+            say(f"deleted {home} (--fresh): starting clean")
     # The demo narrates; Prefect's run logs and the S3 server's request lines would bury it.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -101,11 +164,16 @@ def run_demo(home: Path = DEMO_HOME) -> int:
     from fleet_import.sample_data import fleet_delivery, today_folder, with_manifest
     from fleet_import.scope import split_folder
     from fleet_import.store import migrate
+    from fleet_import.store.repository import BatchRepository
     from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
     say("migrating the operational database and creating the curated tables...")
     migrate.upgrade(database_url)
     PostgresWarehouse(database_url).ensure_tables(FLEET_DATASETS.values())
+    repo = BatchRepository(database_url)
+    earlier = repo.list(limit=1)  # batches of earlier demo runs, kept in its database
+    if earlier:
+        say(Text(earlier_runs_note(home)))
     s3 = s3_client(endpoint)
     for bucket in (LANDING_BUCKET, STAGING_BUCKET):
         s3.create_bucket(Bucket=bucket)
@@ -150,20 +218,19 @@ def run_demo(home: Path = DEMO_HOME) -> int:
         )
     show("globex with a failing refresh_dependants step", failed)
     os.environ["FLEET_REFRESH_SQL"] = "[]"
-    from fleet_import.store.repository import BatchRepository
-
-    repo = BatchRepository(database_url)
     to_resume = next(b for b in repo.list(tenant="globex", status="failed"))
     show(
         f"resume batch {to_resume.id}",
         resume_publication(batch_id=str(to_resume.id), return_state=True),
     )
     _review_and_rollback(s3, repo, folders["globex"], say, show)
-    _print_tables(console, repo, PostgresWarehouse(database_url), folders)
+    since = earlier[0].created_at if earlier else None
+    _print_tables(console, repo, PostgresWarehouse(database_url), folders, since)
     console.print(
         f"\nDone in {time.monotonic() - started:.0f}s. To see the runs in the Prefect UI:\n"
         f"  PREFECT_HOME={home / 'prefect'} .venv/bin/prefect server start\n"
-        "then open http://127.0.0.1:4200/runs",
+        "then open http://127.0.0.1:4200/runs\n"
+        f"The demo keeps its state in {home}; {start_clean_hint(home)}",
         soft_wrap=True,  # a command cut across two lines cannot be pasted
     )
     moto = services[1]  # type: ignore[index]
@@ -247,7 +314,10 @@ def _create_load_limits(say: Callable[[str], None]) -> None:
         say(f"created the load concurrency limits (slots): {', '.join(created)}")
 
 
-def _print_tables(console: Console, repo, warehouse, folders: dict[str, str]) -> None:
+def _print_tables(
+    console: Console, repo, warehouse, folders: dict[str, str], since=None
+) -> None:
+    """This run's batches (those after `since`, the newest of earlier runs), and the slices."""
     batches = Table(
         "batch",
         "tenant",
@@ -256,9 +326,10 @@ def _print_tables(console: Console, repo, warehouse, folders: dict[str, str]) ->
         "rows",
         "rejects",
         "cache hits",
-        title="ingestion_batches",
+        title="ingestion_batches" + (" (this run's; earlier runs' left out)" if since else ""),
     )
-    for batch in reversed(repo.list(limit=20)):
+    this_run = [b for b in repo.list(limit=20) if since is None or b.created_at > since]
+    for batch in reversed(this_run):
         details = batch.details
         failure = (details.get("failure") or {}).get("kind")
         batches.add_row(

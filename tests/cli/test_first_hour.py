@@ -248,3 +248,59 @@ def test_slices_list_usage_errors_say_what_to_give(database_url: str) -> None:
     for ran in (bad, unknown):
         assert ran.returncode == 2 and ran.stdout == ""
         _no_traceback(ran)
+
+
+# -- the demo says how to start clean -------------------------------------------------------
+
+
+def test_demo_fresh_deletes_only_what_the_demo_keeps(tmp_path: Path) -> None:
+    from flows.demo import NotADemoHome, clear_demo_home
+
+    home = tmp_path / ".fleet-demo"
+    assert clear_demo_home(home) is False  # nothing to delete
+    for directory in ("pgdata", "prefect", "work"):
+        (home / directory).mkdir(parents=True)
+    (home / "pgdata" / "PG_VERSION").write_text("16\n")
+    (home / "tenants.yaml").write_text("tenants: {}\n")
+    assert clear_demo_home(home) is True and not home.exists()
+
+    (home / "pgdata").mkdir(parents=True)
+    (home / "notes.txt").write_text("mine\n")
+    with pytest.raises(NotADemoHome, match=r"notes\.txt"):
+        clear_demo_home(home)
+    assert (home / "notes.txt").exists() and (home / "pgdata").exists()
+
+
+def test_the_demo_says_how_to_start_clean(tmp_path: Path, capsys) -> None:
+    from flows.demo import earlier_runs_note, run_demo, start_clean_hint
+
+    home = tmp_path / ".fleet-demo"
+    for said in (start_clean_hint(home), earlier_runs_note(home)):
+        assert "fleet-import demo --fresh" in said and f"deletes {home}" in said
+    assert earlier_runs_note(home).startswith(f"{home} holds the batches of earlier demo runs")
+
+    home.mkdir()
+    (home / "notes.txt").write_text("mine\n")
+    assert run_demo(home, fresh=True) == 1  # refused before any service starts
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {home} holds more than the demo writes (notes.txt)")
+
+
+def test_demo_fresh_through_the_command(monkeypatch) -> None:
+    import flows.demo
+
+    asked: list[bool] = []
+
+    def run_demo(*, fresh: bool = False) -> int:
+        asked.append(fresh)
+        return 0
+
+    monkeypatch.setattr(flows.demo, "run_demo", run_demo)
+    fresh, _ = fleet("demo", "--fresh")
+    plain, _ = fleet("demo")
+    assert fresh.returncode == plain.returncode == 0, fresh.stderr + plain.stderr
+    assert asked == [True, False]
+    helped, _ = fleet("demo", "--help")
+    assert helped.returncode == 0 and "--fresh" in helped.stdout
+    for ran in (fresh, plain, helped):
+        _no_traceback(ran)
