@@ -11,6 +11,7 @@ from fleet_import.scope import Tenant
 from fleet_import.store.repository import BatchRepository
 from tests import pgtools
 from tests.no_servers import SERVER_FIXTURES, SERVER_MARKERS, refuse_servers
+from tests.pgpool import DatabasePool
 
 # Prefect's test harness runs its server ephemeral, without the repossessor that frees the
 # load slot of a process killed mid-load (flows/common.py): with the limits on, the crash
@@ -49,13 +50,32 @@ def migrated_template(pg_server_url: str) -> Iterator[str]:
     pgtools.drop_database(pg_server_url, name)
 
 
+@pytest.fixture(scope="session")
+def database_pool(pg_server_url: str, migrated_template: str) -> Iterator[DatabasePool | None]:
+    """This worker's reusable test databases (tests/pgpool.py); FLEET_TEST_FRESH_DATABASES=1
+    clones the template for every test instead."""
+    if os.environ.get("FLEET_TEST_FRESH_DATABASES") == "1":
+        yield None
+        return
+    pool = DatabasePool(pg_server_url, migrated_template)
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-def database_url(pg_server_url: str, migrated_template: str) -> Iterator[str]:
-    """A fresh operational database at head, private to this test."""
-    name = pgtools.unique_name("test")
-    url = pgtools.create_database(pg_server_url, name, template=migrated_template)
-    yield url
-    pgtools.drop_database(pg_server_url, name)
+def database_url(
+    pg_server_url: str, migrated_template: str, database_pool: DatabasePool | None
+) -> Iterator[str]:
+    """An operational database at head with nothing in it, private to this test."""
+    if database_pool is None:
+        name = pgtools.unique_name("test")
+        url = pgtools.create_database(pg_server_url, name, template=migrated_template)
+        yield url
+        pgtools.drop_database(pg_server_url, name)
+        return
+    name = database_pool.take()
+    yield pgtools.with_dbname(pg_server_url, name)
+    database_pool.give_back(name)
 
 
 @pytest.fixture
