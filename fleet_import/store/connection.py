@@ -47,6 +47,12 @@ class SqlStore:
     a store may be shared by threads and used from many processes."""
 
     queries: ClassVar[dict[str, str]]
+    idle_in_transaction_seconds: ClassVar[float] = 10.0
+    """How long the server lets a store transaction wait on its client between statements
+    before it ends the session (and its row locks). A healthy client never waits there more
+    than milliseconds; a frozen one (SIGSTOP, a paused VM) caught between its UPDATE and its
+    COMMIT held the batch's row for good, and every successor's reservation of the scope
+    waited on it until its own reply bound failed it."""
 
     def __init__(
         self,
@@ -72,6 +78,13 @@ class SqlStore:
             raise translate_driver_error(exc, address=server_address(self._conninfo)) from None
         try:
             with conn:
+                # SET LOCAL, not a startup option: a pooler (PgBouncer, RDS Proxy) in
+                # transaction mode may refuse startup options, and a session SET would
+                # outlive the transaction on a pooled server connection.
+                conn.execute(
+                    "SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
+                    (f"{round(self.idle_in_transaction_seconds * 1000)}ms",),
+                )
                 yield conn
         except psycopg.Error as exc:
             raise translate_driver_error(exc, connected=True) from None

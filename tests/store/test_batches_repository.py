@@ -400,3 +400,24 @@ def test_an_approvals_commit_decides_the_held_batch_in_its_own_transaction(
     assert (review["decision"], review["batch_id"]) == ("approved", str(approval.id))
     repo.mark_committed(approval.id, "w2", row_counts={"trips": 1})  # recorded again: same
     assert repo.get(held.id).details["review"]["batch_id"] == str(approval.id)
+
+
+def test_a_holder_frozen_inside_its_transaction_does_not_hold_the_scope(
+    database_url: str, acme: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A holder whose renewal updated its batch's row and then stopped before its COMMIT (a
+    SIGSTOP, a paused VM) kept the row locked: a successor's reservation of the scope, with
+    another delivery key, waited on it until its own reply bound failed it. The server now
+    ends a store transaction left idle (SqlStore.idle_in_transaction_seconds)."""
+    monkeypatch.setattr(BatchRepository, "idle_in_transaction_seconds", 0.5)
+    holder, successor = BatchRepository(database_url), BatchRepository(database_url, 20)
+    batch = reserve_new(holder, acme)
+    assert isinstance(holder.acquire_lease(batch.id, "w1", 60), LeaseAcquired)
+    started = time.monotonic()
+    with pytest.raises(OperationalStoreError), holder._transaction() as frozen:
+        frozen.execute(
+            "UPDATE ingestion_batches SET updated_at = now() WHERE id = %s", (batch.id,)
+        )
+        outcome = successor.reserve(acme, SCOPE, "d2")  # waits on the frozen row lock
+    assert isinstance(outcome, ScopeBusy) and outcome.holder_batch_id == batch.id, outcome
+    assert time.monotonic() - started < 10  # the frozen transaction's bound, not the reply's
