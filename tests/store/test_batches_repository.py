@@ -415,9 +415,7 @@ def test_a_holder_frozen_inside_its_transaction_does_not_hold_the_scope(
     assert isinstance(holder.acquire_lease(batch.id, "w1", 60), LeaseAcquired)
     started = time.monotonic()
     with pytest.raises(OperationalStoreError), holder._transaction() as frozen:
-        frozen.execute(
-            "UPDATE ingestion_batches SET updated_at = now() WHERE id = %s", (batch.id,)
-        )
+        frozen.execute("UPDATE ingestion_batches SET updated_at = now() WHERE id = %s", (batch.id,))
         outcome = successor.reserve(acme, SCOPE, "d2")  # waits on the frozen row lock
     assert isinstance(outcome, ScopeBusy) and outcome.holder_batch_id == batch.id, outcome
     assert time.monotonic() - started < 10  # the frozen transaction's bound, not the reply's
