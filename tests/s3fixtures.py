@@ -29,6 +29,7 @@ __all__ = [
     "moto_server",
     "notify_queue_of",
     "put_objects",
+    "small_pages",
     "s3",
     "sqs",
     "staging_bucket",
@@ -177,3 +178,19 @@ def put_objects(s3: Any, bucket: str, objects: Mapping[str, bytes]) -> None:
     with ThreadPoolExecutor(max_workers=min(_PUT_THREADS, len(items))) as pool:
         # list() re-raises the first failed upload here rather than losing it.
         list(pool.map(lambda item: s3.put_object(Bucket=bucket, Key=item[0], Body=item[1]), items))
+
+
+def small_pages(client: Any, keys_per_page: int) -> list[str]:
+    """Every listing of `client` from now on asks S3 for pages of `keys_per_page` (MaxKeys),
+    as if S3's page were that small: the code under test follows its continuation tokens the
+    same way, from a few hundred objects instead of the thousands S3's own 1000 would take
+    (each PUT costs moto milliseconds of the test worker's CPU). Returns the list each page
+    listed is recorded in (its request's prefix), so a test proves it took several."""
+    pages: list[str] = []
+
+    def ask_for_small_pages(params: dict[str, Any], **_: Any) -> None:
+        params.setdefault("MaxKeys", keys_per_page)
+        pages.append(params.get("Prefix", ""))
+
+    client.meta.events.register("provide-client-params.s3.ListObjectsV2", ask_for_small_pages)
+    return pages
