@@ -16,7 +16,9 @@ from tests.helpers import slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot
 from tests.warehouse_helpers import WAREHOUSE_BACKENDS
 
-pytestmark = pytest.mark.slow
+# Whole command scenarios, several flow runs each, over a minute together: make test-e2e.
+# make test keeps the same guards through the flows (tests/test_flows_guards.py).
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> Ran:

@@ -16,6 +16,7 @@ _MAX_RSS_MB = 400
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # a whole import of 2M rows in a child process: 17-25 s of both cores
 def test_two_million_rows_load_under_400_mb(
     s3,
     moto_endpoint: str,

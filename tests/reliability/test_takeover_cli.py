@@ -18,7 +18,7 @@ from fleet_import.store.repository import BatchRepository
 from tests.helpers import upload
 from tests.reliability.conftest import REPO, connect, invariant_violations
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.crash]  # a SIGKILLed run: make test-crash
 
 _TTL = "2"
 _WAIT_SECONDS = 120

@@ -71,6 +71,7 @@ def _events_of(batch_id: Any, name: str) -> list[Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.crash  # the import dies at its failpoint: make test-crash
 @pytest.mark.parametrize(
     "failpoint",
     [

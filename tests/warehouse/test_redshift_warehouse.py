@@ -535,6 +535,7 @@ def _child_redshift_env(
 
 
 @pytest.mark.slow
+@pytest.mark.crash  # a child killed at its failpoint: make test-crash
 def test_death_after_the_warehouse_commit_is_recovered_from_the_stamp(
     redshift: RedshiftWarehouse,
     emulator: RedshiftEmulator,
@@ -585,6 +586,7 @@ def test_death_after_the_warehouse_commit_is_recovered_from_the_stamp(
 
 
 @pytest.mark.slow
+@pytest.mark.crash  # a SIGSTOPped holder: make test-crash
 def test_a_frozen_holder_is_ended_with_pg_terminate_backend(
     redshift: RedshiftWarehouse,
     emulator: RedshiftEmulator,
