@@ -212,6 +212,11 @@ class Settings(BaseSettings):
     def effective_warehouse_url(self) -> str:
         return self.warehouse_url or self.database_url
 
+    @property
+    def warehouse_url_setting(self) -> str:
+        """The variable `effective_warehouse_url` comes from: what its errors name."""
+        return "FLEET_WAREHOUSE_URL" if self.warehouse_url else "FLEET_DATABASE_URL"
+
 
 def libpq_url(url: str) -> str:
     """A URL psycopg accepts, whatever SQLAlchemy dialect suffix it carries."""

@@ -89,11 +89,15 @@ class WarehouseError(FleetImportError):
         kind: ErrorKind | None = None,
         code: str | None = None,
         backend: str = "postgres",
+        setting: str | None = None,
     ) -> None:
         super().__init__(message, kind=kind, code=code)
         self.backend = backend
         """The backend that raised it ("postgres", "redshift"): which settings name that
         warehouse, for the next step `fleet_import.explain` gives. A wrapper passes it on."""
+        self.setting = setting
+        """PostgreSQL: the variable its URL came from (FLEET_DATABASE_URL when the warehouse
+        is the operational database's, FLEET_WAREHOUSE_URL unset); None: FLEET_WAREHOUSE_URL."""
 
 
 class LeaseLost(FleetImportError):

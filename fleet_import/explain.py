@@ -94,6 +94,8 @@ def advise(exc: BaseException) -> Advice | None:
     if isinstance(exc, OperationalStoreError):
         return _database(exc, _OPERATIONAL)
     if isinstance(exc, WarehouseError) and (exc.code or exc.kind is ErrorKind.TRANSIENT):
+        if exc.backend == "postgres" and exc.setting:
+            return _database(exc, _Named.by_url(exc.setting))
         return _database(exc, _WAREHOUSES.get(exc.backend, _WAREHOUSES["postgres"]))
     s3 = advise_s3(exc, _bucket_named_by(exc))
     if s3:

@@ -64,14 +64,11 @@ def _connection_failure(
     name: str, error: FleetImportError, exc: psycopg.Error, variable: str
 ) -> Check:
     """`error`: `exc` translated at its store's or warehouse's boundary, which never keeps
-    the driver's own text for a failed connection (libpq may quote the URL); its reason and
-    next step name `variable`, where that URL is set. It keeps `exc`'s traceback."""
+    the driver's own text for a failed connection (libpq may quote the URL), and names
+    `variable`, where that URL is set. It keeps `exc`'s traceback."""
     advice = advise(error)
     reason = advice.problem if advice else type(exc).__name__
     fix = advice.next_step if advice else ""
-    if variable == _DATABASE_URL:  # a warehouse that is the operational database
-        reason = reason.replace("FLEET_WAREHOUSE_URL", variable)
-        fix = fix.replace("FLEET_WAREHOUSE_URL", variable)
     return Check(
         name, False, reason, fix or f"check {variable}", error.with_traceback(exc.__traceback__)
     )
@@ -146,7 +143,7 @@ def _check_postgres(
     from fleet_import.tenants.databases import postgres_url_for
 
     url = postgres_url_for(settings, database)
-    variable = "FLEET_WAREHOUSE_URL" if settings.warehouse_url else _DATABASE_URL
+    variable = settings.warehouse_url_setting
     suffix = f" ({database})" if database else ""
     try:
         contracts = list(contracts_in_force(settings.contracts).values())
@@ -161,7 +158,7 @@ def _check_postgres(
     except psycopg.Error as exc:
         from fleet_import.warehouse.postgres.driver import translate
 
-        error = translate(exc, address=server_address(libpq_url(url)))
+        error = translate(exc, address=server_address(libpq_url(url)), setting=variable)
         yield _connection_failure("warehouse reachable" + suffix, error, exc, variable)
 
 

@@ -88,6 +88,7 @@ def load_step(
                     f"{exc}; the slice is not stamped: the COMMIT did not go through",
                     kind=exc.kind,
                     backend=exc.backend,
+                    setting=exc.setting,
                 )
                 if not exc.transient or retry == LOAD_BACKOFF.retries:
                     raise not_committed from None

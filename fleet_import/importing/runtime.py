@@ -74,6 +74,7 @@ def warehouse_of(settings: Settings, s3: Any, database: str | None) -> Warehouse
         return PostgresWarehouse(
             postgres_url_for(settings, database),
             reply_timeout=settings.warehouse_reply_timeout_seconds,
+            setting=settings.warehouse_url_setting,
         )
     from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -23,7 +24,7 @@ from fleet_import.store.models import Batch, FailureKind, Reserved
 from fleet_import.store.repository import BatchRepository
 from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 from tests import pgtools
-from tests.cli.run_cli import Ran, fleet
+from tests.cli.run_cli import Ran, closed_port_url, fleet
 
 FOLDER = "s3://fleet-landing/{tenant}/fleet/2026-07-22/"
 
@@ -248,6 +249,26 @@ def test_slices_list_usage_errors_say_what_to_give(database_url: str) -> None:
     for ran in (bad, unknown):
         assert ran.returncode == 2 and ran.stdout == ""
         _no_traceback(ran)
+
+
+@pytest.mark.parametrize("warehouse_url_set", [False, True])
+def test_slices_list_names_the_setting_its_warehouse_comes_from(
+    warehouse_url_set: bool,
+) -> None:
+    """With FLEET_WAREHOUSE_URL unset the warehouse is FLEET_DATABASE_URL's database, and a
+    warehouse that does not answer says so: the line asked whether FLEET_WAREHOUSE_URL, a
+    variable the user never set, was right."""
+    url = closed_port_url()
+    setting = "FLEET_WAREHOUSE_URL" if warehouse_url_set else "FLEET_DATABASE_URL"
+    ran, _ = fleet("slices", "list", **_env(url, **({setting: url} if warehouse_url_set else {})))
+    assert ran.returncode == 1 and ran.stdout == "", ran.stdout
+    (line,) = ran.stderr.splitlines()
+    assert line == (
+        f"error: warehouse error (OperationalError): could not reach the warehouse at "
+        f"127.0.0.1:{urlsplit(url).port} (is it up, is {setting} right, are there free "
+        f"connections?): check {setting} (host:port) and that the server runs"
+    )
+    _no_traceback(ran)
 
 
 # -- the demo says how to start clean -------------------------------------------------------

@@ -49,23 +49,34 @@ class PostgresWarehouse(SliceCommitter):
     """Warehouse on PostgreSQL. Each method is one transaction on its own connection, so an
     instance may be shared by threads."""
 
-    def __init__(self, url: str, *, reply_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        reply_timeout: float | None = None,
+        setting: str = driver.WAREHOUSE_URL,
+    ) -> None:
         self._conninfo = libpq_url(url)
         self._reply_timeout = reply_timeout  # driver.BoundedConnection
+        self._setting = setting  # the variable `url` came from, which its errors name
         self._ensured: set[tuple[str, str]] = set()
         self.counters = WriterCounters()
 
     def _begin(self, request: SliceRequest) -> SliceWriter:
         return PostgresSliceWriter(
             request,
-            connect=partial(driver.connect, self._conninfo, self._reply_timeout),
+            connect=partial(driver.connect, self._conninfo, self._reply_timeout, self._setting),
             counters=self.counters,
+            setting=self._setting,
         )
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
         """One connection, one transaction, committed when the block ends."""
-        with driver.translated(), driver.connect(self._conninfo, self._reply_timeout) as conn:
+        with (
+            driver.translated(self._setting),
+            driver.connect(self._conninfo, self._reply_timeout, self._setting) as conn,
+        ):
             yield conn
 
     def _in_transaction(self, work: Callable[[Cursor], T]) -> T:

@@ -75,10 +75,16 @@ class PostgresSliceWriter(OpenSlice):
     the previous rows already deleted. Closing it without `commit()` rolls everything back."""
 
     def __init__(
-        self, request: SliceRequest, *, connect: Connect, counters: WriterCounters
+        self,
+        request: SliceRequest,
+        *,
+        connect: Connect,
+        counters: WriterCounters,
+        setting: str = driver.WAREHOUSE_URL,
     ) -> None:
         super().__init__(request)
         self._counters = counters
+        self._setting = setting
         self._stamps = (
             text_field(request.tenant_id),
             text_field(request.source_scope),
@@ -109,7 +115,7 @@ class PostgresSliceWriter(OpenSlice):
         """Any error ends the slice: rolled back, translated at the driver's one boundary."""
         if self._conn is None:
             raise WarehouseError("this slice was already committed or rolled back")
-        with driver.translated():
+        with driver.translated(self._setting):
             try:
                 yield self._conn
             except BaseException:
@@ -177,9 +183,11 @@ class PostgresSliceWriter(OpenSlice):
             except psycopg.Error as exc:
                 if exc.sqlstate is not None:  # the server answered: rolled back
                     raise
+                hint = driver.unreachable(setting=self._setting)
                 raise CommitOutcomeUnknown(
-                    f"the slice's COMMIT got no answer ({driver.CONNECTION_HINT})",
+                    f"the slice's COMMIT got no answer ({hint})",
                     kind=driver.translate(exc).kind,
+                    setting=self._setting,
                 ) from None
         self.close()
         return SliceCommit(self._request.batch_id, dict(self.row_counts))
