@@ -23,7 +23,7 @@ from flows.story import held_facts, story_key, tenant_key
 from tests.helpers import slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot
 from tests.prefect_reads import batch_events, latest_artifact
-from tests.warehouse_helpers import WAREHOUSE_BACKENDS
+from tests.warehouse_helpers import REDSHIFT_IN_E2E
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def errors_logged(*logger_names: str) -> Iterator[list[str]]:
             logger.removeHandler(handler)
 
 
-@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
+@pytest.mark.parametrize("warehouse", REDSHIFT_IN_E2E, indirect=True)
 def test_a_held_import_then_its_approval_under_prefect(
     flow_env: str, s3, landing_bucket: str
 ) -> None:
@@ -101,7 +101,7 @@ def test_a_held_import_then_its_approval_under_prefect(
     assert rows[0][1] == 10
 
 
-@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
+@pytest.mark.parametrize("warehouse", REDSHIFT_IN_E2E, indirect=True)
 def test_the_approve_flow_loads_the_held_content_or_refuses_changed_content(
     flow_env: str, s3, landing_bucket: str
 ) -> None:
@@ -147,7 +147,7 @@ def test_the_approve_flow_loads_the_held_content_or_refuses_changed_content(
     assert slice_snapshot(flow_env, folder) == before
 
 
-@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
+@pytest.mark.parametrize("warehouse", REDSHIFT_IN_E2E, indirect=True)
 def test_the_rollback_flow_restores_the_previous_slice(
     flow_env: str, s3, landing_bucket: str
 ) -> None:

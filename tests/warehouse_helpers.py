@@ -25,6 +25,11 @@ WAREHOUSE_BACKENDS = ("postgres", pytest.param("redshift", marks=pytest.mark.slo
 """`@pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)`: the test on
 PostgreSQL and on Redshift through the emulator (tests/conftest.py's `warehouse`; the
 import_ctx built on it follows). Through the emulator a test takes several seconds."""
+REDSHIFT_IN_E2E = ("postgres", pytest.param("redshift", marks=[pytest.mark.slow, pytest.mark.e2e]))
+"""WAREHOUSE_BACKENDS for a whole-flow scenario (several flow runs, 15-25 s on Redshift):
+make test runs it on PostgreSQL, make test-e2e on Redshift through the emulator too. What
+differs on Redshift below the flows has its own tests in make test (tests/warehouse/)."""
+
 
 ACME = "acme"
 SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-22/"

@@ -124,6 +124,7 @@ def test_a_registry_database_beside_the_shared_one(
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # two `fleet-import run` child processes at once: make test-e2e
 def test_two_cli_runs_at_once_each_land_in_their_tenant_s_database(
     routed_settings: Settings, tenant_databases, database_url, prefect_api, s3, landing_bucket
 ) -> None:
