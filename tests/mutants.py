@@ -204,6 +204,59 @@ MUTANTS: tuple[Mutant, ...] = (
             "::test_a_newer_stamp_before_a_step_expires_the_publication"
         ),
     ),
+    # Recovery paths the fault matrices' merged cells meet (issue 39: one cell per path).
+    Mutant(
+        name="slice_load_not_retried",
+        guard="a slice load cut by a transient warehouse fault fails the batch, not retried",
+        path="fleet_import/importing/load.py",
+        original="                if not exc.transient or retry >= backoff.retries:\n",
+        replacement="                if True:\n",
+        witness=(
+            "tests/faults/test_warehouse_matrix.py"
+            "::test_a_warehouse_fault_is_reported_truly_and_recovered[copy-outage]"
+        ),
+    ),
+    Mutant(
+        name="unstamped_commit_not_loaded_again",
+        guard="a COMMIT without an answer, proven not stamped, fails the batch: no reload",
+        path="fleet_import/importing/load.py",
+        original="                if not exc.transient or retry == LOAD_BACKOFF.retries:\n",
+        replacement="                if True:\n",
+        witness=(
+            "tests/faults/test_warehouse_matrix.py"
+            "::test_a_warehouse_fault_is_reported_truly_and_recovered[commit-outage]"
+        ),
+    ),
+    # What the command prints and exits with (issue 39: its tests moved in-process).
+    Mutant(
+        name="held_exits_as_failed",
+        guard="a held batch exits 1 like a failure: a script cannot tell review from error",
+        path="flows/reporting.py",
+        original='        "Held": ExitCode.HELD,',
+        replacement='        "Held": ExitCode.FAILED,',
+        witness="tests/test_reporting.py::test_exit_code_of_each_final_state",
+    ),
+    Mutant(
+        name="final_state_message_dropped",
+        guard="run and resume print the final state without its message: no reason, no next step",
+        path="fleet_cli/cli.py",
+        original='Text.assemble((state.name, colour), ": ", state.message or "")',
+        replacement='Text.assemble((state.name, colour), ": ")',
+        witness=(
+            "tests/test_cli_flows.py::test_a_business_failure_prints_its_reason_not_a_traceback"
+        ),
+    ),
+    Mutant(
+        name="configuration_error_exits_1",
+        guard="a configuration error exits 1 like a failed import, not 78 (EX_CONFIG)",
+        path="fleet_cli/guard.py",
+        original="        raise typer.Exit(CONFIGURATION_ERROR) from None\n",
+        replacement="        raise typer.Exit(1) from None\n",
+        witness=(
+            "tests/cli/test_first_contact.py"
+            "::test_run_names_every_problem_at_once_before_starting_anything"
+        ),
+    ),
     # The read-back's other half (a success that did commit, its answer lost, is returned as
     # succeeded) has no killing test: the succeed-lost_reply cell loses the UPDATE's reply,
     # so its transaction rolls back and the batch never succeeded. Hence this mutant.
