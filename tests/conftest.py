@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+import types
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -209,6 +212,9 @@ def publishing_ctx(import_ctx, outbox):
     return import_ctx
 
 
+HEALTH_CHECK_READ_SECONDS = 30.0
+
+
 @pytest.fixture(scope="session")
 def prefect_api():
     """One temporary Prefect API server (SQLite) per test session / xdist worker."""
@@ -217,9 +223,34 @@ def prefect_api():
     refuse_servers("Prefect's test harness")
     services = logging.getLogger("prefect._internal.concurrency")
     services.addFilter(_with_traceback)
-    with prefect_test_harness(server_startup_timeout=120):
+    with contextlib.ExitStack() as harness:
+        with _patient_health_check():
+            harness.enter_context(prefect_test_harness(server_startup_timeout=120))
         yield
     services.removeFilter(_with_traceback)
+
+
+@contextlib.contextmanager
+def _patient_health_check() -> Iterator[None]:
+    """The harness polls its server's /health with httpx's default 5 s read timeout and
+    gives up on the first ReadTimeout (only refused connections are waited out): on a
+    loaded 2-core host a server still starting answered later than that, and every test of
+    that xdist worker errored (seen with make test-crash and test-faults run at once). Its
+    polls may wait HEALTH_CHECK_READ_SECONDS while it starts; only that module's httpx is
+    replaced, and only while the harness starts."""
+    import httpx
+    import prefect.server.api.server as prefect_server_module
+
+    class PatientClient(httpx.Client):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("timeout", HEALTH_CHECK_READ_SECONDS)
+            super().__init__(*args, **kwargs)
+
+    patient_httpx = types.SimpleNamespace(**vars(httpx))
+    patient_httpx.Client = PatientClient
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(prefect_server_module, "httpx", patient_httpx)
+        yield
 
 
 def _with_traceback(record: logging.LogRecord) -> bool:
