@@ -407,13 +407,23 @@ def run_pytest(
         finally:
             _stop(proc)  # on a timeout, Ctrl-C or SIGTERM; a no-op once it has ended
     seconds = time.monotonic() - started
-    failure = first_failure(log.read_text(encoding="utf-8", errors="replace"))
+    output = log.read_text(encoding="utf-8", errors="replace")
+    return score(returncode, output), returncode, seconds, first_failure(output)
+
+
+def score(returncode: int | None, output: str) -> str:
+    """What pytest's exit says of the mutant. 0: all passed; 1: some test failed; 2 is also a
+    kill when xdist's -x stopped the run at a failed test ("Interrupted: stopping after 1
+    failures"). Anything else (2 for collection errors or Ctrl-C, 3 internal error, 4 usage,
+    5 nothing collected) says nothing about the mutant."""
     if returncode is None:
-        return "timeout", None, seconds, failure
-    # 0: all passed; 1: some test failed. Anything else (2 collection errors or interrupted,
-    # 3 internal error, 4 usage, 5 nothing collected) says nothing about the mutant.
-    result = {0: "survived", 1: "killed"}.get(returncode, "error")
-    return result, returncode, seconds, failure
+        return "timeout"
+    stopped_at_a_failure = "Interrupted: stopping after" in output and any(
+        line.startswith("FAILED ") for line in output.splitlines()
+    )
+    if returncode == 2 and stopped_at_a_failure:
+        return "killed"
+    return {0: "survived", 1: "killed"}.get(returncode, "error")
 
 
 def check_interpreter(root: Path) -> None:
