@@ -33,6 +33,11 @@ HOSTILE = ["[/bold]", "[/red]", "trips [bold]x.csv", "a|b", "two\nlines", "`x`",
         (Completed(name="Skipped"), 3),
         (Completed(name="NotClaimed"), 3),
         (Completed(name="Committed"), 4),
+        (Completed(name="AlreadyLoaded"), 5),
+        # Failed states a script must tell from a failure: review, unknown, refusal.
+        (Failed(name="Held"), 6),
+        (Failed(name="CommitUnknown"), 7),
+        (Failed(name="Refused"), 9),
         # Not in the table: never a success.
         (Completed(name="SomethingNew"), 1),
         (Cancelled(), 1),
