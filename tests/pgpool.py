@@ -15,7 +15,6 @@ clone, as before.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -160,25 +159,18 @@ class DatabasePool:
         template_url = pgtools.with_dbname(admin_url, template)
         self._clean = fingerprint(template_url)
         with _connect(template_url) as conn:
-            self._tables = [row[0] for row in conn.execute(_TABLES)]
-            self._relations = [
-                row[0]
-                for row in conn.execute(
-                    "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace"
-                )
-            ]
+            relations = conn.execute(
+                "SELECT relname, relkind FROM pg_class"
+                " WHERE relnamespace = 'public'::regnamespace ORDER BY relname"
+            ).fetchall()
+            self._relations = [name for name, _ in relations]
+            self._tables = [name for name, kind in relations if kind in ("r", "p")]  # _TABLES
+            self._sequences = [name for name, kind in relations if kind == "S"]
             self._functions = [
                 row[0]
                 for row in conn.execute(
                     "SELECT oid::regprocedure::text FROM pg_proc"
                     " WHERE pronamespace = 'public'::regnamespace"
-                )
-            ]
-            self._sequences = [
-                row[0]
-                for row in conn.execute(
-                    "SELECT relname FROM pg_class"
-                    " WHERE relnamespace = 'public'::regnamespace AND relkind = 'S'"
                 )
             ]
             self._seeded = [
@@ -189,15 +181,11 @@ class DatabasePool:
                 ).fetchone()[0]
             ]
         self._free: list[str] = []
-        self.reused = 0
-        self.cloned = 0
 
     def take(self) -> str:
         """A database equal to the template, private to the caller; its name is new."""
         if self._free:
-            self.reused += 1
             return self._free.pop()
-        self.cloned += 1
         name = pgtools.unique_name("test")
         pgtools.create_database(self._admin_url, name, template=self._template)
         return name
@@ -272,14 +260,10 @@ class DatabasePool:
             if emptied:
                 conn.execute(
                     sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(
-                        sql.SQL(", ").join(_identifiers(emptied))
+                        sql.SQL(", ").join(sql.Identifier("public", table) for table in emptied)
                     )
                 )
             for sequence in self._sequences:
                 conn.execute(
                     sql.SQL("ALTER SEQUENCE {} RESTART").format(sql.Identifier("public", sequence))
                 )
-
-
-def _identifiers(tables: Iterable[str]) -> list[sql.Identifier]:
-    return [sql.Identifier("public", table) for table in tables]
