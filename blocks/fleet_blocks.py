@@ -10,7 +10,8 @@ Three block types, one document each under a well-known name, editable in the Pr
 | FleetWarehouse | `fleet-warehouse` | `warehouse`, `warehouse_url`, `refresh_sql`, |
 | | | `warehouse_reply_timeout_seconds`; Redshift: `redshift_iam_role`, `staging_uri` |
 
-Flows read the environment first and apply `settings_overrides()` over it, so a worker with
+Every command and flow resolves its settings once (`blocks.settings_in_force`): a `FLEET_*`
+variable set in the environment wins, else a block's value, else the default; a worker with
 no blocks registered runs on `FLEET_*` variables alone. Secret values are `SecretStr`: the
 UI shows them masked, and this module never logs them or puts them in an exception.
 """
@@ -182,18 +183,24 @@ BLOCK_DOCUMENTS: tuple[tuple[type[FleetBlock], str], ...] = (
 )
 
 
-def settings_overrides() -> dict[str, Any]:
-    """`Settings` fields set by the block documents that exist under their default names.
+def stored_settings() -> dict[str, tuple[Any, str]]:
+    """`Settings` fields set by the block documents that exist under their default names,
+    each with the document that set it (a later document's value wins, BLOCK_DOCUMENTS).
 
     A missing document (or an unregistered block type) is skipped silently: the environment
     decides. Any other failure is logged as a warning, without secrets, and skipped too.
     """
-    overrides: dict[str, Any] = {}
+    stored: dict[str, tuple[Any, str]] = {}
     for block_cls, name in BLOCK_DOCUMENTS:
         block = _load_if_exists(block_cls, name)
         if block is not None:
-            overrides.update(block.as_settings())
-    return overrides
+            stored.update({field: (value, name) for field, value in block.as_settings().items()})
+    return stored
+
+
+def settings_overrides() -> dict[str, Any]:
+    """The blocks' values alone, field by field (`stored_settings` without their sources)."""
+    return {field: value for field, (value, _name) in stored_settings().items()}
 
 
 def _load_if_exists(block_cls: type[FleetBlock], name: str) -> FleetBlock | None:
@@ -204,13 +211,13 @@ def _load_if_exists(block_cls: type[FleetBlock], name: str) -> FleetBlock | None
     except ValueError as exc:
         if isinstance(exc.__cause__, ObjectNotFound):
             return None
-        _warn("ignoring Prefect block %s: %s", slug, describe_error(exc))
+        warn_in_run("ignoring Prefect block %s: %s", slug, describe_error(exc))
     except Exception as exc:  # noqa: BLE001 - configuration falls back to the environment
-        _warn("ignoring Prefect block %s: %s", slug, describe_error(exc))
+        warn_in_run("ignoring Prefect block %s: %s", slug, describe_error(exc))
     return None
 
 
-def _warn(message: str, *args: object) -> None:
+def warn_in_run(message: str, *args: object) -> None:
     """Into the flow run's log (visible in the UI) inside a run, this module's log outside."""
     try:
         logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = get_run_logger()

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -17,11 +18,11 @@ from rich.text import Text
 from fleet_import.checks.settings import (
     FRESHNESS,
     IMPORTS,
+    SettingProblem,
     SettingsInvalid,
     check_settings,
-    read_settings,
 )
-from fleet_import.config import Settings, masked_url
+from fleet_import.config import ResolvedSettings, Settings, env_variable, masked_url
 
 if TYPE_CHECKING:  # the probes import psycopg and botocore: only `doctor` itself needs them
     from fleet_import.checks.services import Check
@@ -31,26 +32,61 @@ _DEFAULT_DATABASE = "the default: FLEET_DATABASE_URL is not set"
 _MARKS = {True: ("✓", "green"), False: ("✗", "red"), None: ("–", "dim")}
 
 
-def _settings() -> tuple[Settings, Check]:
+def _settings(resolved: ResolvedSettings, problems: list[SettingProblem]) -> Check:
     from fleet_import.checks.services import failed, passed
 
-    settings, problems = read_settings()
+    settings = resolved.settings
     try:
         check_settings(IMPORTS | FRESHNESS, settings=settings)
     except SettingsInvalid as exc:
         problems += exc.problems
     if problems:
-        return settings, failed(
-            "settings", "; ".join(str(p) for p in problems), "set the variables named"
-        )
-    return settings, passed("settings", f"warehouse {settings.warehouse}, staging set")
+        return failed("settings", "; ".join(str(p) for p in problems), "set the variables named")
+    blocks = sorted({s for s in resolved.sources.values() if s.startswith("block ")})
+    read = f"; from {', '.join(blocks)} too" if blocks else ""
+    return passed("settings", f"warehouse {settings.warehouse}, staging set{read}")
 
 
-def run_checks(landing_bucket: str, queue_url: str | None) -> Iterator[Check]:
+def shown_value(value: object) -> str:
+    """A setting as doctor prints it: secrets masked, URLs without their password."""
+    if value is None:
+        return "(unset)"
+    if isinstance(value, SecretStr):
+        return "***"
+    text = json.dumps(value) if isinstance(value, list) else str(value)
+    return masked_url(text) if "://" in text else text
+
+
+def settings_rows(resolved: ResolvedSettings) -> list[dict[str, str]]:
+    """Every setting, the value a run uses and where it came from (environment, block, default)."""
+    return [
+        {
+            "variable": env_variable(field),
+            "value": shown_value(getattr(resolved.settings, field)),
+            "source": resolved.source_of(field),
+        }
+        for field in Settings.model_fields
+    ]
+
+
+def settings_table(rows: list[dict[str, str]]) -> Table:
+    table = Table("setting", "value", "source", title="settings in force", title_justify="left")
+    for row in rows:
+        table.add_row(Text(row["variable"]), Text(row["value"]), Text(row["source"]))
+    return table
+
+
+def run_checks(
+    landing_bucket: str,
+    queue_url: str | None,
+    resolved: ResolvedSettings,
+    problems: list[SettingProblem],
+) -> Iterator[Check]:
+    """The checks of what a run would use: the settings in force, resolved as a run does."""
     from fleet_import.checks import services
 
-    settings, settings_check = _settings()
-    yield settings_check
+    settings = resolved.settings
+    yield _settings(resolved, problems)
     yield from _operational_database(settings)
     yield from services.check_warehouse(settings)
     from dataclasses import replace
@@ -133,21 +169,27 @@ def doctor(
 ) -> None:
     """Check every setting and connection an import needs, in order, with the fix for each.
 
-    Settings; the operational database (reachable, migrated); the warehouse (reachable,
+    The settings in force, each with its source (environment, Prefect block, default), as a
+    run resolves them; the operational database (reachable, migrated); the warehouse (reachable,
     curated tables, privileges); the landing bucket and the staging area (a small object
     written and deleted); the Prefect API, work pool, deployments, limits and blocks; the
     relay's queue. Exit 0 only when all pass.
 
     Example: fleet-import doctor --landing-bucket fleet-landing
     """
+    from blocks.settings_in_force import settings_in_force
+    from fleet_cli.guard import warning_line
+
     console = Console()
-    checks: list[Check] = []
-    for check in run_checks(landing_bucket, queue_url):
-        checks.append(check)
+    resolved, problems = settings_in_force(tell=warning_line)
+    checks = list(run_checks(landing_bucket, queue_url, resolved, problems))
     ok = all(check.ok is not False for check in checks)
+    rows = settings_rows(resolved)
     if as_json:
-        typer.echo(json.dumps({"ok": ok, "checks": [c.to_json() for c in checks]}, indent=2))
+        report = {"ok": ok, "checks": [c.to_json() for c in checks], "settings": rows}
+        typer.echo(json.dumps(report, indent=2))
     else:
+        console.print(settings_table(rows))
         console.print(checks_table(checks))
         failures = sum(check.ok is False for check in checks)
         console.print(

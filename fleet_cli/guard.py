@@ -49,6 +49,11 @@ def error_line(message: str) -> None:
     err_console.print(Text.assemble(("error:", "red"), " ", message), soft_wrap=True)
 
 
+def warning_line(message: str) -> None:
+    """A note the user should read, on stderr, one line: something chosen for them."""
+    err_console.print(Text.assemble(("warning:", "yellow"), " ", message), soft_wrap=True)
+
+
 def debug_traceback(exc: BaseException | None) -> None:
     """With --debug / FLEET_DEBUG=1, a foreseen error's traceback, printed before its line."""
     if exc is not None and debugging():
@@ -56,15 +61,24 @@ def debug_traceback(exc: BaseException | None) -> None:
 
 
 def require_settings(uses: Collection[Uses], **overrides: object) -> Settings:
-    """The settings from the environment (`overrides`: a command's options over it), or
-    every problem printed and CONFIGURATION_ERROR."""
+    """The settings in force (blocks.settings_in_force: the environment, then Prefect
+    blocks, then the defaults; `overrides`: a command's options over them), or every problem
+    printed and CONFIGURATION_ERROR."""
+    from blocks.settings_in_force import settings_in_force
+
+    resolved, problems = settings_in_force(tell=warning_line)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    settings = resolved.settings.model_copy(update=given) if given else resolved.settings
     try:
-        return check_settings(uses, **{k: v for k, v in overrides.items() if v is not None})
+        check_settings(uses, settings=settings)
     except SettingsInvalid as exc:
         debug_traceback(exc)
-        for problem in exc.problems:
+        problems = [*problems, *exc.problems]
+    if problems:
+        for problem in problems:
             error_line(str(problem))
         raise typer.Exit(CONFIGURATION_ERROR) from None
+    return settings
 
 
 def prefect_ready() -> None:

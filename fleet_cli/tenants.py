@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from blocks.settings_in_force import settings_in_force
 from fleet_import.config import Settings
 from fleet_import.errors import FleetImportError
 from fleet_import.scope import Tenant
@@ -51,7 +52,7 @@ def tenants_list(as_json: JsonOption = False) -> None:
 
     Example: fleet-import tenants list --json  (the registry: FLEET_TENANTS=tenants.yaml)
     """
-    settings = Settings()
+    settings = settings_in_force()[0].settings
     registry = _registry(settings)
     records = (
         [_record(settings, t, registry) for t in registry.tenants.values()] if registry else []
@@ -85,7 +86,7 @@ def tenants_show(
 
     Example: fleet-import tenants show acme
     """
-    settings = Settings()
+    settings = settings_in_force()[0].settings
     registry = _registry(settings)
     try:
         registered = registry.get(tenant) if registry else RegisteredTenant(Tenant.named(tenant))
@@ -159,7 +160,7 @@ def tenants_purge(
 
     if not confirm:
         raise _fail(f"purging {tenant!r} deletes all of its data: pass --confirm", 2)
-    settings = Settings()
+    settings = settings_in_force()[0].settings
     registry = _registry(settings)
     try:
         registered = registry.get(tenant) if registry else None

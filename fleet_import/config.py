@@ -1,9 +1,12 @@
-"""Settings from the environment (prefix FLEET_); flows may override them from Prefect blocks."""
+"""Settings from the environment (prefix FLEET_), Prefect blocks where registered, defaults:
+resolved once, in one order (`resolve_settings`)."""
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, SecretStr
@@ -246,3 +249,65 @@ def masked_url(url: str) -> str:
     userinfo, at, after = rest.rpartition("@")
     user, colon, _password = userinfo.partition(":")
     return f"{scheme}{sep}{user}{colon and ':' + _MASK}{at}{after}"
+
+
+SOURCE_DEFAULT = "default"
+SOURCE_ENVIRONMENT = "environment"
+
+
+@dataclass(frozen=True)
+class ResolvedSettings:
+    """The settings every command, flow and check uses, with where each value came from.
+
+    One order, everywhere: a `FLEET_*` variable in the environment wins; else a registered
+    Prefect block's value; else the default. `overruled` names each setting whose variable
+    won over a block that holds another value, which the caller says once."""
+
+    settings: Settings
+    sources: Mapping[str, str]
+    overruled: tuple[str, ...] = ()
+
+    def source_of(self, field: str) -> str:
+        return self.sources.get(field, SOURCE_DEFAULT)
+
+    def overruled_line(self) -> str | None:
+        """One line naming every variable that won over a block, and how to use the block."""
+        if not self.overruled:
+            return None
+        return (
+            "the environment wins over the Prefect blocks for "
+            + ", ".join(self.overruled)
+            + ": unset those variables to use the blocks' values"
+        )
+
+
+def env_variable(field: str) -> str:
+    return f"FLEET_{field.upper()}"
+
+
+def resolve_settings(
+    from_env: Settings,
+    stored: Mapping[str, tuple[Any, str]],
+    env: Mapping[str, str],
+) -> ResolvedSettings:
+    """`from_env` (the environment over the defaults) with the blocks' `stored` values
+    (field -> (value, block name)) applied where no variable is set."""
+    present = {name.upper() for name in env}
+    in_env = {field for field in Settings.model_fields if env_variable(field) in present}
+    sources = {field: SOURCE_ENVIRONMENT for field in in_env}
+    update: dict[str, Any] = {}
+    overruled: list[str] = []
+    for field, (value, block) in stored.items():
+        if field not in in_env:
+            update[field] = value
+            sources[field] = f"block {block}"
+        elif _differs(getattr(from_env, field), value):
+            overruled.append(f"{env_variable(field)} (block {block})")
+    settings = from_env.model_copy(update=update) if update else from_env
+    return ResolvedSettings(settings, sources, tuple(overruled))
+
+
+def _differs(current: Any, stored: Any) -> bool:
+    if isinstance(current, SecretStr):
+        current = current.get_secret_value()
+    return bool(current != stored)

@@ -1,4 +1,4 @@
-"""What every flow shares: settings (environment, then blocks), the event sink, the retry
+"""What every flow shares: settings (the environment, then blocks), the event sink, the retry
 rule, the warehouse load slots, and Prefect-visible state helpers."""
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from prefect.events import emit_event
 from prefect.runtime import flow_run
 from prefect.states import State
 
-from fleet_import.checks.settings import IMPORTS, check_settings
+from blocks.settings_in_force import settings_in_force
+from fleet_import.checks.settings import IMPORTS, SettingsInvalid, check_settings
 from fleet_import.config import Settings
 from fleet_import.errors import should_retry
 from fleet_import.importing.driver import STEP_BACKOFF
@@ -57,14 +58,13 @@ def retry_if_transient(task: Task[..., Any], task_run: TaskRun, state: State[Any
 
 
 def load_settings() -> Settings:
-    """Environment first; Prefect blocks, where registered, override it."""
-    settings = Settings()
-    try:
-        from blocks.fleet_blocks import settings_overrides
-    except ImportError:
-        return settings
-    overrides = settings_overrides()
-    return settings.model_copy(update=overrides) if overrides else settings
+    """The settings in force (blocks.settings_in_force: the environment, then the blocks,
+    then the defaults), the same every command and check uses; a variable whose value is
+    refused is SettingsInvalid, as every other problem."""
+    resolved, problems = settings_in_force()
+    if problems:
+        raise SettingsInvalid(problems)
+    return resolved.settings
 
 
 @contextmanager
