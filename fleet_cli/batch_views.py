@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,8 +21,16 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from fleet_import.scope import folder_leaf
+from fleet_import.store.batch_state import (
+    HeldSince,
+    ReviewState,
+    committed_answer,
+    review_line,
+    review_state,
+    shown_status,
+)
 from fleet_import.store.lineage_outbox import LineageRow
-from fleet_import.store.models import Batch, warehouse_committed
+from fleet_import.store.models import Batch
 from fleet_import.store.outbox import OutboxStep
 
 SHORT_ID_LENGTH = 8  # `batches show` takes it back as a prefix
@@ -46,10 +55,15 @@ def _full_id(batch: Batch) -> Text:
     return Text(str(batch.id))
 
 
-def _status(batch: Batch) -> Text:
-    kind = (batch.details.get("failure") or {}).get("kind")
-    text = batch.status.value + (f" ({kind})" if kind else "")
-    return Text(text, style=_STATUS_STYLE.get(batch.status.value, ""))
+def _status_column(since: Mapping[uuid.UUID, HeldSince]) -> _Column:
+    """The status an operator sees (fleet_import.store.batch_state): a held batch by its
+    review state, never a bare `failed (held)`."""
+
+    def cell(batch: Batch) -> Text:
+        text = shown_status(batch, since.get(batch.id))
+        return Text(text, style=_STATUS_STYLE.get(batch.status.value, ""))
+
+    return _Column("status", cell)
 
 
 def _tenant(batch: Batch) -> Text:
@@ -95,7 +109,7 @@ _NARROW: dict[str, _Column | None] = {
     "batch": _Column("batch", _short_id),
     "tenant": _Column("tenant", _tenant),
     "folder": _Column("folder", _leaf),
-    "status": _Column("status", _status),
+    "status": None,  # _status_column: it reads what later batches say of a held one
     "phase": None,
     "rows": None,
     "lease": None,
@@ -123,10 +137,14 @@ def _table(columns: Iterable[_Column | None], batches: Sequence[Batch]) -> Table
     return table
 
 
-def batches_table(batches: Sequence[Batch], console: Console) -> Table:
+def batches_table(
+    batches: Sequence[Batch],
+    console: Console,
+    since: Mapping[uuid.UUID, HeldSince] | None = None,
+) -> Table:
     """The widest layout that fits `console` without wrapping a value."""
     unbounded = console.options.update_width(_UNBOUNDED)
-    layout = dict(_NARROW)
+    layout = {**_NARROW, "status": _status_column(since or {})}
     table = _table(layout.values(), batches)
     for name, column in _WIDENINGS:
         wider = _table({**layout, name: column}.values(), batches)
@@ -144,9 +162,11 @@ def _iso(value: dt.datetime | dt.date | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def batch_record(batch: Batch) -> dict[str, Any]:
+def batch_record(batch: Batch, since: HeldSince | None = None) -> dict[str, Any]:
     """One batch for `--json`: the same keys for every batch (null when unknown)."""
     details = batch.details
+    review = details.get("review") or {}
+    state = review_state(batch, since)
     return {
         "id": str(batch.id),
         "tenant_id": batch.tenant_id,
@@ -157,6 +177,12 @@ def batch_record(batch: Batch) -> dict[str, Any]:
         "delivery_key": batch.delivery_key,
         "status": batch.status.value,
         "failure_kind": (details.get("failure") or {}).get("kind"),
+        "shown_status": shown_status(batch, since),
+        "review_state": state.value if state is not None else None,
+        "review": review_line(batch, since),
+        "reviewed_by_batch": review.get("batch_id"),
+        "review_note": review.get("note"),
+        "committed": committed_answer(batch),
         "phase": details.get("phase"),
         "rows": _row_total(details),
         "execution_lease_id": batch.execution_lease_id,
@@ -196,12 +222,15 @@ def _lineage_record(row: LineageRow) -> dict[str, Any]:
 
 
 def batch_detail_record(
-    batch: Batch, steps: Sequence[OutboxStep], lineage: Sequence[LineageRow] = ()
+    batch: Batch,
+    steps: Sequence[OutboxStep],
+    lineage: Sequence[LineageRow] = (),
+    since: HeldSince | None = None,
 ) -> dict[str, Any]:
     """`batches show --json`: the list's record plus the details as stored, the steps and
     the OpenLineage events (pending until delivered)."""
     return {
-        **batch_record(batch),
+        **batch_record(batch, since),
         "details": batch.details,
         "publication": [_step_record(step) for step in steps],
         "lineage": [_lineage_record(row) for row in lineage],
@@ -233,7 +262,9 @@ def _fact_text(value: object) -> str:
     return str(value)
 
 
-def failure_history(details: Mapping[str, Any]) -> list[tuple[str, str]]:
+def failure_history(
+    details: Mapping[str, Any], awaiting: bool | None = None
+) -> list[tuple[str, str]]:
     """A batch's failures, resumes and expiry, oldest first. A resume moves `failure` to
     `last_failure`, so the failure that started it all stays visible beside what came of
     the resume (another failure, or the publication expiring)."""
@@ -243,7 +274,8 @@ def failure_history(details: Mapping[str, Any]) -> list[tuple[str, str]]:
     if details.get("resumes"):
         history.append(("resumes", str(details["resumes"])))
     if details.get("failure"):
-        reviewed = bool(details.get("review"))  # a held batch reviewed: no approve hint
+        # The approve hint only while the batch awaits review (not reviewed, overtaken, stale).
+        reviewed = bool(details.get("review")) if awaiting is None else not awaiting
         history.append(("failure", _failure_text(details["failure"], reviewed=reviewed)))
     if details.get("publication_expired"):
         history.append(("publication expired", "yes: a newer batch owns the slice"))
@@ -274,7 +306,10 @@ def _data_table(title: str | Text, *headers: str) -> Table:
 
 
 def batch_views(
-    batch: Batch, steps: Sequence[OutboxStep], lineage: Sequence[LineageRow] = ()
+    batch: Batch,
+    steps: Sequence[OutboxStep],
+    lineage: Sequence[LineageRow] = (),
+    since: HeldSince | None = None,
 ) -> list[RenderableType]:
     """`batches show`: the facts, then publication steps, lineage events, files and first
     rejects."""
@@ -287,9 +322,10 @@ def batch_views(
         ("tenant", batch.tenant_id),
         ("scope", batch.source_scope),
         ("delivery", batch.delivery_key),
-        ("status", batch.status.value),
+        ("status", shown_status(batch, since)),
+        ("review", review_line(batch, since)),
         ("phase", details.get("phase")),
-        ("committed", "yes" if warehouse_committed(details) else "no"),
+        ("committed", committed_answer(batch)),
         ("rows", _rows_shown(batch)),
         (
             "lease",
@@ -297,7 +333,9 @@ def batch_views(
             if batch.execution_lease_id
             else "free",
         ),
-        *failure_history(details),
+        *failure_history(
+            details, review_state(batch, since) in (None, ReviewState.AWAITING)
+        ),
         ("superseded by", details.get("superseded_by")),
         ("created", _when(batch.created_at)),
         ("updated", _when(batch.updated_at)),

@@ -31,7 +31,11 @@ from fleet_import.checks.settings import OPERATIONAL
 from fleet_import.store.models import BatchStatus
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from fleet_import.config import Settings
+    from fleet_import.store.batch_state import HeldSince
+    from fleet_import.store.models import Batch
     from fleet_import.store.repository import BatchRepository
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=TOOL_HELP, cls=InOrderOfUse)
@@ -162,12 +166,23 @@ def batches_list(
     repo = BatchRepository.from_settings(store)
     with foreseen_errors():
         batches = repo.list(tenant=tenant, status=status and status.value, limit=limit)
+        since = held_since(store, batches)
     if as_json:
-        typer.echo(json.dumps([batch_record(batch) for batch in batches], indent=2))
+        typer.echo(json.dumps([batch_record(b, since.get(b.id)) for b in batches], indent=2))
         return
-    console.print(batches_table(batches, console))
+    console.print(batches_table(batches, console, since))
     if not batches:
         console.print("no batches match")
+
+
+def held_since(store: Settings, batches: Sequence[Batch]) -> dict[uuid.UUID, HeldSince]:
+    """What later deliveries say of the held batches among `batches` (one query; none when
+    no batch is held): the views' review state reads it."""
+    from fleet_import.store.batch_state import is_held
+    from fleet_import.store.review_repository import ReviewRepository
+
+    held = [batch.id for batch in batches if is_held(batch)]
+    return ReviewRepository.from_settings(store).held_since(held) if held else {}
 
 
 def parse_batch_id(value: str, expected: str = "a UUID") -> uuid.UUID:
@@ -222,12 +237,13 @@ def batches_show(
         batch = repo.get(parsed)
         steps = OutboxRepository.from_settings(store).steps(parsed) if batch else []
         lineage = LineageOutbox.from_settings(store).of_batch(parsed) if batch else []
+        since = held_since(store, [batch] if batch else []).get(parsed)
     if batch is None:
         raise _fail(f"no batch {batch_id}")
     if as_json:
-        typer.echo(json.dumps(batch_detail_record(batch, steps, lineage), indent=2))
+        typer.echo(json.dumps(batch_detail_record(batch, steps, lineage, since), indent=2))
         return
-    for view in batch_views(batch, steps, lineage):
+    for view in batch_views(batch, steps, lineage, since):
         console.print(view)
 
 

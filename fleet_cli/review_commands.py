@@ -34,31 +34,37 @@ app.add_typer(slices_app, name="slices")
 
 
 def list_held(tenant: str | None, limit: int, as_json: bool, database_url: str | None) -> None:
+    """Held batches nobody decided yet, each with its review state (fleet_import.store.
+    batch_state): awaiting review (its breaches and the approve command), overtaken or stale
+    (what happened since, and no approve command that could only fail)."""
     from fleet_cli.batch_views import batch_record, batches_table
     from fleet_import.importing.drift import held_drift
-    from fleet_import.importing.guards import approve_command
+    from fleet_import.importing.guards import Breach, approve_command
+    from fleet_import.store.batch_state import ReviewState, review_line, review_state
     from fleet_import.store.review_repository import ReviewRepository
 
     store = ReviewRepository.from_settings(_store_settings(database_url))
     try:
         batches = store.held_batches(tenant, limit)
+        since = store.held_since(batch.id for batch in batches)
     except FleetImportError as exc:
         raise _fail(str(exc)) from None
     if as_json:
-        typer.echo(json.dumps([batch_record(batch) for batch in batches], indent=2))
+        records = [batch_record(batch, since.get(batch.id)) for batch in batches]
+        typer.echo(json.dumps(records, indent=2))
         return
-    console.print(batches_table(batches, console))
+    console.print(batches_table(batches, console, since))
     if not batches:
         console.print("no batches wait for review")
     for batch in batches:
+        if review_state(batch, since.get(batch.id)) is not ReviewState.AWAITING:
+            line = review_line(batch, since.get(batch.id))
+            console.print(Text(f"{batch.id}: {line}"), soft_wrap=True)
+            continue
         for breach in batch.details["failure"].get("held", {}).get("breaches", []):
+            described = Breach(**breach).describe()
             console.print(
-                Text(
-                    f"{batch.id}: {breach['dataset']} current {breach['current_rows']:,} rows, "
-                    f"held delivery {breach['new_rows']:,} ({breach['rule']}); "
-                    f"{approve_command(batch.id)}"
-                ),
-                soft_wrap=True,
+                Text(f"{batch.id}: {described}; {approve_command(batch.id)}"), soft_wrap=True
             )
         for dataset, columns in held_drift(batch.details).items():  # issue #25
             spelled = ", ".join(f"{name} {kind}" for name, kind in columns.items())

@@ -244,7 +244,7 @@ def _review_and_rollback(
     """Issue #24 told: a truncated redelivery is held with both counts and the command that
     approves it, the approval loads the held content from its staged files, and a rollback
     restores the slice the approval replaced."""
-    from fleet_import.importing.guards import approve_command
+    from fleet_import.importing.guards import Breach, approve_command
     from fleet_import.sample_data import csv_bytes, trips_table
     from fleet_import.scope import split_folder
     from flows.approve_held_batch import approve_held_batch
@@ -264,10 +264,7 @@ def _review_and_rollback(
     say(Text.assemble("import globex, truncated: ", (held.name, "yellow"), " (exit code 6)"))
     (batch,) = [b for b in repo.list(tenant="globex", status="failed") if _waits(b)]
     for breach in batch.details["failure"]["held"]["breaches"]:
-        say(
-            f"  held {breach['dataset']}: current slice {breach['current_rows']:,} rows, "
-            f"this delivery {breach['new_rows']:,} ({breach['rule']})"
-        )
+        say(f"  held {Breach(**breach).describe()}")
     say(f"  to load it anyway: {approve_command(batch.id)}")
     show(
         f"approve {str(batch.id)[:8]} (staged files)",
@@ -280,9 +277,10 @@ def _review_and_rollback(
 
 
 def _waits(batch) -> bool:
-    """Held for review and not decided yet."""
-    details = batch.details
-    return (details.get("failure") or {}).get("kind") == "held" and not details.get("review")
+    """Held for review and not decided yet (fleet_import.store.batch_state decides)."""
+    from fleet_import.store.batch_state import ReviewState, review_state
+
+    return review_state(batch) is ReviewState.AWAITING
 
 
 @contextlib.contextmanager

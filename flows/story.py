@@ -23,10 +23,19 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 
-from fleet_import.importing.guards import approve_command, held_error
+from fleet_import.importing.guards import Breach, approve_command, held_error
 from fleet_import.importing.runtime import Runtime
 from fleet_import.scope import folder_leaf
-from fleet_import.store.models import Batch, BatchStatus, warehouse_committed
+from fleet_import.store.batch_state import (
+    HeldSince,
+    ReviewState,
+    is_held,
+    review_line,
+    review_state,
+    shown_status,
+)
+from fleet_import.store.models import Batch, BatchStatus
+from fleet_import.store.review_repository import ReviewRepository
 from flows.api_reports import report
 from flows.reporting import escape_markdown
 
@@ -43,25 +52,6 @@ def story_key(batch_id: uuid.UUID) -> str:
 def tenant_key(tenant_id: str) -> str:
     """Artifact keys take lower-case letters, digits and dashes; tenant slugs may hold '_'."""
     return f"tenant-{tenant_id.replace('_', '-')}-batches"
-
-
-def story_status(batch: Batch) -> str:
-    """The batch's status as an operator asks it: is it still resumable, replaced, done?"""
-    details = batch.details
-    resumed = " (resumed)" if int(details.get("resumes", 0) or 0) else ""
-    if batch.status is BatchStatus.FAILED:
-        if details.get("superseded_by"):
-            return "superseded"
-        if details.get("publication_expired"):
-            return "expired"
-        kind = (details.get("failure") or {}).get("kind")
-        if kind == "held":  # a slice guard stopped it (issue #24)
-            review = details.get("review") or {}
-            return f"held ({review['decision']})" if review.get("decision") else "held for review"
-        return f"failed ({kind})" if kind else "failed"
-    if batch.status is BatchStatus.SUCCEEDED:
-        return "succeeded" + resumed
-    return ("committed" if warehouse_committed(details) else "running") + resumed
 
 
 def made_by(batch: Batch) -> uuid.UUID | None:
@@ -92,8 +82,10 @@ def _tell(rt: Runtime, batch_ids: list[uuid.UUID]) -> None:
                 batches.append(older)
                 told.add(older.id)
     runs = _run_names({run for b in batches if (run := made_by(b))} | _this_run())
+    held = [b.id for b in batches if is_held(b)]
+    since = ReviewRepository.from_settings(rt.settings).held_since(held) if held else {}
     for batch in batches:
-        _publish_story(batch, runs)
+        _publish_story(batch, runs, since.get(batch.id))
     for tenant_id in dict.fromkeys(b.tenant_id for b in batches):
         _publish_tenant_table(rt, tenant_id)
 
@@ -126,9 +118,11 @@ def run_link(run_id: uuid.UUID, names: dict[uuid.UUID, str]) -> str:
     return f"[{name}](/runs/flow-run/{run_id})"
 
 
-def story_markdown(batch: Batch, runs: dict[uuid.UUID, str]) -> str:
+def story_markdown(
+    batch: Batch, runs: dict[uuid.UUID, str], since: HeldSince | None = None
+) -> str:
     details = batch.details
-    status = story_status(batch)
+    status = shown_status(batch, since)
     lines = [f"# batch {batch.id}: {escape_markdown(status)}", ""]
     facts: list[tuple[str, str]] = [
         ("tenant", escape_markdown(batch.tenant_id)),
@@ -147,9 +141,10 @@ def story_markdown(batch: Batch, runs: dict[uuid.UUID, str]) -> str:
     failure = details.get("failure") or details.get("last_failure")
     if failure:
         label = "failure" if details.get("failure") else "failure before the resume"
-        cause = f"{failure.get('kind')}: {held_error(failure, bool(details.get('review')))}"
+        awaiting = review_state(batch, since) in (None, ReviewState.AWAITING)
+        cause = f"{failure.get('kind')}: {held_error(failure, not awaiting)}"
         facts.append((label, escape_markdown(cause)))
-    facts += held_facts(batch)
+    facts += held_facts(batch, since)
     facts += drift_facts(batch)
     if details.get("resumes"):
         facts.append(("resumes", str(details["resumes"])))
@@ -160,26 +155,23 @@ def story_markdown(batch: Batch, runs: dict[uuid.UUID, str]) -> str:
     return "\n".join(lines)
 
 
-def held_facts(batch: Batch) -> list[tuple[str, str]]:
-    """A held batch's counts side by side (current slice, this delivery) and what approves
-    it; what an approval or rollback loaded. Markdown-escaped."""
+def held_facts(batch: Batch, since: HeldSince | None = None) -> list[tuple[str, str]]:
+    """A held batch's breaches, its review state (awaiting with the command that approves
+    it, approved, rejected, overtaken, stale: fleet_import.store.batch_state), what an
+    approval or rollback loaded. Markdown-escaped."""
     details = batch.details
     facts: list[tuple[str, str]] = []
     held = (details.get("failure") or {}).get("held") or {}
     for breach in held.get("breaches", []):
         facts.append(
-            (
-                f"held: {escape_markdown(breach['dataset'])}",
-                f"current slice {breach['current_rows']:,} rows, this delivery "
-                f"{breach['new_rows']:,} rows ({escape_markdown(breach['rule'])})",
-            )
+            (f"held: {escape_markdown(breach['dataset'])}", escape_markdown(
+                Breach(**breach).describe()))
         )
-    review = details.get("review") or {}
-    if held and not review:
+    state = review_state(batch, since)
+    if state is ReviewState.AWAITING:
         facts.append(("approve", f"`{approve_command(batch.id)}`"))
-    if review:
-        by = f" by batch {review['batch_id']}" if review.get("batch_id") else ""
-        facts.append(("review", escape_markdown(f"{review.get('decision')}{by}")))
+    elif state is not None:
+        facts.append(("review", escape_markdown(review_line(batch, since) or "")))
     if details.get("approves"):
         facts.append(("approves", f"held batch {escape_markdown(details['approves'])}"))
     if details.get("rolled_back_to"):
@@ -220,9 +212,11 @@ def drift_facts(batch: Batch) -> list[tuple[str, str]]:
     return facts
 
 
-def _publish_story(batch: Batch, runs: dict[uuid.UUID, str]) -> None:
-    markdown = story_markdown(batch, runs)
-    description = f"batch {batch.id} of {batch.tenant_id}: {story_status(batch)}"
+def _publish_story(
+    batch: Batch, runs: dict[uuid.UUID, str], since: HeldSince | None = None
+) -> None:
+    markdown = story_markdown(batch, runs, since)
+    description = f"batch {batch.id} of {batch.tenant_id}: {shown_status(batch, since)}"
     origin = made_by(batch)
     if origin and origin not in _this_run() and origin in runs:
         # The made-it run's page shows the news too, not only this run's.
@@ -254,13 +248,15 @@ def _publish_story(batch: Batch, runs: dict[uuid.UUID, str]) -> None:
             "fleet.tenant": batch.tenant_id,
         },
         related=related,
-        payload={"status": story_status(batch), "made_by_flow_run": str(origin or "")},
+        payload={"status": shown_status(batch, since), "made_by_flow_run": str(origin or "")},
     )
 
 
 def _publish_tenant_table(rt: Runtime, tenant_id: str) -> None:
     batches = rt.ctx.repo.list(tenant=tenant_id, limit=TENANT_BATCHES_SHOWN)
     runs = _run_names({run for b in batches if (run := made_by(b))})
+    held = [b.id for b in batches if is_held(b)]
+    since = ReviewRepository.from_settings(rt.settings).held_since(held) if held else {}
     owners: dict[str, uuid.UUID | None] = {}
     rows = []
     for batch in batches:
@@ -273,11 +269,11 @@ def _publish_tenant_table(rt: Runtime, tenant_id: str) -> None:
         rows.append(
             {
                 "batch": str(batch.id),
-                "status": story_status(batch),
+                "status": shown_status(batch, since.get(batch.id)),
                 "delivery": folder_leaf(scope),
                 "rows": sum((details.get("row_counts") or {}).values()),
                 "held": _held_counts(details),
-                "to approve": _approve_command(batch),
+                "to approve": _approve_command(batch, since.get(batch.id)),
                 "rejects": (details.get("rejects") or {}).get("count", 0),
                 "owns slice": _owns(batch, owner),
                 "run": f"{runs.get(run, '')} ({run})" if run else "",
@@ -290,15 +286,15 @@ def _publish_tenant_table(rt: Runtime, tenant_id: str) -> None:
 
 
 def _held_counts(details: dict) -> str:
-    """`trips 400 -> 10` for each dataset a guard held (empty for other batches)."""
+    """Each breach a guard held the batch for, as `Breach.describe` says it (a manifest's
+    declared count is not called the current slice's); empty for other batches."""
     breaches = ((details.get("failure") or {}).get("held") or {}).get("breaches", [])
-    return ", ".join(f"{b['dataset']} {b['current_rows']:,} -> {b['new_rows']:,}" for b in breaches)
+    return "; ".join(Breach(**b).describe() for b in breaches)
 
 
-def _approve_command(batch: Batch) -> str:
+def _approve_command(batch: Batch, since: HeldSince | None) -> str:
     """The command that approves a batch still waiting for review (empty otherwise)."""
-    details = batch.details
-    if not ((details.get("failure") or {}).get("held")) or details.get("review"):
+    if review_state(batch, since) is not ReviewState.AWAITING:
         return ""
     return approve_command(batch.id)
 

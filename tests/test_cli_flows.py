@@ -142,7 +142,7 @@ def test_demo_runs_end_to_end() -> None:
     # Issue #24: a truncated redelivery held with both counts and the approve command,
     # approved from its staged files, then the slice rolled back to the one before.
     assert "import globex, truncated: Held" in out
-    assert "held trips: current slice 10,000 rows, this delivery 100 (min_rows_ratio 0.5)" in out
+    assert "held trips would go from 10,000 rows to 100 (min_rows_ratio 0.5)" in out
     held = re.search(r"to load it anyway: fleet-import batches approve ([0-9a-f-]{36})", out)
     assert held, out
     approved = re.search(rf"approve {held[1][:8]} .*: Completed batch (\S+) succeeded: (.*)", out)

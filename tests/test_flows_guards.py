@@ -73,19 +73,20 @@ def test_a_held_import_then_its_approval_under_prefect(
     assert f"batches approve {held_batch.id}" in held.message
     assert slice_snapshot(flow_env, folder) == before
     facts = dict(held_facts(held_batch))
-    assert "current slice 400 rows, this delivery 10 rows" in facts["held: trips"]
+    assert "trips would go from 400 rows to 10 (min_rows_ratio 0.5)" in facts["held: trips"]
     assert f"batches approve {held_batch.id}" in facts["approve"]
     # Told: the batch's story and the tenant's table show both counts and the command, a
     # fleet.batch.held event carries them.
     approve = f"fleet-import batches approve {held_batch.id}"
     story = str(latest_artifact(story_key(held_batch.id)))
-    assert story.startswith(f"# batch {held_batch.id}: held for review"), story
-    assert "**held: trips**: current slice 400 rows, this delivery 10 rows" in story
+    assert story.startswith(f"# batch {held_batch.id}: held (awaiting review)"), story
+    assert "**held: trips**: trips would go from 400 rows to 10" in story
     assert f"`{approve}`" in story
     rows = {r["batch"]: r for r in latest_artifact(tenant_key("acme"))}
-    assert rows[str(held_batch.id)]["held"] == "trips 400 -> 10"
+    held_text = "trips would go from 400 rows to 10 (min_rows_ratio 0.5)"
+    assert rows[str(held_batch.id)]["held"] == held_text
     assert rows[str(held_batch.id)]["to approve"] == approve
-    assert rows[str(held_batch.id)]["status"] == "held for review"
+    assert rows[str(held_batch.id)]["status"] == "held (awaiting review)"
     (event,) = batch_events(held_batch.id, expected=1, name=HELD_EVENT)
     assert event.payload["approve"] == approve
     assert event.payload["breaches"] == [
@@ -124,7 +125,7 @@ def test_the_approve_flow_loads_the_held_content_or_refuses_changed_content(
     assert repo.get(held_batch.id).details["review"]["decision"] == "approved"
     held_story = str(latest_artifact(story_key(held_batch.id)))
     assert held_story.startswith(f"# batch {held_batch.id}: held (approved)"), held_story
-    assert f"**review**: approved by batch {owner[0]}" in held_story
+    assert f"**review**: approved, loaded by batch {owner[0]}" in held_story
     assert "**approve**" not in held_story  # nothing waits any more
     assert "batches approve" not in held_story  # nor does its failure text say the command
     assert f"**approves**: held batch {held_batch.id}" in str(latest_artifact(story_key(owner[0])))

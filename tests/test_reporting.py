@@ -213,9 +213,9 @@ def _batch(status: str, **details: Any) -> Any:
     ],
 )
 def test_a_batch_story_names_what_the_batch_is_now(status, details, shown) -> None:
-    from flows.story import story_status
+    from fleet_import.store.batch_state import shown_status
 
-    assert story_status(_batch(status, **details)) == shown
+    assert shown_status(_batch(status, **details)) == shown
 
 
 def test_story_keys_are_valid_artifact_keys() -> None:

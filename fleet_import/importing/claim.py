@@ -85,7 +85,7 @@ def claim(
     _check_tables(ctx, tenant)
     seen: Batch | None | object = _UNREAD
     if not force:
-        seen = _slice_owner(ctx, tenant, scope)
+        seen = slice_owner_batch(ctx, tenant, scope)
         loaded = already_loaded(ctx, tenant, scope, delivery_key, seen)
         if loaded is not None:
             return loaded
@@ -102,7 +102,7 @@ def claim(
             return Skipped(scope, reserved.holder_batch_id)
         if isinstance(continued, Committed) and not force:
             # The holder was just settled from its stamp, perhaps with this very content.
-            seen = _slice_owner(ctx, tenant, scope)
+            seen = slice_owner_batch(ctx, tenant, scope)
             loaded = already_loaded(ctx, tenant, scope, delivery_key, seen)
             if loaded is not None:
                 return loaded
@@ -279,7 +279,7 @@ def _slice_owner_id(ctx: ImportContext, tenant: Tenant, scope: str) -> uuid.UUID
         return _UNREAD  # the load itself will say what is wrong
 
 
-def _slice_owner(ctx: ImportContext, tenant: Tenant, scope: str) -> Batch | None | object:
+def slice_owner_batch(ctx: ImportContext, tenant: Tenant, scope: str) -> Batch | None | object:
     """The batch the slice registry names for the scope, as the store has it now."""
     owner_id = _slice_owner_id(ctx, tenant, scope)
     return ctx.repo.get(owner_id) if isinstance(owner_id, uuid.UUID) else owner_id

@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 
 from fleet_import.errors import FleetImportError
-from fleet_import.importing.claim import claim, new_owner
+from fleet_import.importing.claim import claim, new_owner, slice_owner_batch
 from fleet_import.importing.context import (
     Claimed,
     ImportContext,
@@ -41,8 +41,10 @@ from fleet_import.importing.guards import GuardOverride, content_of, record_over
 from fleet_import.publication.decisions import APPROVES_KEY
 from fleet_import.publication.events import event_payload
 from fleet_import.publication.refusal import tell_refusal
+from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import discover
 from fleet_import.scope import Tenant, folder_of_scope
+from fleet_import.store.batch_state import held_content
 from fleet_import.store.models import Batch, BatchStatus, FailureKind
 from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.tenants.binding import Admission, Refused
@@ -113,7 +115,30 @@ def check_approval(
             f"the content changed since batch {held_id} was held (its {what} differ): "
             "an approval loads only what was reviewed; import the folder anew instead",
         )
+    overtaken = _overtaken_by(ctx, held, admitted)
+    if overtaken is not None:
+        return NotApproved(
+            held_id,
+            f"batch {held_id} was overtaken: batch {overtaken} loaded this content since; "
+            "nothing to approve",
+        )
     return Approval(held, admitted, held.source_scope, dict(content))
+
+
+def _overtaken_by(ctx: ImportContext, held: Batch, tenant: Tenant) -> uuid.UUID | None:
+    """The later success that owns the slice with the held content (a redelivery of the
+    same files, loaded with a guard waived another way): approving would load it again."""
+    assert held.source_scope is not None
+    owner = slice_owner_batch(ctx, tenant, held.source_scope)
+    if not isinstance(owner, Batch) or owner.status != BatchStatus.SUCCEEDED:
+        return None
+    if owner.created_at <= held.created_at:
+        return None
+    recorded = DeliveryIdentity.recorded(owner.details)
+    content = held_content(held.details) or {}
+    if recorded is None or recorded.fingerprint != content.get("fingerprint"):
+        return None
+    return owner.id if recorded.versions == content.get("contract_versions") else None
 
 
 def approve_held(

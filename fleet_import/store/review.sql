@@ -68,3 +68,31 @@ WHERE tenant_id = %(tenant_id)s
   AND status = 'succeeded'
 ORDER BY created_at DESC, id
 LIMIT %(limit)s
+
+-- held_since --
+-- For each held batch named: the newest later batch of its scope that listed the folder
+-- (recorded a manifest fingerprint), other than its own approval; whether it saw the held
+-- content (same fingerprint, same contract versions) and whether it succeeded.
+SELECT h.id AS held_id,
+       later.id AS later_id,
+       later.status = 'succeeded' AS succeeded,
+       coalesce(
+           later.fingerprint = h.details -> 'failure' -> 'held' -> 'content' ->> 'fingerprint'
+           AND later.contract_versions
+               = h.details -> 'failure' -> 'held' -> 'content' -> 'contract_versions',
+           false) AS same_content
+FROM ingestion_batches AS h
+JOIN LATERAL (
+    SELECT b.id, b.status,
+           b.details -> 'manifest' ->> 'fingerprint' AS fingerprint,
+           b.details -> 'contract_versions' AS contract_versions
+    FROM ingestion_batches AS b
+    WHERE b.tenant_id = h.tenant_id
+      AND b.source_scope = h.source_scope
+      AND b.created_at > h.created_at
+      AND b.details -> 'manifest' ->> 'fingerprint' IS NOT NULL
+      AND b.delivery_key <> 'approve:' || h.id::text
+    ORDER BY b.created_at DESC, b.id DESC
+    LIMIT 1
+) AS later ON true
+WHERE h.id = ANY(%(ids)s::uuid[])

@@ -8,12 +8,13 @@ transaction on its own connection, driver errors become OperationalStoreError.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
 from fleet_import.sqlfiles import load_queries
+from fleet_import.store.batch_state import HeldSince
 from fleet_import.store.connection import SqlStore
 from fleet_import.store.models import Batch
 
@@ -39,6 +40,18 @@ class ReviewRepository(SqlStore):
         """Held batches that wait for review, newest first."""
         rows = self._all("held_batches", {"tenant_id": tenant, "limit": int(limit)})
         return [Batch.from_row(row) for row in rows]
+
+    def held_since(self, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, HeldSince]:
+        """What later deliveries of their folders say of these held batches (one query for a
+        whole list): overtaken or stale, read by `batch_state.review_state`."""
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return {}
+        rows = self._all("held_since", {"ids": wanted})
+        return {
+            row["held_id"]: HeldSince(row["later_id"], row["same_content"], row["succeeded"])
+            for row in rows
+        }
 
     def retained_batches(
         self, batch_id: uuid.UUID, keep_seconds: float, keep_count: int = 1
