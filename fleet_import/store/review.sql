@@ -33,7 +33,9 @@ LIMIT %(limit)s
 -- retained_batches --
 -- Batches of the scope whose normalised files the retention keeps, besides the batch
 -- being published (`batch_id`): earlier successes committed within `keep_seconds` of now,
--- the latest earlier success always, and held batches that still wait for review.
+-- the latest earlier success always, and held batches that still wait for review: those
+-- made after it (a held batch made before it is overtaken or stale now, as batch_state says:
+-- this later delivery listed the folder, so an approval of the held one would be refused).
 WITH cur AS (SELECT * FROM ingestion_batches WHERE id = %(batch_id)s),
 earlier AS (
     SELECT b.*,
@@ -53,6 +55,7 @@ FROM ingestion_batches b, cur
 WHERE b.tenant_id = cur.tenant_id
   AND b.source_scope = cur.source_scope
   AND b.id <> cur.id
+  AND b.created_at > cur.created_at
   AND b.status = 'failed'
   AND b.details -> 'failure' ->> 'kind' = 'held'
   AND b.details -> 'review' IS NULL
