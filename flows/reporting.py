@@ -225,6 +225,13 @@ def state_for(outcome: pipeline.ImportOutcome, crash: BaseException | None = Non
     if isinstance(outcome, pipeline.NothingToDo):
         message = f"batch {outcome.batch_id} is already {outcome.status}: nothing to do"
         return Completed(name="Skipped", message=message)
+    if isinstance(outcome, pipeline.AlreadyLoaded) and outcome.finished_abandoned:
+        message = (
+            f"took over abandoned batch {outcome.owner_batch_id} (it committed before its "
+            f"run died) and published it: {outcome.scope} holds this content now; nothing "
+            "more to load (force reloads it)"
+        )
+        return Completed(name="AlreadyLoaded", message=message)
     if isinstance(outcome, pipeline.AlreadyLoaded):
         message = (
             f"{outcome.scope} already holds this content, loaded by batch "

@@ -249,3 +249,15 @@ def test_the_story_shows_a_failure_verbatim_and_links_the_runs(monkeypatch) -> N
     assert (
         _paragraph(failure.split(": ", 1)[1]) == f"failed_publication: trips [bold]x|y{_NEWLINE}# h"
     )
+
+
+def test_a_takeover_that_published_the_abandoned_batch_says_so_in_its_final_line() -> None:
+    """Exit 5 either way; the line must not read as though nothing happened."""
+    plain = state_for(pipeline.AlreadyLoaded("fleet_s3:s3://b/a/", BATCH))
+    took_over = state_for(
+        pipeline.AlreadyLoaded("fleet_s3:s3://b/a/", BATCH, finished_abandoned=True)
+    )
+    assert exit_code_for(took_over) == exit_code_for(plain) == 5
+    assert f"took over abandoned batch {BATCH}" in took_over.message
+    assert "published it" in took_over.message
+    assert "took over" not in plain.message

@@ -12,6 +12,7 @@ committed -> continued by a delivery of the same content, else failed as `abando
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -105,7 +106,8 @@ def claim(
             seen = slice_owner_batch(ctx, tenant, scope)
             loaded = already_loaded(ctx, tenant, scope, delivery_key, seen)
             if loaded is not None:
-                return loaded
+                finished = loaded.owner_batch_id == continued.batch_id
+                return dataclasses.replace(loaded, finished_abandoned=finished)
         reserved = ctx.repo.reserve(tenant, scope, delivery_key)
         if isinstance(reserved, ScopeBusy):
             return Skipped(scope, reserved.holder_batch_id)

@@ -122,6 +122,9 @@ class AlreadyLoaded:
 
     scope: str
     owner_batch_id: uuid.UUID
+    finished_abandoned: bool = False
+    """This delivery took the scope's abandoned batch over and finished its publication
+    (it committed before its executor died): that is what made the slice hold this content."""
 
 
 @dataclass(frozen=True)

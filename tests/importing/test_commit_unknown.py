@@ -97,6 +97,7 @@ def test_another_delivery_settles_it_after_a_lease_ttl_and_loads_nothing(world: 
     world.store.clock.advance(LEASE_TTL + 1)
     outcome = import_folder(world.ctx, ACME, folder, "d2")
     assert isinstance(outcome, AlreadyLoaded) and outcome.owner_batch_id == batch_id
+    assert outcome.finished_abandoned  # what made the slice hold it: this takeover
     batch = world.repo.get(batch_id)
     assert batch is not None and batch.status == BatchStatus.SUCCEEDED
     assert world.warehouse.copies == 4
