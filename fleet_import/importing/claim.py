@@ -1,5 +1,5 @@
 """Steps 1-2 of the import: reserve the scope and lease the batch, taking over a batch
-whose executor died or froze (DESIGN, "Abandoned batches").
+whose executor died or froze (an abandoned batch).
 
 A running batch whose lease expired (or that nobody leased for a lease TTL) is abandoned.
 Whoever meets it next takes it over, fenced like any takeover: the next delivery of its

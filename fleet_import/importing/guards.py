@@ -1,5 +1,5 @@
 """Slice guards: a delivery that would shrink a slice past its contract's guard, or empty
-it, does not commit; its batch is held for review (DESIGN, "Review, not overwrite").
+it, does not commit; its batch is held for review (review, not overwrite).
 
 Judged just before the commit, from the slice registry's counts (what the replaced slice's
 commit recorded: no scan of a curated table on Redshift), against the rows the new slice is

@@ -3,7 +3,7 @@ the batch failed before commit, or -- when the warehouse cannot say -- left for 
 touches it next. Shared by the import, resume, and the takeover of abandoned batches, so
 each rule is written once.
 
-The rule (DESIGN, "A status is always true"): a failure is pre-commit only when the commit
+The rule, a status is always true: a failure is pre-commit only when the commit
 did not happen. A batch *may have committed* once its slice COMMIT was sent
 (`commit_attempted` in its details, set just before) and until it is recorded committed.
 For such a batch an unreadable stamp is read back across the outage

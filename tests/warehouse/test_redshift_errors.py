@@ -231,7 +231,7 @@ def test_a_commit_whose_connection_drops_arrives_as_a_lost_connection(
     """The injection point for issue 26 (the unknown commit outcome): the connection of a
     writing COMMIT drops before or after the server committed. Either way the driver raises
     a client-side InterfaceError without SQLSTATE, which `translate` makes a transient lost
-    connection; only the server knows which happened (the stamp decides, DESIGN)."""
+    connection; only the server knows which happened (the stamp decides)."""
     db.execute("CREATE TABLE dropped (v bigint)")
     give(db, emulator.user, "dropped")
     conn = redshift_connector.connect(**emulator.connect_kwargs())
