@@ -1,7 +1,7 @@
 """The import algorithm, once: `import_batch` runs steps 3-8 (docs/operating.md, "How an
-import runs") for a claimed batch, through a step runner. The core runs each step as a plain call (`CoreSteps`); the
-import-s3-folder flow runs the same steps as Prefect tasks (flows/import_s3_folder.py), so
-the flow only maps steps to tasks and outcomes to states.
+import runs") for a claimed batch, through a step runner. The core runs each step as a plain
+call (`CoreSteps`); the import-s3-folder flow runs the same steps as Prefect tasks
+(flows/import_s3_folder.py), so the flow only maps steps to tasks and outcomes to states.
 
 `import_folder` is the whole delivery in one process: claim (claim.py), then the driver.
 Each step takes the `LeasedBatch` (leased_batch.py: record, fail, publish) and lives with its
