@@ -60,13 +60,16 @@ def debug_traceback(exc: BaseException | None) -> None:
         traceback.print_exception(exc, file=sys.stderr)
 
 
-def require_settings(uses: Collection[Uses], **overrides: object) -> Settings:
+def require_settings(
+    uses: Collection[Uses], *, flow: bool = False, **overrides: object
+) -> Settings:
     """The settings in force (blocks.settings_in_force: the environment, then Prefect
     blocks, then the defaults; `overrides`: a command's options over them), or every problem
-    printed and CONFIGURATION_ERROR."""
+    printed and CONFIGURATION_ERROR. A command that runs a `flow` says itself that the
+    Prefect API does not answer."""
     from blocks.settings_in_force import settings_in_force
 
-    resolved, problems = settings_in_force(tell=warning_line)
+    resolved, problems = settings_in_force(tell=warning_line, say_unread=not flow)
     given = {k: v for k, v in overrides.items() if v is not None}
     settings = resolved.settings.model_copy(update=given) if given else resolved.settings
     try:
@@ -130,7 +133,7 @@ def ready_to_run(
     """What every command that imports, resumes, approves or rolls back does first: its
     settings (CONFIGURATION_ERROR), then, for one that runs a flow in this process, the
     Prefect API, then the operational database and the warehouse, each failure one line."""
-    settings = require_settings(uses, **overrides)
+    settings = require_settings(uses, flow=flow, **overrides)
     for field, value in overrides.items():  # the flow in this process reads the environment
         if value is not None:
             os.environ[f"FLEET_{field.upper()}"] = str(value)

@@ -73,7 +73,7 @@ def test_a_held_import_then_its_approval_under_prefect(
     assert f"batches approve {held_batch.id}" in held.message
     assert slice_snapshot(flow_env, folder) == before
     facts = dict(held_facts(held_batch))
-    assert "trips would go from 400 rows to 10 (min_rows_ratio 0.5)" in facts["held: trips"]
+    assert "trips would go from 400 rows to 10 (min\\_rows\\_ratio 0.5)" in facts["held: trips"]
     assert f"batches approve {held_batch.id}" in facts["approve"]
     # Told: the batch's story and the tenant's table show both counts and the command, a
     # fleet.batch.held event carries them.

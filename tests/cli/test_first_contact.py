@@ -147,6 +147,20 @@ def test_a_prefect_api_that_does_not_answer(database_url: str) -> None:
     assert seconds < FAST_ENOUGH_SECONDS
 
 
+def test_a_command_that_reads_the_store_says_no_block_was_read(database_url: str) -> None:
+    """batches list needs no Prefect, yet a registered block may name its database: with
+    the API down it says that it read none, instead of quietly listing another database."""
+    result, _ = fleet(
+        "batches", "list",
+        FLEET_DATABASE_URL=database_url,
+        PREFECT_API_URL=f"http://127.0.0.1:{free_port()}/api",
+    )
+    assert result.returncode == 0, result.stderr
+    (warning,) = error_lines(result)
+    assert warning.startswith("warning: the Prefect API at http://127.0.0.1:"), warning
+    assert "no Prefect block was read" in warning
+
+
 @pytest.mark.usefixtures("prefect_api")
 def test_under_the_flow_the_run_fails_with_that_line(
     monkeypatch: pytest.MonkeyPatch, database_url: str
