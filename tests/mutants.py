@@ -272,6 +272,40 @@ MUTANTS: tuple[Mutant, ...] = (
             "[succeed-lost_reply]"
         ),
     ),
+    # Issue 47: three guards no test stated, each found by a mutant that survived.
+    Mutant(
+        name="approved_content_not_rechecked",
+        guard="an approval commits content that changed after its check, which nobody reviewed",
+        path="fleet_import/importing/guards.py",
+        original="    if approved is not None and dict(approved) != content:\n",
+        replacement="    if False and approved is not None and dict(approved) != content:\n",
+        witness=(
+            "tests/importing/test_review.py"
+            "::test_an_approval_waives_nothing_for_content_that_changed_after_its_check"
+        ),
+    ),
+    Mutant(
+        name="missing_dataset_counted_unchanged",
+        guard="a redelivery without an optional dataset empties its slice rows unheld",
+        path="fleet_import/importing/guards.py",
+        original="current_rows, new_rows.get(dataset, 0), ratio)",
+        replacement="current_rows, new_rows.get(dataset, current_rows), ratio)",
+        witness=(
+            "tests/importing/test_guards.py"
+            "::test_a_dataset_missing_from_a_redelivery_counts_as_emptied"
+        ),
+    ),
+    Mutant(
+        name="least_specific_prefix_wins",
+        guard="a tenant's prefix inside another tenant's bucket binds its folders to the other",
+        path="fleet_import/tenants/registry.py",
+        original="key=lambda pair: len(pair[0]), reverse=True)",
+        replacement="key=lambda pair: len(pair[0]), reverse=False)",
+        witness=(
+            "tests/tenants/test_binding.py"
+            "::test_the_most_specific_registered_prefix_owns_the_folder[outer_first]"
+        ),
+    ),
 )
 
 

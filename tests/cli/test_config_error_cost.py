@@ -1,7 +1,8 @@
 """What a configuration error costs (issue #28: under 2 s on this machine): the command
 imports nothing it does not need before its settings are checked (no Prefect, boto3,
-pyarrow, psycopg), measured by wall and CPU time (CPU is the figure a shared machine does
-not inflate), printed, and asserted only against generous bounds."""
+pyarrow, psycopg), measured by wall and CPU time and printed; only the CPU time is asserted,
+against a generous bound (the figure a shared machine does not inflate: the wall clock of
+two cores shared with other runs says nothing about the command)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,8 @@ import pytest
 from tests.cli.run_cli import CONFIGURATION_ERROR, FOLDER
 
 HEAVY = ("prefect", "boto3", "botocore", "pyarrow", "numpy", "psycopg", "httpx", "sqlalchemy")
-# Generous: about 0.5 s of CPU here; these catch an import of Prefect (seconds), not a slow
+# Generous: about 0.5 s of CPU here; this catches an import of Prefect (seconds), not a slow
 # machine.
-WALL_BOUND_SECONDS = 30.0
 CPU_BOUND_SECONDS = 5.0
 
 _RUN_AND_LIST_MODULES = """
@@ -74,4 +74,4 @@ def test_a_configuration_error_imports_nothing_heavy(case: str, tmp_path: Path) 
     report = json.loads(result.stdout.splitlines()[-1])
     assert report == {"code": CONFIGURATION_ERROR, "modules": []}, (report, result.stderr)
     assert all(line.startswith("error: ") for line in result.stderr.splitlines() if line)
-    assert wall < WALL_BOUND_SECONDS and cpu < CPU_BOUND_SECONDS
+    assert cpu < CPU_BOUND_SECONDS

@@ -68,7 +68,7 @@ def healthy_env(
 
 
 def doctor_json(env: dict[str, str]) -> tuple[int, dict[str, Any]]:
-    result, seconds = fleet("doctor", "--json", **env)
+    result, _ = fleet("doctor", "--json", **env)
     assert "Traceback" not in result.stderr, result.stderr
     return result.returncode, json.loads(result.stdout)
 

@@ -76,12 +76,12 @@ def test_resume_takes_the_8_digit_prefix_batches_list_prints(
     prefix = str(batch.id)[:8]
     assert prefix == "00000001"  # ordered ids: a new database's first batch
 
-    ran, seconds = fleet("resume", prefix, **_env(database_url))
+    ran, cpu_seconds = fleet("resume", prefix, **_env(database_url))
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert resumed == [str(batch.id)]
     assert ran.stdout == f"Completed: batch {batch.id} published\n"
     _no_traceback(ran)
-    assert seconds < 10
+    assert cpu_seconds < 10
 
 
 def test_resume_refuses_an_unknown_or_ambiguous_prefix_in_one_line(

@@ -12,7 +12,8 @@ import pytest
 
 from fleet_import.contracts.fleet import FLEET_DATASETS
 from fleet_import.warehouse.base import WarehouseError, WarehouseSession
-from tests.warehouse_helpers import ACME, SCOPE, fleet_loads, write_normalised
+from fleet_import.warehouse.shape import TableMigrationNeeded
+from tests.warehouse_helpers import ACME, FLOAT_FUEL, SCOPE, fleet_loads, write_normalised
 
 OTHER_SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-23/"
 SMALL = {"vehicles": 4, "trips": 10}
@@ -124,3 +125,15 @@ def test_the_session_a_slice_reports_can_be_ended(any_warehouse, tmp_path: Path)
             writer.commit()
     assert any_warehouse.end_session(session) is False  # gone already
     assert any_warehouse.slice_owner(ACME, SCOPE) == first
+
+
+def test_a_table_of_another_shape_needs_a_migration(any_warehouse) -> None:
+    """What claim() stops a delivery on before reserving (importing.claim): the table's shape
+    against its contract, with the command that migrates it for the tenant."""
+    any_warehouse.ensure_tables(FLEET_DATASETS.values())
+    any_warehouse.check_tables(ACME, FLEET_DATASETS.values())  # the shapes match
+    with pytest.raises(TableMigrationNeeded) as needed:
+        any_warehouse.check_tables(ACME, [FLOAT_FUEL])  # money as float64: contract version 1
+    message = str(needed.value)
+    assert "does not match dataset 'fuel_transactions'" in message
+    assert "fleet-import tables migrate --tenant acme --apply" in message

@@ -37,6 +37,7 @@ from fleet_import.warehouse.base import (
     check_loads,
 )
 from fleet_import.warehouse.committer import CommitsThroughOpenSlice
+from fleet_import.warehouse.shape import TableMigrationNeeded
 
 Scope = tuple[str, str]  # (tenant_id, source_scope)
 
@@ -50,6 +51,10 @@ class RegistryRow:
     batch_id: uuid.UUID
     row_count: int
     committed_at: dt.datetime
+
+
+def _spelled(contract: DatasetContract) -> list[tuple[str, str]]:
+    return [(field.name, str(field.type)) for field in contract.arrow_schema]
 
 
 class MemoryWarehouse(CommitsThroughOpenSlice):
@@ -80,13 +85,18 @@ class MemoryWarehouse(CommitsThroughOpenSlice):
             check_contract(contract)
             known = self.tables.get(contract.target_table)
             if known is not None and known.arrow_schema != contract.arrow_schema:
-                raise WarehouseError(
-                    f"table {contract.target_table} does not match dataset {contract.name!r}"
+                raise TableMigrationNeeded(
+                    f"table {contract.target_table} does not match dataset {contract.name!r}: "
+                    f"has {_spelled(known)}, expected {_spelled(contract)}"
                 )
             self.tables[contract.target_table] = contract
 
     def check_tables(self, tenant_id: str, contracts: Iterable[DatasetContract]) -> None:
-        self.ensure_tables(contracts)
+        """As the real warehouses: a table in another shape names the tenant's migration."""
+        try:
+            self.ensure_tables(contracts)
+        except TableMigrationNeeded as exc:
+            raise exc.for_tenant(tenant_id) from None
 
     def open_slice(
         self,
@@ -207,13 +217,20 @@ class MemorySliceWriter:
                 kind=ErrorKind.TRANSIENT,
             )
 
+    def _check_fence(self) -> None:
+        """Before each COPY, each discard and the COMMIT, as base.Fence says."""
+        if self.fence is not None:
+            self.fence()
+
     def load_files(self, contract: DatasetContract, files: Iterable[LoadFile]) -> int:
         self._check_open()
         if contract.name not in self._contracts:
             raise WarehouseError(f"dataset {contract.name!r} was not declared for this slice")
         loaded = 0
         try:
-            for file in files:
+            for index, file in enumerate(files):
+                if index == 0:
+                    self._check_fence()  # the real writers ask before their COPY
                 self._warehouse.fault("load")
                 self._check_open()
                 table = pq.read_table(file.path)
@@ -239,6 +256,11 @@ class MemorySliceWriter:
         self._check_open()
         if not keys.num_rows:
             return 0
+        try:
+            self._check_fence()  # the real writers ask before the DELETE
+        except BaseException:
+            self.close()
+            raise
         key_columns = list(contract.natural_key)
         wanted = set(zip(*(keys[c].to_pylist() for c in key_columns), strict=True))
         table = self._tables[contract.name]
@@ -253,8 +275,7 @@ class MemorySliceWriter:
     def commit(self) -> SliceCommit:
         self._check_open()
         try:
-            if self.fence is not None:
-                self.fence()
+            self._check_fence()
             self._warehouse.fault("commit")
         except BaseException:
             self.close()

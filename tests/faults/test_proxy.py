@@ -83,7 +83,7 @@ def test_delay_and_stall_hold_each_answer(proxy: FaultProxy, table_db: str) -> N
         proxy.stall(1.5)
         started = time.monotonic()
         conn.execute("SELECT 1")
-        assert 1.3 <= time.monotonic() - started < 5
+        assert time.monotonic() - started >= 1.3  # held: a busy host only adds to it
 
 
 def test_refuse_closes_the_door_for_a_while(proxy: FaultProxy, table_db: str) -> None:

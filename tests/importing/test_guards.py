@@ -134,6 +134,34 @@ def test_a_contract_that_allows_empty_slices_lets_one_through(
     assert isinstance(emptied, Committed), emptied
 
 
+def test_a_dataset_missing_from_a_redelivery_counts_as_emptied(
+    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str
+) -> None:
+    """An optional dataset may be absent, but its absence replaces the slice's rows of it
+    with none: the guard judges it as a dataset that went to 0 rows, not as unchanged."""
+    import_ctx.contracts = ContractSet(
+        c.model_copy(update={"required": False}) if c.name == "vehicles" else c
+        for c in import_ctx.contracts.values()
+    )
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=40, vehicles=20))
+    good = import_folder(import_ctx, ACME, folder, "d1")
+    assert isinstance(good, Committed), good
+    before = slice_snapshot(database_url, folder)
+    assert len(before["fleet_vehicles"]) == 20
+
+    bucket, prefix = split_folder(folder)
+    s3.delete_object(Bucket=bucket, Key=prefix + "vehicles.csv")  # trips and fuel stay
+    held = import_folder(import_ctx, ACME, folder, "d2")
+    assert isinstance(held, Failed) and held.kind == FailureKind.HELD, held
+    assert "vehicles would go from 20 rows to 0 (allow_empty false)" in held.error
+    breaches = import_ctx.repo.get(held.batch_id).details["failure"]["held"]["breaches"]
+    assert breaches == [
+        {"dataset": "vehicles", "current_rows": 20, "new_rows": 0, "rule": "allow_empty false"}
+    ]
+    assert slice_snapshot(database_url, folder) == before  # the vehicles are still there
+
+
 def test_guard_settings_are_validated_and_leave_the_contract_version_alone() -> None:
     raw = TRIPS.model_dump()
     tuned = contract_from_dict({**raw, "min_rows_ratio": 0.9, "allow_empty": True})

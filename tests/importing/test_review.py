@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from fleet_import.importing.context import Committed, Failed, ImportContext
-from fleet_import.importing.driver import import_folder
-from fleet_import.importing.review import NotApproved, approve_held, reject_held
+from fleet_import.importing.claim import new_owner
+from fleet_import.importing.context import Claimed, Committed, Failed, ImportContext
+from fleet_import.importing.driver import CoreSteps, import_batch, import_folder
+from fleet_import.importing.review import (
+    Approval,
+    NotApproved,
+    approve_held,
+    check_approval,
+    claim_approval,
+    reject_held,
+)
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.scope import Tenant
 from fleet_import.store.models import BatchStatus, FailureKind
@@ -82,6 +90,30 @@ def test_approval_of_content_that_changed_is_refused(
     assert "content changed" in refused.reason and "files" in refused.reason
     assert len(import_ctx.repo.list()) == batches  # no batch made
     assert slice_snapshot(database_url, folder) == before
+    assert [b.id for b in reviews.held_batches()] == [held.batch_id]  # still waits
+
+
+def test_an_approval_waives_nothing_for_content_that_changed_after_its_check(
+    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str, reviews
+) -> None:
+    """The folder changes between the approval's check and its load: the waiver names the
+    reviewed content, so the guard check refuses the new one and nothing is committed."""
+    folder = today_folder(landing_bucket, "acme")
+    held = held_redelivery(import_ctx, s3, folder)
+    before = slice_snapshot(database_url, folder)
+    approval = check_approval(import_ctx, held.batch_id, admission=layout_admission())
+    assert isinstance(approval, Approval), approval
+    upload(s3, folder, {"trips-1.csv": csv_bytes(trips_table(12))})  # nobody reviewed these
+
+    claimed = claim_approval(import_ctx, approval, new_owner())
+    assert isinstance(claimed, Claimed), claimed
+    steps = CoreSteps(import_ctx.normalize_workers)
+    outcome = import_batch(import_ctx, approval.tenant, claimed, steps)
+    assert isinstance(outcome, Failed), outcome
+    assert "approval of held batch" in outcome.error
+    assert "was given for other content" in outcome.error and "nothing was loaded" in outcome.error
+    assert slice_snapshot(database_url, folder) == before
+    assert import_ctx.repo.list(status="running") == []
     assert [b.id for b in reviews.held_batches()] == [held.batch_id]  # still waits
 
 

@@ -103,7 +103,8 @@ def test_registered_prefixes_are_their_tenant_s_alone(registry) -> None:
     own = "s3://umbrella-drop/fleet/2026-07-22/"
     assert bind("umbrella", own, layout=DEFAULT_LAYOUT, registry=registry).tenant_id == "umbrella"
     whole_bucket = "s3://umbrella-eu/anything/"
-    assert bind("umbrella", whole_bucket, layout=DEFAULT_LAYOUT, registry=registry) is not None
+    bound = bind("umbrella", whole_bucket, layout=DEFAULT_LAYOUT, registry=registry)
+    assert bound == Tenant("umbrella", "umbrella", "tenant_umbrella"), bound
     assert folder_owner(whole_bucket, DEFAULT_LAYOUT, registry) == "umbrella"
     # the layout's shape inside a tenant's own bucket does not make it another tenant's
     taken = "s3://umbrella-drop/fleet/acme/fleet/2026-07-22/"
@@ -113,6 +114,41 @@ def test_registered_prefixes_are_their_tenant_s_alone(registry) -> None:
     # a tenant with its own prefixes is refused elsewhere, and told where its area is
     elsewhere = bind("umbrella", ACME, layout=DEFAULT_LAYOUT, registry=registry)
     assert isinstance(elsewhere, Refused) and "registered prefixes" in elsewhere.reason
+
+
+ACME_OWNS_THE_BUCKET = "  acme:\n    landing_prefixes: [s3://shared/]\n"
+GLOBEX_OWNS_A_PREFIX_IN_IT = "  globex:\n    landing_prefixes: [s3://shared/globex/]\n"
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        ACME_OWNS_THE_BUCKET + GLOBEX_OWNS_A_PREFIX_IN_IT,
+        GLOBEX_OWNS_A_PREFIX_IN_IT + ACME_OWNS_THE_BUCKET,
+    ],
+    ids=["outer_first", "inner_first"],
+)
+def test_the_most_specific_registered_prefix_owns_the_folder(
+    tmp_path: Path, entries: str
+) -> None:
+    """acme owns a whole bucket, globex a prefix inside it: globex's folders are globex's
+    alone (docs/security.md), whichever order the registry lists them in."""
+    path = tmp_path / "tenants.yaml"
+    path.write_text("tenants:\n" + entries)
+    registry = load_registry(path)
+    folder = "s3://shared/globex/2026-07-22/"
+    assert folder_owner(folder, DEFAULT_LAYOUT, registry) == "globex"
+    assert bind("globex", folder, layout=DEFAULT_LAYOUT, registry=registry) == Tenant.named(
+        "globex"
+    )
+    refused = bind("acme", folder, layout=DEFAULT_LAYOUT, registry=registry)
+    assert isinstance(refused, Refused) and refused.kind == "other_tenant", refused
+    assert refused.owner_tenant_id == "globex"
+    # The rest of the bucket stays acme's.
+    elsewhere = "s3://shared/initech/2026-07-22/"
+    assert bind("acme", elsewhere, layout=DEFAULT_LAYOUT, registry=registry) == Tenant.named(
+        "acme"
+    )
 
 
 def test_admit_records_the_database_that_holds_the_slices(tmp_path: Path, registry) -> None:

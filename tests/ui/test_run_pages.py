@@ -4,14 +4,13 @@ rejects and an import whose publication failed and was then resumed; the run pag
 their artifacts must show what happened. Screenshots land in the test's tmp dir.
 
 Debian's `chromium`, driven by Playwright's Python package (`executable_path`; Playwright's
-own browser download is never used). Without Chromium the test is skipped, unless
-FLEET_REQUIRE_BROWSER is set (as .ci/run does), when it fails.
+own browser download is never used). Without Chromium or Playwright the test is skipped,
+unless FLEET_REQUIRE_BROWSER is set (as .ci/run does), when it fails (tests/ui/browser.py).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 import uuid
@@ -34,6 +33,7 @@ from tests.prefect_server import (
     run,
     stop_group,
 )
+from tests.ui.browser import chromium_executable, playwright_sync_api
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -53,20 +53,10 @@ FAILING = '["SELECT 1/0"]'  # FLEET_REFRESH_SQL that fails the publication
 _PAGE_TIMEOUT_MS = 20_000
 
 
-def _chromium() -> str:
-    found = CHROMIUM if os.access(CHROMIUM, os.X_OK) else shutil.which("chromium")
-    if found:
-        return found
-    reason = f"no Chromium at {CHROMIUM} or on PATH (apt-get install -y chromium)"
-    if os.environ.get("FLEET_REQUIRE_BROWSER"):
-        pytest.fail(f"FLEET_REQUIRE_BROWSER is set but there is {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture
 def browser_page(tmp_path: Path) -> Iterator[Any]:
-    executable = _chromium()
-    sync_api = pytest.importorskip("playwright.sync_api")
+    executable = chromium_executable(CHROMIUM)
+    sync_api = playwright_sync_api()
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=executable, headless=True, args=CHROMIUM_ARGS

@@ -130,7 +130,9 @@ def test_the_example_with_its_reads_moved_out_of_the_transactions_succeeds(
     one.commit()
     run(two, "insert into tab2 values (1)")
     two.commit()
-    assert db.execute("SELECT (SELECT count(*) FROM tab1), (SELECT count(*) FROM tab2)").fetchone()
+    assert db.execute(
+        "SELECT (SELECT count(*) FROM tab1), (SELECT count(*) FROM tab2)"
+    ).fetchone() == (1, 1)
 
 
 def _in_thread(work: Any) -> tuple[threading.Thread, dict[str, Any]]:

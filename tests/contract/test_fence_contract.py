@@ -1,7 +1,8 @@
 """The lease's fence at the warehouse (issue #26): a slice asks its `fence` before each
-warehouse step and just before its COMMIT; when the fence refuses (the importer's lease may
-have expired), the slice is rolled back and nothing of it is ever visible. On PostgreSQL and
-on Redshift through the emulator (where the COMMIT follows the LOCKs, which may wait long)."""
+warehouse step (each COPY, each discard of duplicate keys) and just before its COMMIT; when the
+fence refuses (the importer's lease may have expired), the slice is rolled back and nothing of
+it is ever visible. A contract: on PostgreSQL, on Redshift through the emulator (where the
+COMMIT follows the LOCKs, which may wait long) and on the in-memory fake the fast tests run."""
 
 from __future__ import annotations
 
@@ -9,13 +10,29 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from fleet_import.errors import LeaseUnconfirmed
 from fleet_import.warehouse.base import WarehouseSession
-from tests.warehouse_helpers import ACME, SCOPE, WAREHOUSE_BACKENDS, fleet_loads
+from tests.fakes.warehouse import MemoryWarehouse
+from tests.warehouse_helpers import ACME, SCOPE, fleet_loads
 
-pytestmark = pytest.mark.parametrize("warehouse", WAREHOUSE_BACKENDS, indirect=True)
+# The override below names no server fixture: the real warehouses are marked `server`.
+WAREHOUSES = [
+    pytest.param("postgres", marks=pytest.mark.server),
+    pytest.param("redshift", marks=[pytest.mark.server, pytest.mark.slow]),
+    "memory",
+]
+pytestmark = pytest.mark.parametrize("warehouse", WAREHOUSES, indirect=True)
+
+
+@pytest.fixture
+def warehouse(request: pytest.FixtureRequest) -> Any:
+    """tests/conftest.py's warehouse (PostgreSQL, Redshift), or the fake."""
+    if request.param == "memory":
+        return MemoryWarehouse()
+    return request.getfixturevalue("warehouse")
 
 
 class Fence:
@@ -82,5 +99,27 @@ def test_a_fence_refusing_a_copy_stops_before_it(warehouse: Any, tmp_path: Path)
     ):
         writer.load_files(trips.contract, trips.files)
     assert warehouse.copies == copies  # no COPY was sent
+    assert warehouse.slice_owner(ACME, SCOPE) == first
+    assert warehouse.slice_counts(ACME, SCOPE) == {"trips": 4}
+
+
+def test_a_fence_refusing_a_discard_stops_before_it(warehouse: Any, tmp_path: Path) -> None:
+    first = _first_slice(warehouse, tmp_path)
+    (trips,) = fleet_loads(tmp_path / "second", {"trips": 10})
+    keys = pq.read_table(trips.files[0].path).select(list(trips.contract.natural_key))
+    fence = Fence(allowed=1)  # the COPY passes; the discard of duplicate keys is refused
+    with (
+        pytest.raises(LeaseUnconfirmed),
+        warehouse.open_slice(
+            tenant_id=ACME,
+            source_scope=SCOPE,
+            batch_id=uuid.uuid4(),
+            contracts=[trips.contract],
+            fence=fence,
+        ) as writer,
+    ):
+        assert writer.load_files(trips.contract, trips.files) == 10
+        writer.discard_keys(trips.contract, keys.slice(0, 2))
+    assert fence.calls == 2
     assert warehouse.slice_owner(ACME, SCOPE) == first
     assert warehouse.slice_counts(ACME, SCOPE) == {"trips": 4}
