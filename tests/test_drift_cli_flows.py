@@ -138,3 +138,48 @@ def test_ignored_and_held_drift_under_prefect(
     (owner,) = curated(flow_env, "SELECT DISTINCT ingestion_batch_id FROM curated.fleet_emissions")
     summary = repo.get(owner[0]).details["summary"]
     assert summary["cache_hits"] == len(summary["files"])  # nothing read from S3 again
+
+
+FITTER = b"reading_id,vehicle_id,fitter\nR1,V1,Ann Smith\nR2,V2,Bo Li\nR3,V1,\n"
+
+
+def _emissions_columns(database_url: str) -> set[str]:
+    rows = curated(
+        database_url,
+        "SELECT column_name FROM information_schema.columns"
+        " WHERE table_schema = 'curated' AND table_name = 'fleet_emissions'",
+    )
+    return {name for (name,) in rows}
+
+
+def test_an_approval_whose_new_column_does_not_fit_its_type_alters_nothing(
+    flow_env: str, s3, landing_bucket: str, tmp_path: Path
+) -> None:
+    """Issue #46 item 7: `new_column_type: int64` and a text column `fitter`: the approval
+    used to add `fitter bigint`, then fail every row, and the column stayed. It is refused
+    now, naming the column, its type and a value that does not fit; the table is as before
+    and the batch still held (rejecting it is what is left)."""
+    env = {"FLEET_CONTRACTS": contract_file(tmp_path, "review")}
+    folder = today_folder(landing_bucket, "acme")
+    # A first delivery without new columns creates the table (its columns are the contract's).
+    without_drift = b"reading_id,vehicle_id\nR0,V0\n"
+    upload(s3, folder, {**fleet_delivery(trips=20), "emissions.csv": without_drift})
+    first = cli("run", "--tenant", "acme", folder, env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = _emissions_columns(flow_env)
+    assert "fitter" not in before
+
+    upload(s3, folder, {"emissions.csv": FITTER})
+    run = cli("run", "--tenant", "acme", folder, env=env)
+    assert run.returncode == 6, run.stdout + run.stderr
+    assert "fitter int64" in run.stdout
+    repo = BatchRepository(flow_env)
+    (held,) = repo.list(status="failed")
+
+    approved = cli("batches", "approve", str(held.id), env=env)
+    output = approved.stdout + approved.stderr
+    assert approved.returncode == 1, output
+    assert "fitter" in output and "int64" in output and "'Ann Smith'" in output, output
+    assert _emissions_columns(flow_env) == before  # no ALTER TABLE
+    assert repo.get(held.id).details.get("review") is None  # still held: reject it instead
+    assert [b.id for b in repo.list(status="failed")] == [held.id]  # no approval batch failed

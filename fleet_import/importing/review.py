@@ -34,6 +34,7 @@ from fleet_import.importing.drift import (
     DRIFT_EVENT,
     apply_held_drift,
     held_drift,
+    held_drift_misfit,
     would_evolve,
 )
 from fleet_import.importing.driver import CoreSteps, StepRunner, import_batch
@@ -113,6 +114,12 @@ def check_approval(
             f"the content changed since batch {held_id} was held (its {what} differ): "
             "an approval loads only what was reviewed; import the folder anew instead",
         )
+    try:
+        misfit = held_drift_misfit(ctx, held_id, listing, contracts, held_drift(held.details))
+    except FleetImportError as exc:
+        return NotApproved(held_id, f"the staged rows cannot be read: {exc}")
+    if misfit is not None:
+        return NotApproved(held_id, misfit)
     return Approval(held, admitted, held.source_scope, dict(content))
 
 
