@@ -5,6 +5,7 @@ Prefect's test harness. Real PostgreSQL, moto's S3 server."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,44 @@ def test_an_approval_whose_new_column_does_not_fit_its_type_alters_nothing(
     assert _emissions_columns(flow_env) == before  # no ALTER TABLE
     assert repo.get(held.id).details.get("review") is None  # still held: reject it instead
     assert [b.id for b in repo.list(status="failed")] == [held.id]  # no approval batch failed
+
+
+EXTEND_TRIPS = """\
+extend:
+  trips:
+    on_new_columns: ignore
+    aliases:
+      distance_km: [distance]
+"""
+
+
+def test_a_shipped_dataset_extended_by_fleet_contracts(
+    flow_env: str, s3, landing_bucket: str, tmp_path: Path
+) -> None:
+    """Issue #46 item 9: a renamed column and a new one in the Fleet `trips` export load
+    with an alias and a drift policy from FLEET_CONTRACTS, no code change (redefining
+    `trips` there was refused: "defined twice")."""
+    contracts = tmp_path / "extend.yaml"
+    contracts.write_text(EXTEND_TRIPS)
+    env = {"FLEET_CONTRACTS": str(contracts)}
+    shown = cli("contracts", "show", "--json", env=env)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    trips = next(c for c in json.loads(shown.stdout)["contracts"] if c["dataset"] == "trips")
+    assert trips["policies"]["on_new_columns"] == "ignore"
+    distance = next(c for c in trips["columns"] if c["name"] == "distance_km")
+    assert distance["aliases"] == ["distance"]
+
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=20)
+    header, *rows = files["trips-1.csv"].rstrip(b"\n").split(b"\n")
+    header = header.replace(b'"distance_km"', b'"distance"') + b',"fitter"'
+    files["trips-1.csv"] = b"\n".join([header, *(row + b",Ann" for row in rows)]) + b"\n"
+    upload(s3, folder, files)
+    run = cli("run", "--tenant", "acme", folder, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (batch,) = BatchRepository(flow_env).list(status=BatchStatus.SUCCEEDED)
+    assert batch.details["row_counts"]["trips"] == 20
+    assert batch.details["drift"]["trips"]["columns"] == {"fitter": "string"}
+    assert curated(
+        flow_env, "SELECT count(*) FROM curated.fleet_trips WHERE distance_km IS NOT NULL"
+    ) == [(20,)]
