@@ -227,7 +227,12 @@ def apply_held_drift(ctx: ImportContext, tenant_id: str, drift: Drift) -> Import
 
 
 def held_drift_misfit(
-    ctx: ImportContext, held_id: uuid.UUID, listing: Manifest, contracts: ContractSet, drift: Drift
+    ctx: ImportContext,
+    held_id: uuid.UUID,
+    tenant_id: str,
+    listing: Manifest,
+    contracts: ContractSet,
+    drift: Drift,
 ) -> str | None:
     """Why the held batch's new columns must not be added, or None: the first staged row
     whose value of a new column its declared type does not take (`new_column_type: int64`
@@ -242,7 +247,9 @@ def held_drift_misfit(
             if contract is None:
                 continue
             for obj in listing.by_dataset().get(dataset, []):
-                entry = normalize_object(ctx, held_id, bucket_of(listing), obj, contract, workdir)
+                entry = normalize_object(
+                    ctx, held_id, tenant_id, bucket_of(listing), obj, contract, workdir
+                )
                 for reject in entry.file.rejects:
                     if reject.column in columns:
                         line = f" line {reject.line}" if reject.line is not None else ""

@@ -261,7 +261,7 @@ def judge_rejects(
         local = ctx.workdir / str(batch_id) / "rejects.csv"
         write_rejects(all_rejects, local)
         rejects_uri = ctx.staging.put_file(
-            local, f"rejects/{batch.tenant_id}/{batch_id}/rejects.csv"
+            local, f"{batch.tenant_id}/rejects/{batch_id}/rejects.csv"
         )
     summary = {
         # A file's rows are those it loads: its duplicate keys are among its rejects, so

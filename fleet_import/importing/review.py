@@ -115,7 +115,8 @@ def check_approval(
             "an approval loads only what was reviewed; import the folder anew instead",
         )
     try:
-        misfit = held_drift_misfit(ctx, held_id, listing, contracts, held_drift(held.details))
+        drift = held_drift(held.details)
+        misfit = held_drift_misfit(ctx, held_id, admitted.tenant_id, listing, contracts, drift)
     except FleetImportError as exc:
         return NotApproved(held_id, f"the staged rows cannot be read: {exc}")
     if misfit is not None:
