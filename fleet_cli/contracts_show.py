@@ -145,7 +145,7 @@ def _print_contract(contract: DatasetContract) -> None:
         rules = ", ".join(
             f"{key}={value}"
             for key, value in column.items()
-            if key not in ("name", "type", "nullable") and value not in (None, [], (), False)
+            if key not in ("name", "type", "nullable") and _is_rule(value)
         )
         table.add_row(
             Text(column["name"]),
@@ -154,6 +154,12 @@ def _print_contract(contract: DatasetContract) -> None:
             Text(rules),
         )
     _console.print(table)
+
+
+def _is_rule(value: object) -> bool:
+    """A column's field that says something: `min_value=0` does (no negative distance),
+    an unset bound, an empty list or a false flag do not. (`0 in (False,)` is true.)"""
+    return value is not None and value is not False and value != [] and value != ()
 
 
 def _print_tables(plans: list[TablePlan], database: str | None, option: str) -> None:

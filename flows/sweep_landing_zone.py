@@ -23,7 +23,7 @@ from fleet_import.contracts.files import contracts_in_force
 from fleet_import.importing.drift import effective_contracts
 from fleet_import.importing.runtime import build_warehouse
 from fleet_import.intake import sweep
-from fleet_import.intake.admission import admitted_only
+from fleet_import.intake.admission import admitted_sweep
 from fleet_import.intake.completion import (
     DEFAULT_MARKER,
     DEFAULT_QUIET_SECONDS,
@@ -178,9 +178,10 @@ def sweep_landing_zone(
         logger.warning("layout %r names no date: the lookback window cannot apply", layout)
     plan = plan_sweep(scan)
     # The key names the tenant; the registry may still refuse it (unknown, disabled).
-    admitted, refusals = admitted_only(
-        load_settings(), plan.start, layout=LandingLayout(prefix=prefix, pattern=layout)
+    plan, refusals = admitted_sweep(
+        load_settings(), plan, layout=LandingLayout(prefix=prefix, pattern=layout)
     )
+    admitted = plan.start
     for refusal in refusals:
         prefect_event_sink(DELIVERY_REFUSED_EVENT, refusal.payload("sweep"))
     started = [(planned, start_import(deployment, planned)) for planned in admitted]

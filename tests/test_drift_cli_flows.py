@@ -5,6 +5,7 @@ Prefect's test harness. Real PostgreSQL, moto's S3 server."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,89 @@ def test_ignored_and_held_drift_under_prefect(
     (owner,) = curated(flow_env, "SELECT DISTINCT ingestion_batch_id FROM curated.fleet_emissions")
     summary = repo.get(owner[0]).details["summary"]
     assert summary["cache_hits"] == len(summary["files"])  # nothing read from S3 again
+
+
+FITTER = b"reading_id,vehicle_id,fitter\nR1,V1,Ann Smith\nR2,V2,Bo Li\nR3,V1,\n"
+
+
+def _emissions_columns(database_url: str) -> set[str]:
+    rows = curated(
+        database_url,
+        "SELECT column_name FROM information_schema.columns"
+        " WHERE table_schema = 'curated' AND table_name = 'fleet_emissions'",
+    )
+    return {name for (name,) in rows}
+
+
+def test_an_approval_whose_new_column_does_not_fit_its_type_alters_nothing(
+    flow_env: str, s3, landing_bucket: str, tmp_path: Path
+) -> None:
+    """Issue #46 item 7: `new_column_type: int64` and a text column `fitter`: the approval
+    used to add `fitter bigint`, then fail every row, and the column stayed. It is refused
+    now, naming the column, its type and a value that does not fit; the table is as before
+    and the batch still held (rejecting it is what is left)."""
+    env = {"FLEET_CONTRACTS": contract_file(tmp_path, "review")}
+    folder = today_folder(landing_bucket, "acme")
+    # A first delivery without new columns creates the table (its columns are the contract's).
+    without_drift = b"reading_id,vehicle_id\nR0,V0\n"
+    upload(s3, folder, {**fleet_delivery(trips=20), "emissions.csv": without_drift})
+    first = cli("run", "--tenant", "acme", folder, env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = _emissions_columns(flow_env)
+    assert "fitter" not in before
+
+    upload(s3, folder, {"emissions.csv": FITTER})
+    run = cli("run", "--tenant", "acme", folder, env=env)
+    assert run.returncode == 6, run.stdout + run.stderr
+    assert "fitter int64" in run.stdout
+    repo = BatchRepository(flow_env)
+    (held,) = repo.list(status="failed")
+
+    approved = cli("batches", "approve", str(held.id), env=env)
+    output = approved.stdout + approved.stderr
+    assert approved.returncode == 1, output
+    assert "fitter" in output and "int64" in output and "'Ann Smith'" in output, output
+    assert _emissions_columns(flow_env) == before  # no ALTER TABLE
+    assert repo.get(held.id).details.get("review") is None  # still held: reject it instead
+    assert [b.id for b in repo.list(status="failed")] == [held.id]  # no approval batch failed
+
+
+EXTEND_TRIPS = """\
+extend:
+  trips:
+    on_new_columns: ignore
+    aliases:
+      distance_km: [distance]
+"""
+
+
+def test_a_shipped_dataset_extended_by_fleet_contracts(
+    flow_env: str, s3, landing_bucket: str, tmp_path: Path
+) -> None:
+    """Issue #46 item 9: a renamed column and a new one in the Fleet `trips` export load
+    with an alias and a drift policy from FLEET_CONTRACTS, no code change (redefining
+    `trips` there was refused: "defined twice")."""
+    contracts = tmp_path / "extend.yaml"
+    contracts.write_text(EXTEND_TRIPS)
+    env = {"FLEET_CONTRACTS": str(contracts)}
+    shown = cli("contracts", "show", "--json", env=env)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    trips = next(c for c in json.loads(shown.stdout)["contracts"] if c["dataset"] == "trips")
+    assert trips["policies"]["on_new_columns"] == "ignore"
+    distance = next(c for c in trips["columns"] if c["name"] == "distance_km")
+    assert distance["aliases"] == ["distance"]
+
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=20)
+    header, *rows = files["trips-1.csv"].rstrip(b"\n").split(b"\n")
+    header = header.replace(b'"distance_km"', b'"distance"') + b',"fitter"'
+    files["trips-1.csv"] = b"\n".join([header, *(row + b",Ann" for row in rows)]) + b"\n"
+    upload(s3, folder, files)
+    run = cli("run", "--tenant", "acme", folder, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (batch,) = BatchRepository(flow_env).list(status=BatchStatus.SUCCEEDED)
+    assert batch.details["row_counts"]["trips"] == 20
+    assert batch.details["drift"]["trips"]["columns"] == {"fitter": "string"}
+    assert curated(
+        flow_env, "SELECT count(*) FROM curated.fleet_trips WHERE distance_km IS NOT NULL"
+    ) == [(20,)]

@@ -235,12 +235,12 @@ def _reason(exc: BaseException) -> str:
 
 
 def _contracts(specs: str) -> list[SettingProblem]:
-    from fleet_import.contracts.files import load_contracts
+    from fleet_import.contracts.files import read_contract_file
 
     problems = []
     for spec in filter(None, (s.strip() for s in specs.split(","))):
         try:
-            load_contracts(spec)
+            read_contract_file(spec)
         except FleetImportError as exc:
             problems.append(SettingProblem("FLEET_CONTRACTS", " ".join(str(exc).split())))
         except OSError as exc:

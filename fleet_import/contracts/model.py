@@ -391,7 +391,11 @@ class ContractSet(Mapping[str, DatasetContract]):
         self._by_name: dict[str, DatasetContract] = {}
         for contract in contracts:
             if contract.name in self._by_name:
-                raise ContractError(f"dataset {contract.name!r} is defined twice")
+                raise ContractError(
+                    f"dataset {contract.name!r} is defined twice: to add aliases or a drift "
+                    f"policy to a dataset in force, extend it (`extend: {{{contract.name}: "
+                    "{aliases: {column: [header]}, on_new_columns: ignore}}`)"
+                )
             self._by_name[contract.name] = contract
 
     def __getitem__(self, name: str) -> DatasetContract:

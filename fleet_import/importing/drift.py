@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -32,7 +34,7 @@ from fleet_import.errors import FleetImportError, PreCommitError
 from fleet_import.importing.context import ImportContext
 from fleet_import.importing.guards import SliceHeld, content_of
 from fleet_import.importing.leased_batch import LeasedBatch
-from fleet_import.importing.normalized_files import NormalizedEntry
+from fleet_import.importing.normalized_files import NormalizedEntry, bucket_of, normalize_object
 from fleet_import.publication.events import emit_quietly, event_payload
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import Manifest
@@ -222,6 +224,45 @@ def apply_held_drift(ctx: ImportContext, tenant_id: str, drift: Drift) -> Import
         if missing:
             _evolving(ctx).add_columns(tenant_id, contract, missing)
     return with_effective_contracts(ctx, tenant_id)
+
+
+def held_drift_misfit(
+    ctx: ImportContext,
+    held_id: uuid.UUID,
+    tenant_id: str,
+    listing: Manifest,
+    contracts: ContractSet,
+    drift: Drift,
+) -> str | None:
+    """Why the held batch's new columns must not be added, or None: the first staged row
+    whose value of a new column its declared type does not take (`new_column_type: int64`
+    over a text column). Checked before any ALTER TABLE, so a column every row would reject
+    is never added (it would stay, and refuse every later delivery that holds it). Reads
+    the held batch's normalised output under `contracts` (the would-be ones): staged and
+    cached when it was held, normalised again only when the cache lost it."""
+    workdir = ctx.workdir / f"approval-check-{held_id}"
+    try:
+        for dataset, columns in drift.items():
+            contract = contracts.get(dataset)
+            if contract is None:
+                continue
+            for obj in listing.by_dataset().get(dataset, []):
+                entry = normalize_object(
+                    ctx, held_id, tenant_id, bucket_of(listing), obj, contract, workdir
+                )
+                for reject in entry.file.rejects:
+                    if reject.column in columns:
+                        line = f" line {reject.line}" if reject.line is not None else ""
+                        return (
+                            f"new column {dataset}.{reject.column} is declared "
+                            f"{columns[reject.column]} but {reject.file}{line} holds "
+                            f"{reject.value!r} ({reject.reason}): adding it would reject "
+                            "those rows, so nothing was altered; reject the batch, or declare "
+                            "the column with its type in the contract and import the folder anew"
+                        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return None
 
 
 def _evolving(ctx: ImportContext) -> EvolvingWarehouse:

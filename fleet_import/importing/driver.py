@@ -291,7 +291,9 @@ def _normalised(
     ctx = batch.ctx
     objects = list(manifest.load_order())
     bucket = bucket_of(manifest)
-    args = [(NormaliseJob.of(ctx, batch.batch_id, bucket, obj),) for obj in objects]
+    args = [
+        (NormaliseJob.of(ctx, batch.batch_id, batch.tenant_id, bucket, obj),) for obj in objects
+    ]
     for done, normalised in enumerate(
         steps.map(STEPS["normalise"], run_normalise_job, args), start=1
     ):

@@ -26,6 +26,8 @@ class NormaliseJob:
     """One file of a batch's delivery to normalise."""
 
     batch_id: uuid.UUID
+    tenant_id: str
+    """Whose staging prefix the normalised output goes to."""
     bucket: str
     obj: SourceObject
     context_key: str
@@ -38,11 +40,17 @@ class NormaliseJob:
 
     @classmethod
     def of(
-        cls, ctx: ImportContext, batch_id: uuid.UUID, bucket: str, obj: SourceObject
+        cls,
+        ctx: ImportContext,
+        batch_id: uuid.UUID,
+        tenant_id: str,
+        bucket: str,
+        obj: SourceObject,
     ) -> NormaliseJob:
         key = f"{os.getpid()}:{id(ctx)}"
         _LOCAL_CONTEXTS[key] = ctx
-        return cls(batch_id, bucket, obj, key, ctx.settings, ctx.contracts[obj.dataset])
+        contract = ctx.contracts[obj.dataset]
+        return cls(batch_id, tenant_id, bucket, obj, key, ctx.settings, contract)
 
 
 def job_context(job: NormaliseJob) -> ImportContext:
@@ -57,4 +65,6 @@ def job_context(job: NormaliseJob) -> ImportContext:
 
 def run_normalise_job(job: NormaliseJob) -> NormalizedEntry:
     """The normalise step, mapped over a delivery's files."""
-    return normalize_one(job_context(job), job.batch_id, job.bucket, job.obj, job.contract)
+    return normalize_one(
+        job_context(job), job.batch_id, job.tenant_id, job.bucket, job.obj, job.contract
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -241,11 +242,13 @@ def judge_rejects(
     all_rejects: list[Reject] = []
     rows: dict[str, int] = {}
     ratios: list[tuple[DatasetContract, int, list[Reject]]] = []
+    duplicates_in: Counter[str] = Counter()  # source key -> its rows rejected as duplicates
     for dataset, dataset_entries in by_dataset.items():
         contract = ctx.contracts[dataset]
         files = [entry.file for entry in dataset_entries]
         repeated = repeated_of(files) if contract.natural_key else None
         duplicates, keys = find_duplicates(files, contract, repeated)
+        duplicates_in.update(reject.file for reject in duplicates)
         dataset_rejects = [r for f in files for r in f.rejects] + list(duplicates)
         rejected = sum(f.reject_count for f in files) + len(duplicates)
         rows[dataset] = sum(f.row_count for f in files) - len(duplicates)
@@ -258,15 +261,17 @@ def judge_rejects(
         local = ctx.workdir / str(batch_id) / "rejects.csv"
         write_rejects(all_rejects, local)
         rejects_uri = ctx.staging.put_file(
-            local, f"rejects/{batch.tenant_id}/{batch_id}/rejects.csv"
+            local, f"{batch.tenant_id}/rejects/{batch_id}/rejects.csv"
         )
     summary = {
+        # A file's rows are those it loads: its duplicate keys are among its rejects, so
+        # the files add up to the batch (rows + rejects still count every source row).
         "files": [
             {
                 "key": entry.obj.key,
                 "dataset": entry.file.dataset,
-                "rows": entry.file.row_count,
-                "rejects": entry.file.reject_count,
+                "rows": entry.file.row_count - duplicates_in[entry.file.source_key],
+                "rejects": entry.file.reject_count + duplicates_in[entry.file.source_key],
                 "cache_hit": entry.cache_hit,
                 "seconds": round(entry.seconds, 3),
                 # Columns found by an alias (a renamed export): column -> header found.

@@ -2,6 +2,13 @@
 
 The normalised-file cache is keyed by (source key, etag, contract version): an unchanged
 file is never parsed twice, and its staged output and rejects are read back instead.
+
+Staged under the tenant's prefix, `{tenant}/normalized/{dataset}/{digest}.parquet` (and
+`.rejects.csv` beside it), so a per-tenant IAM policy or KMS key can cover all a tenant's
+staged data. A cache row records where its output is and is read from there: rows made
+before the tenant prefix (`normalized/{dataset}/{digest}.parquet`) still resolve, and leave
+with their files when retention supersedes them or the tenant is purged. A row that points
+into another tenant's prefix is never read (normalised again instead).
 """
 
 from __future__ import annotations
@@ -33,9 +40,34 @@ class NormalizedEntry:
     staged: str = ""  # the normalised Parquet's name in the staging area
 
 
+_LEGACY_PREFIX = "normalized/"
+"""Where the cache staged outputs before the tenant prefix: `normalized/{dataset}/{file}`."""
+
+
+def staged_name(tenant_id: str, dataset: str, digest: str) -> str:
+    """A normalised output's name in the staging area; its rejects are `rejects_name_of`."""
+    return f"{tenant_id}/normalized/{dataset}/{digest}.parquet"
+
+
+def rejects_name_of(staged: str) -> str:
+    return staged.removesuffix(".parquet") + ".rejects.csv"
+
+
+def _cached_name(ctx: ImportContext, tenant_id: str, output_uri: str) -> str | None:
+    """The staged name a cache row records, if this tenant may read it: under its own
+    prefix, or in the layout before tenant prefixes."""
+    root = ctx.staging.uri("")
+    if not output_uri.startswith(root):
+        return None
+    name = output_uri.removeprefix(root)
+    legacy = name.startswith(_LEGACY_PREFIX) and name.count("/") == 2
+    return name if name.startswith(f"{tenant_id}/") or legacy else None
+
+
 def normalize_one(
     ctx: ImportContext,
     batch_id: uuid.UUID,
+    tenant_id: str,
     bucket: str,
     obj: SourceObject,
     contract: DatasetContract | None = None,
@@ -45,7 +77,7 @@ def normalize_one(
     workdir = ctx.workdir / str(batch_id)
     workdir.mkdir(parents=True, exist_ok=True)
     contract = contract or ctx.contracts[obj.dataset]
-    entry = normalize_object(ctx, batch_id, bucket, obj, contract, workdir)
+    entry = normalize_object(ctx, batch_id, tenant_id, bucket, obj, contract, workdir)
     if ctx.remote:  # a Dask worker: the loader reads the staged copy (`localised`)
         entry.file.parquet_path.unlink(missing_ok=True)
         entry.file.parquet_path.with_suffix(".csv").unlink(missing_ok=True)
@@ -68,6 +100,7 @@ def bucket_of(manifest: Manifest) -> str:
 def normalize_object(
     ctx: ImportContext,
     batch_id: uuid.UUID,
+    tenant_id: str,
     bucket: str,
     obj: SourceObject,
     contract: DatasetContract,
@@ -80,24 +113,24 @@ def normalize_object(
     digest = hashlib.sha256(
         f"{source_key}\0{obj.etag}\0{contract.contract_version}".encode()
     ).hexdigest()[:32]
-    name = f"normalized/{contract.name}/{digest}.parquet"
-    rejects_name = f"normalized/{contract.name}/{digest}.rejects.csv"
+    name = staged_name(tenant_id, contract.name, digest)
     local = workdir / f"{digest}.parquet"
     cached = ctx.repo.cached_file(source_key, obj.etag, contract.contract_version)
-    if cached is not None:
+    cached_name = _cached_name(ctx, tenant_id, cached.output_uri) if cached else None
+    if cached is not None and cached_name is not None:
         try:
-            ctx.staging.get_file(name, local)
+            ctx.staging.get_file(cached_name, local)
             rejects = []
             if cached.reject_count:
                 rejects = read_rejects(
-                    ctx.staging.get_file(rejects_name, local.with_suffix(".csv"))
+                    ctx.staging.get_file(rejects_name_of(cached_name), local.with_suffix(".csv"))
                 )
             file = NormalizedFile(
                 source_key, contract.name, local, cached.row_count, cached.reject_count, rejects
             )
             file.aliases = dict(cached.details.get("aliases", {}))
             file.extra_columns = dict(cached.details.get("extra_columns", {}))
-            return NormalizedEntry(obj, file, True, time.monotonic() - started, name)
+            return NormalizedEntry(obj, file, True, time.monotonic() - started, cached_name)
         except StagingError:
             ctx.repo.forget_cached_file(source_key, obj.etag, contract.contract_version)
     if obj.fmt == "parquet":
@@ -117,7 +150,7 @@ def normalize_object(
     if file.rejects:
         rejects_local = local.with_suffix(".csv")
         write_rejects(file.rejects, rejects_local)
-        ctx.staging.put_file(rejects_local, rejects_name)
+        ctx.staging.put_file(rejects_local, rejects_name_of(name))
     ctx.repo.store_cached_file(
         CachedFile(
             source_key,
@@ -128,7 +161,7 @@ def normalize_object(
             file.row_count,
             file.reject_count,
             {
-                **({"rejects_uri": ctx.staging.uri(rejects_name)} if file.rejects else {}),
+                **({"rejects_uri": ctx.staging.uri(rejects_name_of(name))} if file.rejects else {}),
                 **({"aliases": file.aliases} if file.aliases else {}),
                 **({"extra_columns": file.extra_columns} if file.extra_columns else {}),
             },

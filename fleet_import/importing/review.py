@@ -34,6 +34,7 @@ from fleet_import.importing.drift import (
     DRIFT_EVENT,
     apply_held_drift,
     held_drift,
+    held_drift_misfit,
     would_evolve,
 )
 from fleet_import.importing.driver import CoreSteps, StepRunner, import_batch
@@ -122,6 +123,13 @@ def check_approval(
             f"batch {held_id} was overtaken: batch {overtaken} loaded this content since; "
             "nothing to approve",
         )
+    try:
+        drift = held_drift(held.details)
+        misfit = held_drift_misfit(ctx, held_id, admitted.tenant_id, listing, contracts, drift)
+    except FleetImportError as exc:
+        return NotApproved(held_id, f"the staged rows cannot be read: {exc}")
+    if misfit is not None:
+        return NotApproved(held_id, misfit)
     return Approval(held, admitted, held.source_scope, dict(content))
 
 

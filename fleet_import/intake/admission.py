@@ -13,6 +13,7 @@ from typing import Protocol, TypeVar
 
 from fleet_import.config import Settings
 from fleet_import.intake.landing import LandingLayout
+from fleet_import.intake.sweep import QUIET_SKIPS, SweepPlan
 from fleet_import.scope import Tenant
 from fleet_import.tenants.binding import Admission, Refused, bind
 from fleet_import.tenants.databases import recorded_tenant
@@ -66,8 +67,13 @@ def admitted_only(
     settings: Settings, deliveries: Iterable[D], *, layout: LandingLayout
 ) -> tuple[list[D], list[Refused]]:
     """The deliveries (found by `layout`, so their tenant is the key's) that may be
-    imported, and the refusals of the others (the sweep's check before it starts runs)."""
-    registry = registry_in_force(settings.tenants)
+    imported, and the refusals of the others."""
+    return _admitted(registry_in_force(settings.tenants), deliveries, layout)
+
+
+def _admitted(
+    registry: TenantRegistry, deliveries: Iterable[D], layout: LandingLayout
+) -> tuple[list[D], list[Refused]]:
     admitted: list[D] = []
     refusals: list[Refused] = []
     for delivery in deliveries:
@@ -77,3 +83,26 @@ def admitted_only(
         else:
             admitted.append(delivery)
     return admitted, refusals
+
+
+def admitted_sweep(
+    settings: Settings, plan: SweepPlan, *, layout: LandingLayout
+) -> tuple[SweepPlan, list[Refused]]:
+    """The sweep's check before it starts runs: the plan without the folders the tenant
+    rule refuses, and their refusals. Judged for the folders it would start and for those
+    it would skip as news (a disabled tenant's folder whose last batch failed is refused,
+    not "failed, fix the files"); one already loaded stays a quiet skip, and one the layout
+    names no tenant for stays unimportable."""
+    registry = registry_in_force(settings.tenants)
+    start, refusals = _admitted(registry, plan.start, layout)
+    skips = []
+    for skip in plan.skip:
+        if skip.tenant_id is None or skip.kind in (*QUIET_SKIPS, "unimportable"):
+            skips.append(skip)
+            continue
+        bound = bind(skip.tenant_id, skip.folder, layout=layout, registry=registry)
+        if isinstance(bound, Refused):
+            refusals.append(bound)
+        else:
+            skips.append(skip)
+    return SweepPlan(start, skips), refusals

@@ -79,3 +79,17 @@ def test_contracts_show_lists_every_contract_and_what_its_table_holds(
     assert "-> curated.fleet_fuel_transactions, key (transaction_id)" in text.output
     assert "total_amount" in text.output and "decimal(12,2)" in text.output
     assert "run `fleet-import tables migrate --apply`" in text.output
+
+
+def _row_of(output: str, column: str) -> str:
+    return next(line for line in output.splitlines() if line.split()[:1] == [column])
+
+
+def test_contracts_show_prints_a_zero_bound(database_url: str) -> None:
+    """`min_value=0` is a rule (no negative distance), not a missing one: 0 == False in
+    Python, and the rules' filter dropped it with the false flags (issue #46 item 9)."""
+    text = _invoke(database_url, "contracts", "show")
+    assert text.exit_code == 0, text.output
+    assert "min_value=0" in _row_of(text.output, "distance_km")
+    assert "min_value=1950" in _row_of(text.output, "model_year")
+    assert "max_value" not in _row_of(text.output, "distance_km")  # unset stays unshown

@@ -267,12 +267,12 @@ def test_a_file_failing_while_the_copy_fails_fails_the_batch(
     trips_2_started = threading.Event()
     normalize_object = normalising.normalize_object
 
-    def failing_trips_2(ctx, batch_id, bucket, obj, contract, workdir):
+    def failing_trips_2(ctx, batch_id, tenant_id, bucket, obj, contract, workdir):
         if obj.name.startswith("trips-2"):
             trips_2_started.set()
             time.sleep(1.0)  # long enough for the COPY to fail first
             raise PreCommitError(f"{obj.name}: cannot be normalised")
-        return normalize_object(ctx, batch_id, bucket, obj, contract, workdir)
+        return normalize_object(ctx, batch_id, tenant_id, bucket, obj, contract, workdir)
 
     monkeypatch.setattr(normalising, "normalize_object", failing_trips_2)
     stream_parquet = postgres.stream_parquet

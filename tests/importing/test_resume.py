@@ -87,7 +87,7 @@ def test_a_replaced_file_leaves_no_normalised_file_behind(
         details["rejects_uri"] for _, details in cached if details.get("rejects_uri")
     }
     assert len(cached) == len(second.summary["files"])
-    staged = s3.list_objects_v2(Bucket=staging_bucket, Prefix="stage/normalized/")
+    staged = s3.list_objects_v2(Bucket=staging_bucket, Prefix="stage/acme/normalized/")
     assert {f"s3://{staging_bucket}/{o['Key']}" for o in staged.get("Contents", [])} == expected
 
 

@@ -271,3 +271,37 @@ def test_the_sweep_starts_no_run_for_a_disabled_tenant(
     globex = today_folder(landing_bucket, "globex")
     (event,) = _refused_events(globex)
     assert event.payload["source"] == "sweep" and event.payload["kind"] == "disabled_tenant"
+
+
+@pytest.mark.slow
+def test_the_sweep_refuses_a_disabled_tenant_s_folder_whose_batch_failed(
+    flow_env: str, s3, landing_bucket: str, tmp_path: Path, monkeypatch
+) -> None:
+    """Issue #46 item 9: a folder whose last batch failed while its tenant was enabled was
+    reported "failed" (fix the files, rerun) once the tenant was disabled: the tenant rule
+    is the news, and the folder is refused."""
+    from flows.import_s3_folder import import_s3_folder
+    from flows.sweep_landing_zone import sweep_landing_zone
+
+    registry = tmp_path / "tenants.yaml"
+    registry.write_text("tenants:\n  acme: {}\n  globex: {}\n")
+    monkeypatch.setenv("FLEET_TENANTS", str(registry))
+    globex = today_folder(landing_bucket, "globex")
+    files = fleet_delivery(trips=10)
+    files["trips-1.csv"] = files["trips-1.csv"].replace(b'"distance_km"', b'"miles"', 1)
+    upload(s3, globex, {**files, "_SUCCESS": b""})
+    failed = import_s3_folder(tenant_id="globex", folder=globex, return_state=True)
+    assert failed.is_failed() and failed.name != "Refused", failed.message
+    registry.write_text(REGISTRY)  # globex disabled now
+
+    state = sweep_landing_zone(
+        bucket=landing_bucket,
+        deployment="import-s3-folder/never-started",
+        lookback_days=0,
+        return_state=True,
+    )
+    assert state.is_completed(), state.message
+    counts = state.result()
+    assert counts == {"ready": 1, "started": 0, "skipped": 0, "refused": 1}, counts
+    (event,) = _refused_events(globex)
+    assert event.payload["source"] == "sweep" and event.payload["kind"] == "disabled_tenant"
