@@ -87,7 +87,12 @@ PULL_STEPS = [
 ]
 # Backfills wait in their own queue; everything else runs from the pool's default one.
 QUEUES = {"backfill": "backfill"}
-JOB_ENV = {"FLEET_NORMALIZE_WORKERS", "FLEET_WAREHOUSE_LOAD_SLOTS", "FLEET_TENANT_LOAD_SLOTS"}
+JOB_ENV = {
+    "FLEET_NORMALIZE_WORKERS",
+    "FLEET_WAREHOUSE_LOAD_SLOTS",
+    "FLEET_TENANT_LOAD_SLOTS",
+    "PREFECT_FLOWS_HEARTBEAT_FREQUENCY",  # what the zombie automation watches
+}
 
 
 def _prefect_yaml() -> dict[str, Any]:
