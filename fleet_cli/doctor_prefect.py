@@ -177,8 +177,11 @@ def _heartbeat_seconds(client: Any) -> tuple[int | None, str]:
     except ObjectNotFound:
         env = {}
     for variable in HEARTBEAT_VARIABLES:
-        if env.get(variable):
-            return int(env[variable]), "the deployments' job variables"
+        value = str(env.get(variable) or "")
+        if value:
+            # Not a whole number: Prefect refuses it, so no heartbeat can be counted on.
+            seconds = int(value) if value.isdigit() else None
+            return seconds, "the deployments' job variables"
     return get_current_settings().flows.heartbeat_frequency, "this environment"
 
 

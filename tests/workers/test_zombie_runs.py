@@ -13,6 +13,7 @@ takes its batch over once its lease (5 s) expires, and completes.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,7 @@ def test_a_run_killed_with_its_worker_is_marked_crashed(
         # The run heartbeats (the deployment's job variables ask it to) before it dies.
         wait_for(lambda: _heartbeats(run_id), 60, "a heartbeat of the run")
         killed = kill_worker(doomed)
+        died = time.monotonic()
         assert killed, "the worker had no flow-run process to kill"
         assert not os.path.exists(held)
     assert _state(run_id).name == "Running"  # nobody is left to report it
@@ -150,6 +152,7 @@ def test_a_run_killed_with_its_worker_is_marked_crashed(
         wait_for(lambda: _state(run_id).name == "Crashed", _CRASHED_SECONDS, "Crashed", poll=2)
     except TimeoutError as exc:
         raise AssertionError(f"{exc}: still {_state(run_id).name}") from None
+    print(f"the killed run was marked Crashed {time.monotonic() - died:.0f}s after its death")
     assert _state(run_id).message == CRASHED_MESSAGE  # the automation, not a worker
 
     # Its batch is still running until the next delivery takes it over (lease: 5 s).
