@@ -148,14 +148,20 @@ def _zombie_automation(client: Any) -> Check:
         )
     window = zombie_after_seconds(automation)
     heartbeat, source = _heartbeat_seconds(client)
-    if heartbeat is None or window < 2 * heartbeat:
-        every = "no heartbeats" if heartbeat is None else f"a heartbeat every {heartbeat} s"
+    heartbeat_fix = (
+        "PREFECT_FLOWS_HEARTBEAT_FREQUENCY: \"30\" in prefect.yaml's job variables, then "
+        f"{_DEPLOY}"
+    )
+    if heartbeat is None:
+        return failed(
+            name, f"runs send no heartbeats ({source}): a killed run stays Running", heartbeat_fix
+        )
+    if window < 2 * heartbeat:
         return failed(
             name,
-            f"runs send {every} ({source}): {ZOMBIE_AUTOMATION} ({window} s) would crash "
-            "live runs",
-            "PREFECT_FLOWS_HEARTBEAT_FREQUENCY: \"30\" in prefect.yaml's job variables, then "
-            f"{_DEPLOY}; or {_REGISTER} --zombie-after {2 * (heartbeat or 30)}",
+            f"runs send a heartbeat every {heartbeat} s ({source}): {ZOMBIE_AUTOMATION} "
+            f"({window} s) would crash live runs",
+            f"{heartbeat_fix}; or {_REGISTER} --zombie-after {2 * heartbeat}",
         )
     return passed(
         name,
