@@ -4,7 +4,9 @@
     python -m blocks.register --from-env   # ... and the three documents from FLEET_* variables
 
 Either also creates (or re-sizes) the global concurrency limit on warehouse loads, sized by
-FLEET_WAREHOUSE_LOAD_SLOTS, and the work pool's backfill queue (blocks.limits).
+FLEET_WAREHOUSE_LOAD_SLOTS, and the work pool's backfill queue (blocks.limits), and creates
+(or updates) the automation that marks a flow run whose heartbeats stopped Crashed
+(blocks.zombies; --zombie-after SECONDS, default 90).
 
 Re-runnable: type registration is idempotent and documents are saved with overwrite=True.
 The Prefect API is the one PREFECT_API_URL (or the active profile) points at.
@@ -48,6 +50,11 @@ from blocks.fleet_blocks import (
     describe_error,
 )
 from blocks.limits import ensure_limits
+from blocks.zombies import (
+    DEFAULT_ZOMBIE_AFTER_SECONDS,
+    MIN_ZOMBIE_AFTER_SECONDS,
+    ensure_zombie_automation,
+)
 from fleet_import.config import Settings
 
 EXIT_CONFIG_ERROR = 2
@@ -139,7 +146,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also create or overwrite the fleet-operational-db, fleet-warehouse and "
         "fleet-landing documents from FLEET_* environment variables",
     )
+    parser.add_argument(
+        "--zombie-after",
+        type=int,
+        default=DEFAULT_ZOMBIE_AFTER_SECONDS,
+        metavar="SECONDS",
+        help="mark a fleet flow run Crashed when no event of it arrives for SECONDS after a "
+        "heartbeat (at least two heartbeats: prefect.yaml sets one every 30 s; default "
+        f"{DEFAULT_ZOMBIE_AFTER_SECONDS})",
+    )
     args = parser.parse_args(argv)
+    if args.zombie_after < MIN_ZOMBIE_AFTER_SECONDS:
+        parser.error(f"--zombie-after must be at least {MIN_ZOMBIE_AFTER_SECONDS} seconds")
 
     blocks: dict[str, FleetBlock] = {}
     if args.from_env:
@@ -168,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"registered block type {slug}")
     for line in ensure_limits(settings):
         print(line)
+    print(ensure_zombie_automation(args.zombie_after))
     for document in save_documents(blocks):
         print(f"saved block document {document}")
     if not args.from_env:

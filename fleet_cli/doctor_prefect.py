@@ -1,7 +1,7 @@
 """The doctor's Prefect checks: the API answers, and what `prefect.yaml` and
 `python -m blocks.register` create exists there (work pool and its backfill queue,
-deployments, the global load limit, block types and documents). Outside the core: it talks
-to Prefect."""
+deployments, the global load limit, the zombie-run automation, block types and documents).
+Outside the core: it talks to Prefect."""
 
 from __future__ import annotations
 
@@ -69,6 +69,7 @@ def check_prefect(settings: Settings) -> Iterator[Check]:
         yield from _work_pool(client)
         yield _deployments(client)
         yield _load_limit(client, settings)
+        yield _zombie_automation(client)
         yield from _blocks(client)
 
 
@@ -123,6 +124,71 @@ def _load_limit(client: Any, settings: Settings) -> Check:
     except ObjectNotFound:
         return failed(name, "not found (the first load would create it)", _REGISTER)
     return passed(name, f"{limit.limit} slots")
+
+
+def _zombie_automation(client: Any) -> Check:
+    """Is a run whose process died marked Crashed, and only a dead one? The automation must
+    exist, be enabled, and its window span two heartbeats of the runs (the deployment's job
+    variables, else this environment's Prefect setting)."""
+    from blocks.zombies import ZOMBIE_AUTOMATION, read_zombie_automation, zombie_after_seconds
+
+    name = "zombie flow runs"
+    automation = read_zombie_automation(client)
+    if automation is None:
+        return failed(
+            name,
+            f"automation {ZOMBIE_AUTOMATION} not found: a killed run stays Running",
+            _REGISTER,
+        )
+    if not automation.enabled:
+        return failed(
+            name,
+            f"automation {ZOMBIE_AUTOMATION} is disabled: a killed run stays Running",
+            f"{_REGISTER} (or prefect automation resume {ZOMBIE_AUTOMATION})",
+        )
+    window = zombie_after_seconds(automation)
+    heartbeat, source = _heartbeat_seconds(client)
+    heartbeat_fix = (
+        "PREFECT_FLOWS_HEARTBEAT_FREQUENCY: \"30\" in prefect.yaml's job variables, then "
+        f"{_DEPLOY}"
+    )
+    if heartbeat is None:
+        return failed(
+            name, f"runs send no heartbeats ({source}): a killed run stays Running", heartbeat_fix
+        )
+    if window < 2 * heartbeat:
+        return failed(
+            name,
+            f"runs send a heartbeat every {heartbeat} s ({source}): {ZOMBIE_AUTOMATION} "
+            f"({window} s) would crash live runs",
+            f"{heartbeat_fix}; or {_REGISTER} --zombie-after {2 * heartbeat}",
+        )
+    return passed(
+        name,
+        f"marked Crashed {window} s after a heartbeat; runs send one every {heartbeat} s "
+        f"({source})",
+    )
+
+
+def _heartbeat_seconds(client: Any) -> tuple[int | None, str]:
+    """How often an import's run heartbeats, and where that is set."""
+    from prefect.exceptions import ObjectNotFound
+    from prefect.settings import get_current_settings
+
+    from blocks.zombies import HEARTBEAT_VARIABLES
+
+    try:
+        deployment = client.read_deployment_by_name("import-s3-folder/import-s3-folder")
+        env = (deployment.job_variables or {}).get("env") or {}
+    except ObjectNotFound:
+        env = {}
+    for variable in HEARTBEAT_VARIABLES:
+        value = str(env.get(variable) or "")
+        if value:
+            # Not a whole number: Prefect refuses it, so no heartbeat can be counted on.
+            seconds = int(value) if value.isdigit() else None
+            return seconds, "the deployments' job variables"
+    return get_current_settings().flows.heartbeat_frequency, "this environment"
 
 
 def _blocks(client: Any) -> Iterator[Check]:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from blocks.zombies import DEFAULT_ZOMBIE_AFTER_SECONDS, ZOMBIE_AUTOMATION, zombie_after_seconds
 from tests.prefect_server import (
     PREFECT,
     REPO,
@@ -87,7 +88,12 @@ PULL_STEPS = [
 ]
 # Backfills wait in their own queue; everything else runs from the pool's default one.
 QUEUES = {"backfill": "backfill"}
-JOB_ENV = {"FLEET_NORMALIZE_WORKERS", "FLEET_WAREHOUSE_LOAD_SLOTS", "FLEET_TENANT_LOAD_SLOTS"}
+JOB_ENV = {
+    "FLEET_NORMALIZE_WORKERS",
+    "FLEET_WAREHOUSE_LOAD_SLOTS",
+    "FLEET_TENANT_LOAD_SLOTS",
+    "PREFECT_FLOWS_HEARTBEAT_FREQUENCY",  # what the zombie automation watches
+}
 
 
 def _prefect_yaml() -> dict[str, Any]:
@@ -537,6 +543,11 @@ def test_register_blocks_and_settings_overrides(prefect_server: PrefectServer, a
     for slug in ("fleet-operational-database", "fleet-warehouse", "fleet-landing-bucket"):
         assert f"registered block type {slug}" in types_only.stdout
     assert settings_overrides() == {}
+    assert f"automation {ZOMBIE_AUTOMATION} created" in types_only.stdout
+    assert _zombie_windows() == [DEFAULT_ZOMBIE_AFTER_SECONDS]
+    shorter = _register(prefect_server, "--zombie-after", "59")  # less than two heartbeats
+    assert shorter.returncode == 2, _output(shorter)
+    assert "--zombie-after must be at least 60 seconds" in shorter.stderr
 
     incomplete = _register(prefect_server, "--from-env", FLEET_DATABASE_URL="postgresql://x/y")
     assert incomplete.returncode == 2, _output(incomplete)
@@ -592,9 +603,21 @@ def test_register_blocks_and_settings_overrides(prefect_server: PrefectServer, a
     warehouse = FleetWarehouse.load("fleet-warehouse", _sync=True)
     assert warehouse.iam_role == "arn:aws:iam::123456789012:role/fleet-copy"
 
-    again = _register(prefect_server)  # types again, documents untouched
+    again = _register(prefect_server, "--zombie-after", "120")  # documents untouched
     assert again.returncode == 0, _output(again)
     assert settings_overrides() == overrides
+    # The zombie automation was updated in place each time, never made twice.
+    assert f"automation {ZOMBIE_AUTOMATION} updated" in again.stdout
+    assert _zombie_windows() == [120]
+
+
+def _zombie_windows() -> list[int]:
+    """The window of each automation named like the zombie one (one, once registered)."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        found = client.read_automations_by_name(ZOMBIE_AUTOMATION)
+    return [zombie_after_seconds(automation) for automation in found]
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.cli.test_first_contact import fleet
 from tests.prefect_server import free_port
@@ -17,8 +18,9 @@ from tests.prefect_server import free_port
 
 @pytest.fixture
 def prefect_stack(prefect_api: None) -> Iterator[str]:
-    """The work pool, its backfill queue, every deployment of prefect.yaml, the load limit
-    and the block types, on the test harness's API; removed afterwards (it is shared)."""
+    """The work pool, its backfill queue, every deployment of prefect.yaml (with its job
+    variables), the load limit, the zombie-run automation and the block types, on the test
+    harness's API; removed afterwards (it is shared)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.exceptions import ObjectNotFound
@@ -26,20 +28,26 @@ def prefect_stack(prefect_api: None) -> Iterator[str]:
 
     from blocks.limits import WAREHOUSE_LOADS_LIMIT, WORK_POOL, ensure_limits
     from blocks.register import register_types
-    from fleet_cli.doctor_prefect import expected_deployments
+    from blocks.zombies import ensure_zombie_automation, read_zombie_automation
+    from fleet_cli.doctor_prefect import PREFECT_YAML, expected_deployments
     from fleet_import.config import Settings
 
+    declared = yaml.safe_load(PREFECT_YAML.read_text("utf-8"))["deployments"]
     with get_client(sync_client=True) as client:
         client.create_work_pool(WorkPoolCreate(name=WORK_POOL, type="process"), overwrite=True)
         ensure_limits(Settings(warehouse_load_slots=4))
+        ensure_zombie_automation()
         register_types()
         deployment_ids = []
-        for name in expected_deployments():
+        for name, spec in zip(expected_deployments(), declared, strict=True):
             flow_name, deployment = name.split("/")
             flow_id = client.create_flow_from_name(flow_name)
             deployment_ids.append(
                 client.create_deployment(
-                    flow_id=flow_id, name=deployment, work_pool_name=WORK_POOL
+                    flow_id=flow_id,
+                    name=deployment,
+                    work_pool_name=WORK_POOL,
+                    job_variables=spec["work_pool"]["job_variables"],
                 )
             )
         try:
@@ -48,6 +56,9 @@ def prefect_stack(prefect_api: None) -> Iterator[str]:
             for deployment_id in deployment_ids:
                 client.delete_deployment(deployment_id)
             client.delete_global_concurrency_limit_by_name(WAREHOUSE_LOADS_LIMIT)
+            zombies = read_zombie_automation(client)
+            if zombies is not None:  # a test deleted it already
+                client.delete_automation(zombies.id)
             with contextlib.suppress(ObjectNotFound):  # a test deleted it already
                 client.delete_work_pool(WORK_POOL)
 
@@ -100,6 +111,7 @@ def test_a_healthy_stack_passes_every_check(healthy_env: dict[str, str], s3: Any
         "work queue fleet-process-pool/backfill",
         "deployments",
         "concurrency limit fleet-warehouse-loads",
+        "zombie flow runs",
         "block types",
         "block documents",
         "relay queue",
@@ -162,6 +174,35 @@ def test_a_missing_work_pool(healthy_env: dict[str, str]) -> None:
     assert broken["work pool fleet-process-pool"]["fix"] == (
         "prefect work-pool create fleet-process-pool --type process"
     )
+
+
+def test_a_missing_or_mis_set_zombie_automation(healthy_env: dict[str, str]) -> None:
+    """Without the automation a killed run stays Running; with a window shorter than two of
+    the runs' heartbeats (prefect.yaml: 30 s) it would crash live runs. Setting it up again
+    updates the one automation, never a second."""
+    from prefect.client.orchestration import get_client
+
+    from blocks.zombies import ZOMBIE_AUTOMATION, ensure_zombie_automation, read_zombie_automation
+
+    assert statuses(doctor_json(healthy_env)[1])["zombie flow runs"] == "ok"
+    assert ensure_zombie_automation(45).startswith(f"automation {ZOMBIE_AUTOMATION} updated")
+    with get_client(sync_client=True) as client:
+        assert len(client.read_automations_by_name(ZOMBIE_AUTOMATION)) == 1
+        code, report = doctor_json(healthy_env)
+        assert code == 1
+        short = failing(report)["zombie flow runs"]
+        assert "a heartbeat every 30 s (the deployments' job variables)" in short["reason"]
+        assert "would crash live runs" in short["reason"]
+        assert "--zombie-after 60" in short["fix"]
+
+        client.delete_automation(read_zombie_automation(client).id)
+        code, report = doctor_json(healthy_env)
+    assert code == 1
+    missing = failing(report)["zombie flow runs"]
+    assert missing["reason"] == (
+        f"automation {ZOMBIE_AUTOMATION} not found: a killed run stays Running"
+    )
+    assert missing["fix"] == "python -m blocks.register"
 
 
 def test_prefect_that_does_not_answer(healthy_env: dict[str, str]) -> None:

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -33,15 +33,21 @@ def _check(result: subprocess.CompletedProcess[str], what: str) -> None:
         raise ClusterFailed(f"{what} failed:\n{output(result)}")
 
 
-def deploy(server: PrefectServer, env: Mapping[str, str]) -> None:
-    """The documented sequence: the pool, blocks.register (limits, backfill queue), then
-    `prefect deploy --all` from the repository."""
+def deploy(
+    server: PrefectServer, env: Mapping[str, str], register_options: Sequence[str] = ()
+) -> None:
+    """The documented sequence: the pool, blocks.register (limits, backfill queue, the
+    zombie-run automation; `register_options` added), then `prefect deploy --all` from the
+    repository."""
     environment = server.env(**env)
     _check(
         run([PREFECT, "work-pool", "create", WORK_POOL, "--type", "process"], environment),
         "work-pool create",
     )
-    _check(run([sys.executable, "-m", "blocks.register"], environment), "blocks.register")
+    _check(
+        run([sys.executable, "-m", "blocks.register", *register_options], environment),
+        "blocks.register",
+    )
     _check(run([PREFECT, "--no-prompt", "deploy", "--all"], environment), "prefect deploy")
 
 
