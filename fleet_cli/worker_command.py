@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Annotated, Any
 
@@ -71,13 +72,22 @@ def direct_engine_worker(run_server: str | None = None, **options: Any) -> Any:
     return worker
 
 
+@dataclass(frozen=True)
+class StopHooks:
+    """What a stop signal does besides cancelling the worker, called from its handler: on
+    the first (`begun`), and on a second, before the worker exits at once (`at_once`)."""
+
+    begun: list[Callable[[], None]] = field(default_factory=list)
+    at_once: list[Callable[[], None]] = field(default_factory=list)
+
+
 @contextmanager
-def run_server(stopped_at_once: list[Callable[[], None]]) -> Iterator[str | None]:
+def run_server(hooks: StopHooks) -> Iterator[str | None]:
     """The run server (`fleet_cli.run_server`) for this worker's runs, its socket's path
     once it listens (None, said on stderr, when it did not start: runs then start the engine
-    directly); started again whenever it exits while the worker runs. A worker stopped at
-    once (`stopped_at_once`' functions, called from a signal handler) kills it and removes
-    its socket's folder before it exits: nothing outlives the worker."""
+    directly); started again whenever it exits while the worker runs, but not once a stop
+    has begun (a supervisor's SIGTERM to the whole group ends it too). A worker stopped at
+    once kills it and removes its socket's folder before it exits: nothing outlives it."""
     with tempfile.TemporaryDirectory(prefix="fleet-worker-") as folder:
         path = os.path.join(folder, "runs.sock")
         command = [sys.executable, "-m", "fleet_cli.run_server", path]
@@ -91,7 +101,8 @@ def run_server(stopped_at_once: list[Callable[[], None]]) -> Iterator[str | None
                 server[0].wait(_RUN_SERVER_STOP_SECONDS)
             shutil.rmtree(folder, ignore_errors=True)
 
-        stopped_at_once.append(kill_now)
+        hooks.begun.append(stopping.set)
+        hooks.at_once.append(kill_now)
 
         def keep_serving() -> None:
             while not stopping.is_set():
@@ -147,9 +158,9 @@ def pool_mismatch(pool: str) -> str | None:
     )
 
 
-async def _serve(options: dict[str, Any], stopped_at_once: list[Callable[[], None]]) -> None:
+async def _serve(options: dict[str, Any], hooks: StopHooks) -> None:
     """The worker until it is told to stop: the first SIGTERM or SIGINT cancels it (its
-    run server stopped after it), a second one stops it at once (`stopped_at_once`)."""
+    run server stopped after it), a second one stops it at once (`hooks`)."""
     import asyncio
 
     import anyio
@@ -162,11 +173,11 @@ async def _serve(options: dict[str, Any], stopped_at_once: list[Callable[[], Non
     )
     loop = asyncio.get_running_loop()
     with anyio.CancelScope() as serving:
-        _stop_on_signals(lambda: loop.call_soon_threadsafe(serving.cancel), stopped_at_once)
+        _stop_on_signals(lambda: loop.call_soon_threadsafe(serving.cancel), hooks)
         await worker.start(printer=print)
 
 
-def _stop_on_signals(cancel: Callable[[], None], stopped_at_once: list[Callable[[], None]]) -> None:
+def _stop_on_signals(cancel: Callable[[], None], hooks: StopHooks) -> None:
     """Our own handlers, not Prefect's worker ones: those turn SIGTERM into a SIGINT sent to
     the worker itself, which is lost when it was started with SIGINT ignored (a shell
     script's `cmd &` starts it so), and SIGKILL it on the second signal, which orphans the
@@ -179,10 +190,12 @@ def _stop_on_signals(cancel: Callable[[], None], stopped_at_once: list[Callable[
               "once)", file=sys.stderr, flush=True)  # fmt: skip
         for each in _STOP_SIGNALS:
             signal.signal(each, stop_at_once)
+        for begin in hooks.begun:
+            begin()
         cancel()
 
     def stop_at_once(signum: int, _frame: FrameType | None) -> None:
-        for kill in stopped_at_once:
+        for kill in hooks.at_once:
             kill()
         os._exit(_STOPPED_AT_ONCE)
 
@@ -234,10 +247,10 @@ def worker(
         error_line(mismatch)
         raise typer.Exit(CONFIGURATION_ERROR)
     options = {"work_pool_name": pool, "name": name, "work_queues": work_queue, "limit": limit}
-    stopped_at_once: list[Callable[[], None]] = []
+    hooks = StopHooks()
     with (
-        run_server(stopped_at_once) if preload else nullcontext() as server,
+        run_server(hooks) if preload else nullcontext() as server,
         suppress(KeyboardInterrupt),  # a Ctrl-C before the worker's own handlers are set
     ):
-        anyio.run(_serve, {**options, "run_server": server}, stopped_at_once)
+        anyio.run(_serve, {**options, "run_server": server}, hooks)
     print("fleet-import worker: stopped", file=sys.stderr)

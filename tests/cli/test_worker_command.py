@@ -111,23 +111,27 @@ def test_a_pool_of_another_type_is_refused_with_prefects_own_worker_named(prefec
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
-    "sigint", [signal.SIG_IGN, signal.SIG_DFL], ids=["started-by-a-script", "from-a-terminal"]
+    ("sigint", "signal_to"),
+    [(signal.SIG_IGN, os.kill), (signal.SIG_DFL, os.kill), (signal.SIG_DFL, os.killpg)],
+    ids=["started-by-a-script", "from-a-terminal", "its-whole-group"],
 )
 def test_one_sigterm_stops_an_idle_worker_with_its_run_server_and_socket(
-    prefect_api, tmp_path, sigint
+    prefect_api, tmp_path, sigint, signal_to
 ) -> None:
     """A supervisor (systemd, Kubernetes) stops a worker with one SIGTERM and SIGKILLs it
     after a grace period: the idle worker must stop on that first signal, and take its run
     server and the server's socket with it (a SIGKILL would orphan both). Started by a shell
     script's `&`, the worker inherits SIGINT ignored: Prefect's handlers turned SIGTERM into
-    that SIGINT, so the worker ignored it."""
+    that SIGINT, so the worker ignored it. Sent to the whole group (as systemd does), the
+    SIGTERM ends the run server too, and the stopping worker does not start it again."""
     with _idle_worker(tmp_path, sigint) as (process, server, socket_path, log):
-        os.kill(process.pid, signal.SIGTERM)
+        signal_to(process.pid, signal.SIGTERM)  # its own session: its pid is its group's
         code = process.wait(timeout=_GRACE_SECONDS)
         printed = log.read_text(errors="replace")
         assert code == 0, printed
         assert "SIGTERM received: stopping" in printed and "worker: stopped" in printed
         assert _gone(server) and not socket_path.parent.exists(), printed
+        assert "starting it again" not in printed
 
 
 @pytest.mark.e2e
