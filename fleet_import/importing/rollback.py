@@ -96,6 +96,7 @@ def plan_rollback(
     by_default = to is None
     if unfinished is not None and to in (None, unfinished[0]):
         to, owner = unfinished  # it died after its commit: the same rollback continues
+        by_default = False
     if to is None:
         earlier = reviews.rollback_candidates(tenant.tenant_id, scope, owner, limit=1)
         if not earlier:
