@@ -135,12 +135,18 @@ def slices_rollback(
     tenant: Annotated[str, typer.Option("--tenant", help="the tenant's slug")],
     to: Annotated[
         str | None,
-        typer.Option("--to", help="the batch to roll back to (default: the previous success)"),
+        typer.Option(
+            "--to",
+            help="the batch to roll back to (default: the newest earlier success whose content "
+            "the slice does not show and no rollback removed)",
+        ),
     ] = None,
     database_url: DatabaseOption = None,
 ) -> None:
     """Load an earlier succeeded batch's content into the slice again, as a new batch (the
-    rollback-slice flow). Refused, with the reason, when its normalised files are gone.
+    rollback-slice flow). Refused, with the reason, when its normalised files are gone. By
+    default a rollback never goes forward to content a rollback removed (name it with --to);
+    the final line says which batch it loaded.
 
     Exit codes: 0 rolled back; 1 failed or refused (NotRolledBack); 2 usage error;
     3 skipped (another batch holds the scope); 4 committed, publication pending;

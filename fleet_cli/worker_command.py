@@ -16,13 +16,17 @@ deployment still wins.
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
+from dataclasses import dataclass, field
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -35,6 +39,8 @@ DEFAULT_POOL = "fleet-process-pool"
 _RUN_SERVER_START_SECONDS = 60.0
 _RUN_SERVER_STOP_SECONDS = 10.0
 _RUN_SERVER_RESTART_SECONDS = 1.0
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_STOPPED_AT_ONCE = 128 + signal.SIGTERM  # what a shell reports for a process SIGTERM ended
 
 
 def engine_command(run_server: str | None = None) -> str:
@@ -66,16 +72,37 @@ def direct_engine_worker(run_server: str | None = None, **options: Any) -> Any:
     return worker
 
 
+@dataclass(frozen=True)
+class StopHooks:
+    """What a stop signal does besides cancelling the worker, called from its handler: on
+    the first (`begun`), and on a second, before the worker exits at once (`at_once`)."""
+
+    begun: list[Callable[[], None]] = field(default_factory=list)
+    at_once: list[Callable[[], None]] = field(default_factory=list)
+
+
 @contextmanager
-def run_server() -> Iterator[str | None]:
+def run_server(hooks: StopHooks) -> Iterator[str | None]:
     """The run server (`fleet_cli.run_server`) for this worker's runs, its socket's path
     once it listens (None, said on stderr, when it did not start: runs then start the engine
-    directly); started again whenever it exits while the worker runs."""
+    directly); started again whenever it exits while the worker runs, but not once a stop
+    has begun (a supervisor's SIGTERM to the whole group ends it too). A worker stopped at
+    once kills it and removes its socket's folder before it exits: nothing outlives it."""
     with tempfile.TemporaryDirectory(prefix="fleet-worker-") as folder:
         path = os.path.join(folder, "runs.sock")
         command = [sys.executable, "-m", "fleet_cli.run_server", path]
         server = [subprocess.Popen(command)]
         stopping = threading.Event()
+
+        def kill_now() -> None:
+            stopping.set()
+            with suppress(OSError):
+                server[0].kill()
+                server[0].wait(_RUN_SERVER_STOP_SECONDS)
+            shutil.rmtree(folder, ignore_errors=True)
+
+        hooks.begun.append(stopping.set)
+        hooks.at_once.append(kill_now)
 
         def keep_serving() -> None:
             while not stopping.is_set():
@@ -131,17 +158,49 @@ def pool_mismatch(pool: str) -> str | None:
     )
 
 
-async def _serve(options: dict[str, Any]) -> None:
-    from prefect.settings import PREFECT_WORKER_HEARTBEAT_SECONDS, PREFECT_WORKER_PREFETCH_SECONDS
-    from prefect.utilities.processutils import setup_signal_handlers_worker
+async def _serve(options: dict[str, Any], hooks: StopHooks) -> None:
+    """The worker until it is told to stop: the first SIGTERM or SIGINT cancels it (its
+    run server stopped after it), a second one stops it at once (`hooks`)."""
+    import asyncio
 
-    setup_signal_handlers_worker(os.getpid(), "the fleet-import process worker", print)
+    import anyio
+    from prefect.settings import PREFECT_WORKER_HEARTBEAT_SECONDS, PREFECT_WORKER_PREFETCH_SECONDS
+
     worker = direct_engine_worker(
         prefetch_seconds=PREFECT_WORKER_PREFETCH_SECONDS.value(),
         heartbeat_interval_seconds=int(PREFECT_WORKER_HEARTBEAT_SECONDS.value()),
         **options,
     )
-    await worker.start(printer=print)
+    loop = asyncio.get_running_loop()
+    with anyio.CancelScope() as serving:
+        _stop_on_signals(lambda: loop.call_soon_threadsafe(serving.cancel), hooks)
+        await worker.start(printer=print)
+
+
+def _stop_on_signals(cancel: Callable[[], None], hooks: StopHooks) -> None:
+    """Our own handlers, not Prefect's worker ones: those turn SIGTERM into a SIGINT sent to
+    the worker itself, which is lost when it was started with SIGINT ignored (a shell
+    script's `cmd &` starts it so), and SIGKILL it on the second signal, which orphans the
+    run server and leaves its socket behind. Python runs these in the main thread, where the
+    event loop runs."""
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        print(f"fleet-import worker: {name} received: stopping (a second signal stops it at "
+              "once)", file=sys.stderr, flush=True)  # fmt: skip
+        for each in _STOP_SIGNALS:
+            signal.signal(each, stop_at_once)
+        for begin in hooks.begun:
+            begin()
+        cancel()
+
+    def stop_at_once(signum: int, _frame: FrameType | None) -> None:
+        for kill in hooks.at_once:
+            kill()
+        os._exit(_STOPPED_AT_ONCE)
+
+    for each in _STOP_SIGNALS:
+        signal.signal(each, stop)
 
 
 @app.command("worker")
@@ -165,7 +224,7 @@ def worker(
         ),
     ] = True,
 ) -> None:
-    """Run a process worker for the fleet-import deployments (Ctrl-C stops it).
+    """Run a process worker for the fleet-import deployments (SIGTERM or Ctrl-C stops it).
 
     What `prefect worker start --pool fleet-process-pool` does, but each flow run is forked
     from a process that has Prefect and the flows imported (--no-preload: Prefect's engine
@@ -188,5 +247,10 @@ def worker(
         error_line(mismatch)
         raise typer.Exit(CONFIGURATION_ERROR)
     options = {"work_pool_name": pool, "name": name, "work_queues": work_queue, "limit": limit}
-    with run_server() if preload else nullcontext() as server, suppress(KeyboardInterrupt):
-        anyio.run(_serve, {**options, "run_server": server})  # Prefect prints that it stopped
+    hooks = StopHooks()
+    with (
+        run_server(hooks) if preload else nullcontext() as server,
+        suppress(KeyboardInterrupt),  # a Ctrl-C before the worker's own handlers are set
+    ):
+        anyio.run(_serve, {**options, "run_server": server}, hooks)
+    print("fleet-import worker: stopped", file=sys.stderr)

@@ -36,7 +36,7 @@ def rollback_slice(tenant_id: str, folder: str, to_batch_id: str | None = None) 
         tenant_id: The tenant's slug, e.g. acme.
         folder: The slice's delivery folder, e.g. s3://fleet-landing/acme/fleet/2026-07-22/.
         to_batch_id: The batch whose content to load; by default the newest earlier success
-            of the scope (the one the current slice replaced).
+            of the scope whose content the slice does not show and no rollback removed.
     """
     try:
         target = uuid.UUID(to_batch_id) if to_batch_id else None
@@ -70,4 +70,10 @@ def rollback_slice(tenant_id: str, folder: str, to_batch_id: str | None = None) 
         return failed(f"lost the lease on batch {claimed.batch_id}: {explain(exc)}")
     publish_artifacts(rt, claimed.batch_id)
     tell(rt, [claimed.batch_id])
-    return state_for(outcome, crash=steps.crash)
+    return _saying(state_for(outcome, crash=steps.crash), plan.chosen)
+
+
+def _saying(state: State, chosen: str) -> State:
+    """The outcome's one line, after which batch was loaded (and why that one, by default):
+    the operator sees what the slice holds now without looking it up."""
+    return state.model_copy(update={"message": f"{chosen}; {state.message}"})

@@ -24,6 +24,15 @@ def upload(s3, folder: str, files: dict[str, bytes]) -> None:
     put_objects(s3, bucket, {prefix + name: data for name, data in files.items()})
 
 
+def started_at(database_url: str, batch_id, moment) -> None:
+    """Date a batch as started at `moment`: the store stamps batches with the database's
+    clock, and a check judging a simulated moment counts only loads started by then."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "UPDATE ingestion_batches SET created_at = %s WHERE id = %s", (moment, batch_id)
+        )
+
+
 def curated(database_url: str, sql: str, *params) -> list[tuple]:
     with psycopg.connect(database_url) as conn:
         return conn.execute(sql, params).fetchall()

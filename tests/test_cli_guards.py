@@ -105,7 +105,7 @@ def test_rollback_from_the_cli_restores_the_previous_slice_or_says_why_not(
 
     restored = cli("slices", "rollback", "--tenant", "acme", folder, env=env)
     assert restored.returncode == 0, restored.stdout + restored.stderr
-    assert restored.stdout.startswith("Completed: ")
+    assert restored.stdout.startswith(f"Completed: rolled back to batch {second.id} (by default")
     after = slice_snapshot(flow_env, folder)  # row-exact, stamped by a new batch
     assert {t: [r[:-1] for r in rows] for t, rows in after.items()} == {
         t: [r[:-1] for r in rows] for t, rows in good.items()
@@ -121,6 +121,46 @@ def test_rollback_from_the_cli_restores_the_previous_slice_or_says_why_not(
     assert gone.stdout.startswith("NotRolledBack: ") and "are gone" in gone.stdout
     assert "trips-1.csv" in gone.stdout
     assert slice_snapshot(flow_env, folder) == after
+    assert repo.list(status="running") == []
+
+
+def test_a_second_rollback_never_brings_back_what_the_first_removed_from_the_cli(
+    flow_env: str, api_env, s3, landing_bucket: str
+) -> None:
+    """Issue 46, item 10: good G, truncated T approved, `slices rollback` back to G; a second
+    `slices rollback` chose T again (the newest success not owning the slice) and published
+    the content the operator had just removed. Now it says there is nothing earlier to go to,
+    and T loads again only when named."""
+    folder = today_folder(landing_bucket, "acme")
+    upload(s3, folder, fleet_delivery(trips=400))
+    assert cli("run", "--tenant", "acme", folder, env=api_env).returncode == 0
+    repo = BatchRepository(flow_env)
+    (good,) = repo.list(status="succeeded")
+    redeliver(s3, folder, {"trips-1.csv": csv_bytes(trips_table(10))})  # truncated
+    assert cli("run", "--tenant", "acme", folder, env=api_env).returncode == 6
+    (held,) = repo.list(status="failed")
+    approved = cli("batches", "approve", str(held.id), env=api_env)
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    ((truncated, rows),) = slice_rows(flow_env, "fleet_trips", "acme", folder)
+    assert rows == 10  # loaded by the approving batch
+
+    first = cli("slices", "rollback", "--tenant", "acme", folder, env=api_env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stdout.startswith(f"Completed: rolled back to batch {good.id} (by default: ")
+    (restored,) = slice_rows(flow_env, "fleet_trips", "acme", folder)
+    assert restored[1] == 400
+    assert repo.get(restored[0]).details["rollback_replaced"] == str(truncated)
+
+    second = cli("slices", "rollback", "--tenant", "acme", folder, env=api_env)
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert second.stdout.startswith("NotRolledBack: ") and "--to" in second.stdout
+    assert slice_rows(flow_env, "fleet_trips", "acme", folder) == [restored]
+
+    named = cli("slices", "rollback", "--tenant", "acme", folder, "--to", str(truncated),
+                env=api_env)  # fmt: skip
+    assert named.returncode == 0, named.stdout + named.stderr
+    assert named.stdout.startswith(f"Completed: rolled back to batch {truncated}; batch ")
+    assert slice_rows(flow_env, "fleet_trips", "acme", folder)[0][1] == 10
     assert repo.list(status="running") == []
 
 
@@ -140,6 +180,27 @@ def test_a_manifest_with_a_missing_or_short_file_blocks_the_run_from_the_cli(
     short = cli("run", "--tenant", "acme", folder, env=api_env)
     assert short.returncode == 1, short.stdout + short.stderr
     assert f"size differs: {folder}trips-2.csv.gz" in short.stdout, short.stdout
+    assert slice_rows(flow_env, "fleet_trips", "acme", folder) == []
+    assert BatchRepository(flow_env).list(status="running") == []
+
+
+def test_a_manifest_listing_a_file_twice_is_refused_naming_the_file_from_the_cli(
+    flow_env: str, api_env, s3, landing_bucket: str
+) -> None:
+    """Issue 46, item 10: a manifest listing trips-1.csv twice loaded with exit 0; it is
+    malformed (were the two entries to differ, which would hold?), and the run names the
+    file."""
+    folder = today_folder(landing_bucket, "acme")
+    files = fleet_delivery(trips=20)
+    entries = json.loads(manifest_for(files, folder, {}))["entries"]
+    twice = next(e for e in entries if e["url"].endswith("trips-1.csv"))
+    malformed = {"entries": [*entries, twice]}
+    upload(s3, folder, {**files, MANIFEST_NAME: json.dumps(malformed).encode()})
+    refused = cli("run", "--tenant", "acme", folder, env=api_env)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    (line,) = refused.stdout.splitlines()
+    assert line.startswith("Failed: failed_pre_commit: "), line
+    assert f"{MANIFEST_NAME}: {folder}trips-1.csv is listed twice" in line, line
     assert slice_rows(flow_env, "fleet_trips", "acme", folder) == []
     assert BatchRepository(flow_env).list(status="running") == []
 

@@ -3,9 +3,12 @@ loaded, and if not, what is waiting in S3? Verdicts are remembered in the operat
 and `fleet.tenant.late` / `fleet.tenant.fresh-again` are told once per change.
 
 What counts as loaded: a succeeded fleet batch of the tenant (holding the dataset, unless the
-SLO is the tenant's `*` one) whose folder is dated on or after the due delivery's date (daily
-SLOs, by the landing layout's `{yyyy-mm-dd}`), or that started after the hour began (hourly
-SLOs, and daily ones whose folder names no date). A delivery not loaded is "late", and S3
+SLO is the tenant's `*` one), started at or before the moment judged, whose folder is dated
+from the due delivery's date to the judged moment's date in the SLO's zone (daily SLOs, by
+the landing layout's `{yyyy-mm-dd}`), or that started after the hour began (hourly SLOs, and
+daily ones whose folder names no date). A load started later did not exist at that moment,
+and a folder dated after it is not a delivery of that day: loading it early does not keep a
+tenant fresh until its date. A delivery not loaded is "late", and S3
 says why: no folder ("missing"), a folder the sweep's completion rule does not call complete
 yet ("arrived, incomplete"), or a complete one nobody loaded yet ("arrived, not loaded").
 
@@ -130,8 +133,8 @@ def judge(
     if not windows:
         return [_off(t, d, s, now) for t, by in slos.items() for d, s in by.items()]
     since = min(windows) - _STORE_MARGIN
-    batches = store.succeeded_batches(list(slos), since)
-    last = store.last_succeeded(list(slos))
+    batches = store.succeeded_batches(list(slos), since, now)
+    last = store.last_succeeded(list(slos), now)
     listed = _Listings(landing.s3, policy.bucket) if landing.s3 and policy.bucket else None
     verdicts: list[Verdict] = []
     for tenant, by_dataset in slos.items():
@@ -143,7 +146,7 @@ def judge(
             mine = [b for b in batches if b.tenant_id == tenant and _holds(b, dataset)]
             newest = mine[0].started_at if mine else None
             last_loaded = newest or (last[tenant].started_at if tenant in last else None)
-            if any(_loads(b, due, landing.layout) for b in mine):
+            if any(loads_due(b, due, slo, landing.layout, now) for b in mine):
                 verdicts.append(
                     Verdict(
                         tenant,
@@ -230,12 +233,17 @@ def _holds(batch: SucceededBatch, dataset: str) -> bool:
     return dataset == ANY_DATASET or dataset in batch.datasets
 
 
-def _loads(batch: SucceededBatch, due: Due, layout: LandingLayout) -> bool:
-    """Whether this batch loaded the due delivery (or a newer one)."""
+def loads_due(
+    batch: SucceededBatch, due: Due, slo: Slo, layout: LandingLayout, now: dt.datetime
+) -> bool:
+    """Whether this batch had loaded the due delivery (or a newer one) at `now`: never one
+    started after `now`, nor one whose folder is dated after `now`'s day (in the SLO's zone)."""
+    if batch.started_at > now:
+        return False
     if due.delivery_date is not None and batch.source_scope:
         dated = _folder_date(batch.source_scope, layout)
         if dated is not None:
-            return dated >= due.delivery_date
+            return due.delivery_date <= dated <= now.astimezone(slo.tz).date()
     return batch.started_at >= due.since
 
 

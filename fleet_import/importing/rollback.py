@@ -5,6 +5,9 @@ The content is the earlier batch's manifest, pinned on the new batch (importing.
 the folder's current files do not matter; its files come from the normalised-file cache,
 which the retention kept (publication.retention). Refused, with the reason, when that batch
 is not an earlier success of the scope, its contracts changed since, or its files are gone.
+By default the target is the newest earlier success whose content the slice does not show
+now and no rollback removed: a second rollback goes further back, never forward again to
+what the first one took out (only `to` names such a batch).
 The guards are waived: an operator asked for exactly this slice. A rollback is a delivery
 of its own (`rollback:{target}:{replaced}`): run again after a death it continues its batch.
 `fleet.slice.rolled_back` is told by the batch's own publication (publication.decisions),
@@ -52,6 +55,18 @@ class RollbackPlan:
     manifest: Manifest
     replaced: uuid.UUID | None
     """The batch whose slice the rollback replaces (the slice's owner now)."""
+    by_default: bool = False
+    """The target was chosen (not named): the newest earlier success no rollback removed."""
+
+    @property
+    def chosen(self) -> str:
+        """Which batch the rollback loads, and why that one: what its outcome says first."""
+        if not self.by_default:
+            return f"rolled back to batch {self.target.id}"
+        return (
+            f"rolled back to batch {self.target.id} (by default: the newest earlier success "
+            "whose content the slice did not show and no rollback removed)"
+        )
 
     @property
     def delivery_key(self) -> str:
@@ -67,23 +82,28 @@ def plan_rollback(
     *,
     admission: Admission,
 ) -> RollbackPlan | NotRolledBack | Refused:
-    """Which batch to roll back to (`to`, else the newest success the slice's owner
-    replaced) and its manifest, or why not (Refused, and told: the tenant or folder is not
-    admitted now). Invalid ids and folders raise InvalidInput. A warehouse or database that
-    does not answer is no refusal: its error is raised, and told as one line with the next
-    step."""
+    """Which batch to roll back to (`to`, else the newest earlier success whose content the
+    slice does not show and no rollback removed) and its manifest, or why not (Refused, and
+    told: the tenant or folder is not admitted now). Invalid ids and folders raise
+    InvalidInput. A warehouse or database that does not answer is no refusal: its error is
+    raised, and told as one line with the next step."""
     scope = source_scope(folder)
     tenant = admission(tenant_id, folder)
     if isinstance(tenant, Refused):
         return tell_refusal(ctx.events, tenant, ROLLBACK)
     owner = ctx.warehouse.slice_owner(tenant.tenant_id, scope)
     unfinished = _unfinished_rollback(ctx, owner)
+    by_default = to is None
     if unfinished is not None and to in (None, unfinished[0]):
         to, owner = unfinished  # it died after its commit: the same rollback continues
+        by_default = False
     if to is None:
-        earlier = [b for b in reviews.rollback_candidates(tenant.tenant_id, scope) if b.id != owner]
+        earlier = reviews.rollback_candidates(tenant.tenant_id, scope, owner, limit=1)
         if not earlier:
-            return NotRolledBack(f"{scope} has no earlier succeeded batch to roll back to")
+            return NotRolledBack(
+                f"{scope} has no earlier succeeded batch to roll back to (not counting the "
+                "content it shows and what a rollback removed: name one with --to)"
+            )
         target = earlier[0]
     else:
         found = ctx.repo.get(to)
@@ -93,7 +113,7 @@ def plan_rollback(
     refusal = _refusal(ctx, tenant, scope, target, owner)
     if isinstance(refusal, NotRolledBack):
         return refusal
-    return RollbackPlan(tenant, scope, target, refusal, owner)
+    return RollbackPlan(tenant, scope, target, refusal, owner, by_default)
 
 
 def _unfinished_rollback(

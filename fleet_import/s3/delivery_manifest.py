@@ -43,10 +43,12 @@ class DeliveryManifest:
 
     @classmethod
     def parse(cls, name: str, raw: object) -> DeliveryManifest:
-        """Refuses anything not in the COPY manifest shape, naming what is wrong."""
+        """Refuses anything not in the COPY manifest shape, naming what is wrong, and a file
+        listed twice: which of its entries (sizes, row counts) describes it is anyone's guess."""
         if not isinstance(raw, Mapping) or not isinstance(raw.get("entries"), list):
             raise DeliveryManifestMismatch(f"{name}: expected an object with a list 'entries'")
         entries = []
+        first_listed: dict[str, int] = {}
         for index, entry in enumerate(raw["entries"]):
             meta = entry.get("meta", {}) if isinstance(entry, Mapping) else None
             url = entry.get("url") if isinstance(entry, Mapping) else None
@@ -62,6 +64,12 @@ class DeliveryManifest:
                     raise DeliveryManifestMismatch(
                         f"{name}: entries[{index}].meta.{field} must be a whole number"
                     )
+            if url in first_listed:
+                raise DeliveryManifestMismatch(
+                    f"{name}: {url} is listed twice (entries[{first_listed[url]}] and "
+                    f"entries[{index}])"
+                )
+            first_listed[url] = index
             entries.append(ManifestEntry(url, entry.get("mandatory", False) is True, length, count))
         return cls(name, tuple(entries))
 

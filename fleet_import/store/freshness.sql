@@ -2,8 +2,9 @@
 -- FreshnessRepository method of the same name runs them.
 
 -- succeeded_batches --
--- The succeeded fleet batches of these tenants started since `since`, newest first, with the
--- datasets they loaded (the keys of their row counts). Served by ix (tenant_id, created_at).
+-- The succeeded fleet batches of these tenants started from `since` to `until`, newest first,
+-- with the datasets they loaded (the keys of their row counts). A batch started after
+-- `until` (the moment judged) did not exist then. Served by ix (tenant_id, created_at).
 SELECT
     b.tenant_id,
     b.source_scope,
@@ -15,18 +16,21 @@ SELECT
 FROM ingestion_batches AS b
 WHERE b.tenant_id = ANY(%(tenant_ids)s)
   AND b.created_at >= %(since)s
+  AND b.created_at <= %(until)s
   AND b.status = 'succeeded'
   AND b.source_type = 'fleet_s3'
 ORDER BY b.created_at DESC
 
 -- last_succeeded --
--- Each tenant's newest succeeded fleet batch, however old (what "last loaded" shows).
+-- Each tenant's newest succeeded fleet batch started by `until`, however old (what "last
+-- loaded" shows at the moment judged).
 SELECT t.tenant_id, last.id AS batch_id, last.created_at AS started_at
 FROM unnest(%(tenant_ids)s::text[]) AS t(tenant_id)
 JOIN LATERAL (
     SELECT b.id, b.created_at
     FROM ingestion_batches AS b
     WHERE b.tenant_id = t.tenant_id AND b.status = 'succeeded' AND b.source_type = 'fleet_s3'
+      AND b.created_at <= %(until)s
     ORDER BY b.created_at DESC
     LIMIT 1
 ) AS last ON true

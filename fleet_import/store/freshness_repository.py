@@ -47,15 +47,22 @@ class FreshnessRepository(SqlStore):
     queries = QUERIES
 
     def succeeded_batches(
-        self, tenant_ids: Collection[str], since: dt.datetime
+        self, tenant_ids: Collection[str], since: dt.datetime, until: dt.datetime
     ) -> list[SucceededBatch]:
-        """The tenants' succeeded fleet batches started since `since`, newest first."""
-        rows = self._all("succeeded_batches", {"tenant_ids": list(tenant_ids), "since": since})
+        """The tenants' succeeded fleet batches started from `since` to `until` (the moment
+        judged: a later batch did not exist then), newest first."""
+        rows = self._all(
+            "succeeded_batches",
+            {"tenant_ids": list(tenant_ids), "since": since, "until": until},
+        )
         return [SucceededBatch(**row | {"datasets": tuple(row["datasets"])}) for row in rows]
 
-    def last_succeeded(self, tenant_ids: Collection[str]) -> dict[str, SucceededBatch]:
-        """Each tenant's newest succeeded fleet batch, however old (datasets not read)."""
-        rows = self._all("last_succeeded", {"tenant_ids": list(tenant_ids)})
+    def last_succeeded(
+        self, tenant_ids: Collection[str], until: dt.datetime
+    ) -> dict[str, SucceededBatch]:
+        """Each tenant's newest succeeded fleet batch started by `until`, however old
+        (datasets not read)."""
+        rows = self._all("last_succeeded", {"tenant_ids": list(tenant_ids), "until": until})
         return {
             row["tenant_id"]: SucceededBatch(
                 row["tenant_id"], None, row["batch_id"], row["started_at"], ()

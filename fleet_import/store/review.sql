@@ -62,14 +62,35 @@ WHERE b.tenant_id = cur.tenant_id
 ORDER BY created_at DESC, id
 
 -- rollback_candidates --
--- Earlier successes of the scope, newest first: what a rollback may load (if their files
--- are still retained).
-SELECT *
-FROM ingestion_batches
-WHERE tenant_id = %(tenant_id)s
-  AND source_scope = %(source_scope)s
-  AND status = 'succeeded'
-ORDER BY created_at DESC, id
+-- Earlier successes of the scope, newest first: what a rollback loads by default (if their
+-- files are still retained). A batch's content is its own, or for a rollback the batch it
+-- rolled back to. Left out: the slice's owner (`owner`), a batch whose content the slice
+-- shows now (the owner's), and one whose content a succeeded rollback of the scope replaced:
+-- an operator removed that on purpose, so only naming it (`--to`) loads it again.
+WITH scoped AS (
+    SELECT b.id,
+           b.status,
+           b.details ->> 'rollback_replaced' AS replaced,
+           coalesce((b.details ->> 'rolled_back_to')::uuid, b.id) AS content_id
+    FROM ingestion_batches AS b
+    WHERE b.tenant_id = %(tenant_id)s
+      AND b.source_scope = %(source_scope)s
+),
+hidden AS (
+    SELECT removed.content_id
+    FROM scoped AS rollback
+    JOIN scoped AS removed ON removed.id = rollback.replaced::uuid
+    WHERE rollback.status = 'succeeded'
+    UNION
+    SELECT content_id FROM scoped WHERE id = %(owner)s::uuid
+)
+SELECT b.*
+FROM ingestion_batches AS b
+JOIN scoped AS s ON s.id = b.id
+WHERE s.status = 'succeeded'
+  AND s.id IS DISTINCT FROM %(owner)s::uuid
+  AND s.content_id NOT IN (SELECT content_id FROM hidden)
+ORDER BY b.created_at DESC, b.id
 LIMIT %(limit)s
 
 -- held_since --

@@ -64,8 +64,17 @@ class ReviewRepository(SqlStore):
         }
         return [_batch(row) for row in self._all("retained_batches", params)]
 
-    def rollback_candidates(self, tenant_id: str, scope: str, limit: int = 20) -> list[Batch]:
-        params = {"tenant_id": tenant_id, "source_scope": scope, "limit": int(limit)}
+    def rollback_candidates(
+        self, tenant_id: str, scope: str, owner: uuid.UUID | None, limit: int = 20
+    ) -> list[Batch]:
+        """The scope's earlier successes a default rollback may load, newest first: not the
+        slice's `owner`, nor its content, nor any content a rollback removed."""
+        params = {
+            "tenant_id": tenant_id,
+            "source_scope": scope,
+            "owner": owner,
+            "limit": int(limit),
+        }
         return [Batch.from_row(row) for row in self._all("rollback_candidates", params)]
 
 

@@ -6,9 +6,12 @@ succeeds; a folder without its marker is "arrived, incomplete", not missing."""
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fleet_import.freshness.check import (
     FRESH,
@@ -19,15 +22,18 @@ from fleet_import.freshness.check import (
     NOT_LOADED,
     Landing,
     check_freshness,
+    loads_due,
     tenants_to_check,
 )
 from fleet_import.freshness.policies import ANY_DATASET, load_policy
+from fleet_import.freshness.slo import parse_slo
 from fleet_import.importing.context import Committed
 from fleet_import.importing.driver import import_folder
+from fleet_import.intake.landing import LandingLayout
 from fleet_import.sample_data import fleet_delivery, today_folder
-from fleet_import.scope import Tenant
-from fleet_import.store.freshness_repository import FreshnessRepository
-from tests.helpers import upload
+from fleet_import.scope import Tenant, source_scope
+from fleet_import.store.freshness_repository import FreshnessRepository, SucceededBatch
+from tests.helpers import started_at, upload
 
 ACME = Tenant.named("acme")
 DAY = dt.date(2026, 7, 22)  # a Wednesday
@@ -52,6 +58,7 @@ def make_checker(tmp_path: Path, database_url: str, s3, landing_bucket: str, slo
 
     check.told = told  # type: ignore[attr-defined]
     check.store = store  # type: ignore[attr-defined]
+    check.database_url = database_url  # type: ignore[attr-defined]
     return check
 
 
@@ -93,6 +100,7 @@ def test_late_once_then_fresh_again_after_the_import(checker, import_ctx, s3, la
     deliver(s3, folder)
     outcome = import_folder(import_ctx, ACME, folder, "freshness-test")
     assert isinstance(outcome, Committed) and outcome.published
+    started_at(checker.database_url, outcome.batch_id, AFTER_DUE + dt.timedelta(minutes=15))
     [fresh] = checker(AFTER_DUE + dt.timedelta(minutes=20)).verdicts
     assert fresh.state == FRESH and fresh.last_loaded is not None
     assert fresh.expected_by == DUE + dt.timedelta(days=1)  # the next one, Thursday 06:00
@@ -107,7 +115,9 @@ def test_late_once_then_fresh_again_after_the_import(checker, import_ctx, s3, la
     # Friday's delivery loaded: the weekend expects nothing new, Monday 06:00 does.
     friday = today_folder(landing_bucket, "acme", dt.date(2026, 7, 24))
     deliver(s3, friday)
-    assert isinstance(import_folder(import_ctx, ACME, friday, "friday"), Committed)
+    loaded = import_folder(import_ctx, ACME, friday, "friday")
+    assert isinstance(loaded, Committed)
+    started_at(checker.database_url, loaded.batch_id, DUE + dt.timedelta(days=2))
     saturday = dt.datetime(2026, 7, 25, 12, tzinfo=dt.UTC)
     sunday = saturday + dt.timedelta(days=1)
     for moment in (saturday, sunday):
@@ -146,7 +156,8 @@ def test_tenants_without_a_registry_are_those_the_store_knows(
     assert tenants_to_check(None, checker.store) == []
     folder = today_folder(landing_bucket, "acme", DAY)
     deliver(s3, folder)
-    import_folder(import_ctx, ACME, folder, "known")
+    loaded = import_folder(import_ctx, ACME, folder, "known")
+    started_at(checker.database_url, loaded.batch_id, DUE - dt.timedelta(minutes=5))
     assert tenants_to_check(None, checker.store) == ["acme"]
     [verdict] = checker(AFTER_DUE).verdicts
     assert verdict.state == FRESH
@@ -161,7 +172,9 @@ def test_berlin_across_the_dst_change(tmp_path, database_url, s3, landing_bucket
     )
     saturday = today_folder(landing_bucket, "acme", dt.date(2026, 3, 28))
     deliver(s3, saturday)
-    assert isinstance(import_folder(import_ctx, ACME, saturday, "sat"), Committed)
+    loaded = import_folder(import_ctx, ACME, saturday, "sat")
+    assert isinstance(loaded, Committed)
+    started_at(database_url, loaded.batch_id, dt.datetime(2026, 3, 28, 5, 30, tzinfo=dt.UTC))
     [before] = checker(dt.datetime(2026, 3, 29, 3, 59, tzinfo=dt.UTC)).verdicts  # 05:59 CEST
     assert before.state == FRESH
     assert before.expected_by == dt.datetime(2026, 3, 29, 4, 0, tzinfo=dt.UTC)
@@ -193,9 +206,12 @@ def test_datasets_and_hourly_slos_on_the_real_clock(
     assert before["trips"].state == MISSING and before["trips"].found.startswith("no new files")
     folder = today_folder(landing_bucket, "acme", now.date())
     deliver(s3, folder)
-    assert isinstance(import_folder(import_ctx, ACME, folder, "hourly"), Committed)
+    loaded = import_folder(import_ctx, ACME, folder, "hourly")
+    assert isinstance(loaded, Committed)
     # Judged a second after the first check: the same due time, whatever the real clock
-    # says by now (the batch started after `now`, so within the hour being judged).
+    # says by now; the batch dated within that second, as if the import had been that fast
+    # (one started after the moment judged did not exist then).
+    started_at(database_url, loaded.batch_id, now + dt.timedelta(milliseconds=500))
     after = check(now + dt.timedelta(seconds=1))
     assert after["trips"].state == FRESH
     assert after["returns"].state == NOT_LOADED
@@ -256,3 +272,34 @@ def test_late_tenants_share_the_landing_listings(checker, s3, landing_bucket) ->
     assert states == {"acme": MISSING, "globex": INCOMPLETE, "initech": MISSING}
     # acme and initech have no folder at all: the tenants' level says so, nothing more listed
     assert prefixes == ["", "globex/fleet/2026-07-22/"]
+
+
+_JULY = dt.datetime(2026, 7, 1, tzinfo=dt.UTC)
+
+
+@given(
+    slo_text=st.sampled_from(
+        ["daily by 06:00 Europe/Berlin", "daily by 23:30 UTC on business days", "daily by 00:00"]
+    ),
+    now_minutes=st.integers(0, 60 * 24 * 20),
+    started_minutes=st.integers(0, 60 * 24 * 20),
+    folder_day=st.integers(0, 20),
+)
+def test_a_load_counts_only_if_it_existed_and_its_folder_was_due_by_then(
+    slo_text: str, now_minutes: int, started_minutes: int, folder_day: int
+) -> None:
+    """Whatever the moment judged: a batch started after it, or one whose folder is dated
+    after its day (in the SLO's zone), never makes the due delivery loaded."""
+    slo = parse_slo(slo_text)
+    now = _JULY + dt.timedelta(minutes=now_minutes)
+    due = slo.last_due(now)
+    assert due is not None
+    dated = _JULY.date() + dt.timedelta(days=folder_day)
+    folder = today_folder("landing", "acme", dated)
+    started = _JULY + dt.timedelta(minutes=started_minutes)
+    batch = SucceededBatch("acme", source_scope(folder), uuid.uuid4(), started, ())
+    counted = loads_due(batch, due, slo, LandingLayout(), now)
+    if batch.started_at > now or dated > now.astimezone(slo.tz).date():
+        assert not counted
+    else:
+        assert counted == (dated >= due.delivery_date)

@@ -17,7 +17,7 @@ from fleet_import.importing.context import Committed
 from fleet_import.importing.driver import import_folder
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant
-from tests.helpers import upload
+from tests.helpers import started_at, upload
 
 DAY = dt.date(2026, 7, 22)
 AFTER_DUE = dt.datetime(2026, 7, 22, 4, 30, tzinfo=dt.UTC)  # 06:30 in Berlin
@@ -39,7 +39,7 @@ def freshness_env(flow_env: str, monkeypatch, tmp_path: Path, landing_bucket: st
 
 @pytest.mark.slow
 def test_late_is_told_once_and_fresh_again_after_the_import(
-    freshness_env: str, import_ctx, s3, landing_bucket: str
+    freshness_env: str, import_ctx, s3, landing_bucket: str, database_url: str
 ) -> None:
     from flows.check_freshness import check_freshness
 
@@ -53,7 +53,9 @@ def test_late_is_told_once_and_fresh_again_after_the_import(
     }
     folder = today_folder(landing_bucket, "acme", DAY)
     upload(s3, folder, fleet_delivery(trips=20, fuel=5, vehicles=3) | {"_SUCCESS": b""})
-    assert isinstance(import_folder(import_ctx, Tenant.named("acme"), folder, "k"), Committed)
+    loaded = import_folder(import_ctx, Tenant.named("acme"), folder, "k")
+    assert isinstance(loaded, Committed)
+    started_at(database_url, loaded.batch_id, AFTER_DUE + dt.timedelta(minutes=7))
     again = check_freshness(now=AFTER_DUE + dt.timedelta(minutes=10), return_state=True)
     assert again.result() == {"checked": 1, "late": 0, "told": 1}
 

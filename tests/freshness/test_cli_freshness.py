@@ -14,7 +14,7 @@ from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant
 from fleet_import.store.freshness_repository import FreshnessRepository
 from tests.cli.run_cli import Ran, invoke
-from tests.helpers import upload
+from tests.helpers import started_at, upload
 
 
 def run_cli(*args: str, env: dict[str, str]) -> Ran:
@@ -44,7 +44,9 @@ def test_freshness_table_and_json(
     }
     acme = today_folder(landing_bucket, "acme", dt.date(2026, 7, 22))
     upload(s3, acme, fleet_delivery(trips=20, fuel=5, vehicles=3) | {"_SUCCESS": b""})
-    assert isinstance(import_folder(import_ctx, Tenant.named("acme"), acme, "k"), Committed)
+    loaded = import_folder(import_ctx, Tenant.named("acme"), acme, "k")
+    assert isinstance(loaded, Committed)
+    started_at(database_url, loaded.batch_id, dt.datetime(2026, 7, 22, 5, tzinfo=dt.UTC))
     globex = today_folder(landing_bucket, "globex", dt.date(2026, 7, 22))
     upload(s3, globex, {"trips-1.csv": b"trip_id\n"})  # no marker yet
 
@@ -62,7 +64,8 @@ def test_freshness_table_and_json(
     as_json = run_cli("freshness", "--json", "--at", at, env=env)
     assert as_json.returncode == 0, as_json.stderr
     rows = {row["tenant_id"]: row for row in json.loads(as_json.stdout)}
-    assert rows["acme"]["state"] == "fresh" and rows["acme"]["last_loaded"] is not None
+    assert rows["acme"]["state"] == "fresh"
+    assert rows["acme"]["last_loaded"] == "2026-07-22T05:00:00+00:00"
     assert rows["acme"]["expected_by"] == "2026-07-23T04:00:00+00:00"
     assert rows["globex"] | {"checked_at": None} == {
         "tenant_id": "globex",
@@ -77,6 +80,44 @@ def test_freshness_table_and_json(
         "checked_at": None,
     }
     assert FreshnessRepository(database_url).verdicts() == []  # a view: nothing remembered
+
+
+def test_at_a_past_moment_only_loads_started_by_then_count(
+    tmp_path: Path, database_url: str, moto_endpoint: str, s3, landing_bucket: str, import_ctx
+) -> None:
+    """`--at T` judges what existed at T: acme's folder of the day was loaded after T (the
+    real clock, months later), so at T it was not loaded and never had been; globex loaded,
+    before T, a folder dated three days after T, which is no delivery of T's day (it kept
+    globex "fresh" until its date)."""
+    slos = tmp_path / "freshness.yaml"
+    slos.write_text(f"landing: {{bucket: {landing_bucket}}}\ndefault: daily by 06:00 UTC\n")
+    env = {
+        "FLEET_DATABASE_URL": database_url,
+        "FLEET_S3_ENDPOINT_URL": moto_endpoint,
+        "FLEET_FRESHNESS": str(slos),
+    }
+    files = fleet_delivery(trips=20, fuel=5, vehicles=3) | {"_SUCCESS": b""}
+    acme = today_folder(landing_bucket, "acme", dt.date(2026, 7, 22))
+    upload(s3, acme, files)
+    assert isinstance(import_folder(import_ctx, Tenant.named("acme"), acme, "a"), Committed)
+    ahead = today_folder(landing_bucket, "globex", dt.date(2026, 7, 25))
+    upload(s3, ahead, files)
+    loaded = import_folder(import_ctx, Tenant.named("globex"), ahead, "g")
+    assert isinstance(loaded, Committed)
+    started_at(database_url, loaded.batch_id, dt.datetime(2026, 7, 21, 12, tzinfo=dt.UTC))
+
+    shown = run_cli("freshness", "--json", "--at", "2026-07-22T12:00Z", env=env)
+    assert shown.returncode == 0, shown.stderr
+    rows = {row["tenant_id"]: row for row in json.loads(shown.stdout)}
+    assert rows["acme"]["late"] and rows["acme"]["last_loaded"] is None
+    assert rows["acme"]["expected_by"] == "2026-07-22T06:00:00+00:00"
+    assert rows["globex"]["late"] and rows["globex"]["state"] == "missing"
+    assert rows["globex"]["last_loaded"] == "2026-07-21T12:00:00+00:00"
+    assert rows["globex"]["found"] == f"no folder dated 2026-07-22 in s3://{landing_bucket}/"
+
+    table = run_cli("freshness", "--at", "2026-07-22T12:00Z", env=env)
+    [acme_line] = [line for line in table.stdout.splitlines() if "acme" in line]
+    assert "never" in acme_line and "fresh" not in acme_line
 
 
 def test_bad_settings_and_a_bad_clock_exit_with_their_codes(tmp_path: Path) -> None:

@@ -3,9 +3,18 @@ warehouse work; a declared row count that differs holds the batch. Real PostgreS
 
 from __future__ import annotations
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from fleet_import.importing.context import Committed, Failed, ImportContext
 from fleet_import.importing.driver import import_folder
-from fleet_import.s3.delivery_manifest import MANIFEST_NAME, manifest_for
+from fleet_import.s3.delivery_manifest import (
+    MANIFEST_NAME,
+    DeliveryManifest,
+    DeliveryManifestMismatch,
+    manifest_for,
+)
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant
 from fleet_import.store.models import FailureKind
@@ -107,3 +116,25 @@ def test_without_a_manifest_discovery_says_what_it_found(
     assert isinstance(refused, Failed), refused
     assert refused.error.startswith(f"cannot import {folder}: no file for required dataset")
     assert MANIFEST_NAME not in refused.error
+
+
+@given(names=st.lists(st.sampled_from(["a.csv", "b.csv", "c.csv.gz", "d.parquet"]), max_size=6))
+def test_a_manifest_listing_a_file_twice_is_refused_naming_it(names: list[str]) -> None:
+    """Which of two entries for one file (their sizes, their row counts) holds is anyone's
+    guess: a manifest that lists a file twice is malformed, and the refusal names the file;
+    one that lists each file once is read."""
+    folder = "s3://landing/acme/fleet/2026-07-22/"
+    raw = {"entries": [{"url": folder + name, "mandatory": True} for name in names]}
+    seen: dict[str, int] = {}
+    for index, name in enumerate(names):
+        if name in seen:
+            with pytest.raises(DeliveryManifestMismatch) as refused:
+                DeliveryManifest.parse(MANIFEST_NAME, raw)
+            assert str(refused.value) == (
+                f"{MANIFEST_NAME}: {folder}{name} is listed twice "
+                f"(entries[{seen[name]}] and entries[{index}])"
+            )
+            return
+        seen[name] = index
+    parsed = DeliveryManifest.parse(MANIFEST_NAME, raw)
+    assert [entry.url for entry in parsed.entries] == [folder + name for name in names]

@@ -119,3 +119,47 @@ def test_rollback_is_refused_when_the_files_are_gone(
     owner = ctx.warehouse.slice_owner("acme", f"fleet_s3:{folder}")
     same = rollback_slice(ctx, reviews, "acme", folder, to=owner, admission=ADMIT)
     assert isinstance(same, NotRolledBack) and "owns the slice already" in same.reason
+
+
+def test_default_rollbacks_walk_back_and_never_forward_to_what_a_rollback_removed(
+    import_ctx: ImportContext, outbox, reviews, s3, landing_bucket: str, database_url: str
+) -> None:
+    """Each default rollback goes one delivery further back: the content the slice shows and
+    every content a rollback removed are skipped (the second of two rollbacks chose the
+    removed batch again, the newest success not owning the slice). A new delivery after
+    them rolls back to what the slice showed before it."""
+    ctx = retaining_ctx(import_ctx, outbox, reviews, keep_seconds=3600)
+    folder = today_folder(landing_bucket, "acme")
+
+    def deliver(trips: int, start: int, key: str) -> Committed:
+        redeliver(s3, folder, {"trips-1.csv": csv_bytes(trips_table(trips, start=start))})
+        loaded = import_folder(ctx, ACME, folder, key, guard=NO_GUARD)
+        assert isinstance(loaded, Committed) and loaded.published, loaded
+        return loaded
+
+    def rollback() -> Committed | NotRolledBack:
+        return rollback_slice(ctx, reviews, "acme", folder, admission=ADMIT)
+
+    def trips_now() -> int:
+        [(_, rows)] = slice_rows(database_url, "fleet_trips", "acme", folder)
+        return rows
+
+    upload(s3, folder, fleet_delivery(trips=400))
+    oldest = deliver(300, 1000, "d0")
+    deliver(200, 2000, "d1")  # good
+    truncated = deliver(10, 3000, "d2")
+    first = rollback()
+    assert isinstance(first, Committed) and trips_now() == 200  # back to good
+    second = rollback()
+    assert isinstance(second, Committed) and trips_now() == 300, second  # not to truncated
+    assert ctx.repo.get(second.batch_id).details["rolled_back_to"] == str(oldest.batch_id)
+    none_left = rollback()
+    assert isinstance(none_left, NotRolledBack) and "--to" in none_left.reason, none_left
+    assert trips_now() == 300
+
+    deliver(50, 4000, "d3")
+    after_new = rollback()  # back to what the slice showed: oldest's content, via `second`
+    assert isinstance(after_new, Committed) and trips_now() == 300
+    assert ctx.repo.get(after_new.batch_id).details["rolled_back_to"] == str(second.batch_id)
+    named = rollback_slice(ctx, reviews, "acme", folder, to=truncated.batch_id, admission=ADMIT)
+    assert isinstance(named, Committed) and trips_now() == 10  # named: loaded again
