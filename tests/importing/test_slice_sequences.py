@@ -4,12 +4,13 @@ the docs name: a hypothesis state machine on real PostgreSQL and moto (each exam
 folder), checked after every step.
 
 Also the rollback rule: a rollback with no `--to` never goes back to content that a rollback
-removed."""
+removed. 8 examples in CI (about 30 s); FLEET_SEQUENCE_EXAMPLES=200 for a longer search."""
 
 from __future__ import annotations
 
 import datetime as dt
 import itertools
+import os
 import uuid
 
 import pytest
@@ -17,7 +18,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from fleet_import.importing.context import Committed, Failed, ImportContext
+from fleet_import.importing.context import AlreadyLoaded, Committed, Failed, ImportContext
 from fleet_import.importing.driver import import_folder
 from fleet_import.importing.review import approve_held, reject_held
 from fleet_import.importing.rollback import rollback_slice
@@ -101,7 +102,7 @@ class SliceSequences(RuleBasedStateMachine):
         else:
             redeliver(self.s3, self.folder, {"trips-1.csv": csv_bytes(trips_table(rows))})
         outcome = self._import()
-        assert isinstance(outcome, Committed) or (
+        assert isinstance(outcome, Committed | AlreadyLoaded) or (
             isinstance(outcome, Failed) and outcome.kind == FailureKind.HELD
         ), outcome
 
@@ -180,7 +181,7 @@ def test_any_sequence_leaves_one_delivery_in_the_slice(
     run_state_machine_as_test(
         SliceSequences,
         settings=settings(
-            max_examples=8,
+            max_examples=int(os.environ.get("FLEET_SEQUENCE_EXAMPLES", "8")),
             stateful_step_count=8,
             deadline=None,
             suppress_health_check=list(HealthCheck),
