@@ -114,6 +114,16 @@ def changed_globs(base: str) -> list[str]:
     return globs
 
 
+def survivors_of(results: str, globs: Sequence[str]) -> list[str]:
+    """The lines of `mutmut results` (every mutant not killed, of every run kept in
+    mutants/) whose mutant one of `globs` names: what the change left alive."""
+    return [
+        line.strip()
+        for line in results.splitlines()
+        if any(fnmatch.fnmatch(line.strip().split(":")[0], glob) for glob in globs)
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", help="the ref to diff against (default: origin/main, main)")
@@ -133,7 +143,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if run.returncode != 0:
         return run.returncode
-    return subprocess.run([str(mutmut), "results"], cwd=ROOT).returncode
+    results = subprocess.run(
+        [str(mutmut), "results"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    left = survivors_of(results, globs)
+    print(f"{len(left)} mutants of the changed functions not killed (tests/README.md lists the")
+    print("equivalent ones; `mutmut show NAME` prints one):")
+    print("\n".join(left))
+    return 0
 
 
 if __name__ == "__main__":

@@ -3,7 +3,13 @@ missed is a change whose tests nobody checked, a function too many only costs ti
 
 from __future__ import annotations
 
-from tests.mutate_changed import changed_lines, is_mutated, module_name, mutant_globs
+from tests.mutate_changed import (
+    changed_lines,
+    is_mutated,
+    module_name,
+    mutant_globs,
+    survivors_of,
+)
 
 DIFF = """\
 diff --git a/fleet_import/tenants/registry.py b/fleet_import/tenants/registry.py
@@ -85,3 +91,17 @@ def test_only_python_files_of_the_mutated_paths_count() -> None:
     assert not is_mutated("fleet_import/store/queries.sql", ["fleet_import/store/*"])
     assert module_name("fleet_import/tenants/registry.py") == "fleet_import.tenants.registry"
     assert module_name("fleet_import/tenants/__init__.py") == "fleet_import.tenants"
+
+
+def test_only_the_changed_functions_survivors_are_reported() -> None:
+    results = (
+        "    m.x_first__mutmut_2: survived\n"
+        "    m.x_firstborn__mutmut_1: survived\n"
+        "    m.x\u01c1Registry\u01c1get__mutmut_4: timeout\n"
+        "    m.x_last__mutmut_1: survived\n"
+    )
+    globs = ["m.x_first__mutmut_*", "m.x\u01c1Registry\u01c1get__mutmut_*"]
+    assert survivors_of(results, globs) == [
+        "m.x_first__mutmut_2: survived",
+        "m.x\u01c1Registry\u01c1get__mutmut_4: timeout",
+    ]
