@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-fast test-e2e test-crash test-faults test-cluster demo lint clean
+.PHONY: test test-fast test-e2e test-crash test-faults test-cluster mutate mutate-changed demo lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,24 @@ test-fast: $(STAMP)
 
 test-cluster: $(STAMP)
 	$(BIN)/python -m pytest -m "workers or browser"
+
+# Generated mutants (mutmut 3, [tool.mutmut] in pyproject.toml) of the modules that decide
+# what is published or refused: hours on two cores, so not in CI. mutmut keeps each result
+# in mutants/ and tests again only the functions changed since, so a stopped run goes on where
+# it stopped. `make mutate-changed` runs the mutants of the functions changed against
+# MUTATE_BASE (default origin/main, else main): run it before stopping on any change to them.
+# The figures of the last full run, and every survivor, are in tests/README.md.
+MUTATE_CHILDREN ?= 2
+
+mutate: $(STAMP)
+	$(BIN)/mutmut run --max-children $(MUTATE_CHILDREN)
+	$(BIN)/mutmut export-cicd-stats
+	cat mutants/mutmut-cicd-stats.json
+	$(BIN)/mutmut results
+
+mutate-changed: $(STAMP)
+	$(BIN)/python -m tests.mutate_changed --max-children $(MUTATE_CHILDREN) \
+		$(if $(MUTATE_BASE),--base $(MUTATE_BASE))
 
 demo: $(STAMP)
 	$(BIN)/fleet-import demo

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from fleet_import.tenants.registry import TenantRegistryError, load_registry, registry_in_force
+from fleet_import.errors import InvalidInput
+from fleet_import.tenants.registry import (
+    TenantRegistryError,
+    landing_prefix,
+    load_registry,
+    registry_in_force,
+)
 
 ACME = "tenants:\n  acme:\n    "
 
@@ -33,6 +39,37 @@ def test_entries_default_from_the_slug(tmp_path: Path) -> None:
     assert registry_in_force(None) is None
 
 
+def test_every_field_the_file_names_reaches_the_tenant(tmp_path: Path) -> None:
+    """A named database is where the tenant's slices live, and `tenants` shows it; the
+    overrides are what other features read: none of them may fall back to a default."""
+    registry = load_registry(_write(tmp_path, ACME + (
+        "company_id: ACME-001\n    database: tenant_acme\n    enabled: false\n"
+        "    landing_prefixes: s3://Acme-Drop/fleet\n    overrides: {reject_ratio: 0.2}\n"
+    )))
+    acme = registry.get("acme")
+    assert acme is not None and acme.own_database and acme.overrides == {"reject_ratio": 0.2}
+    assert acme.to_json() == {
+        "tenant_id": "acme",
+        "company_id": "ACME-001",
+        "database": "tenant_acme",
+        "enabled": False,
+        "landing_prefixes": ["s3://acme-drop/fleet/"],
+        "overrides": {"reject_ratio": 0.2},
+    }
+
+
+@pytest.mark.parametrize("written", ["s3://fleet-dropbox", "s3://FLEET-DROPBOX/", "s3://fleet-dropbox//"])
+def test_a_whole_bucket_is_canonical_like_a_folder(written: str) -> None:
+    """Lower-case bucket, one trailing slash: two spellings of one bucket are one owner."""
+    assert landing_prefix(written) == "s3://fleet-dropbox/"
+
+
+def test_a_prefix_that_is_not_s3_is_quoted_as_written() -> None:
+    with pytest.raises(InvalidInput) as raised:
+        landing_prefix("http://x/")
+    assert "'http://x/'" in str(raised.value), raised.value
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -42,6 +79,8 @@ def test_entries_default_from_the_slug(tmp_path: Path) -> None:
         (ACME + "database: 'x; drop'\n", "tenants.acme: invalid warehouse database"),
         (ACME + "landing_prefixes: [http://x/]\n", "tenants.acme: landing_prefixes"),
         ("tenant:\n  acme: {}\n", "tenant: unknown field (one of tenants)"),
+        ("tenant: {}\nversion: 2\n", "tenant, version: unknown field (one of tenants)"),
+        ("- acme\n", "expected a mapping with the field 'tenants'"),
         ("tenants: [acme]\n", "tenants: expected a mapping"),
         ("tenants: {acme: {\n", "not valid YAML"),
     ],
@@ -60,6 +99,8 @@ def test_every_mistake_of_a_file_is_reported_at_once(tmp_path: Path) -> None:
         load_registry(path)
     assert "tenants.a: x: unknown field" in str(raised.value)
     assert "tenants.b: enabled" in str(raised.value)
+    problems = str(raised.value).removeprefix(f"{path}: ").split("; ")
+    assert [problem.split(":")[0] for problem in problems] == ["tenants.a", "tenants.b"]
 
 
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
