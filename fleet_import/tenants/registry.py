@@ -136,9 +136,25 @@ def load_registry(path: str | Path) -> TenantRegistry:
             tenants[str(tenant_id)] = _tenant(tenant_id, fields or {}, f"tenants.{tenant_id}")
         except InvalidInput as exc:
             problems.append(str(exc))
+    problems += _shared_prefixes(tenants)
     if problems:
         raise TenantRegistryError(f"{where}: " + "; ".join(problems))
     return TenantRegistry(where, tenants)
+
+
+def _shared_prefixes(tenants: Mapping[str, RegisteredTenant]) -> list[str]:
+    """A landing prefix two tenants name: no rule could say whose its folders are (the
+    first in the file used to win, silently), so the file is refused."""
+    owners: dict[str, list[str]] = {}
+    for tenant in tenants.values():
+        for prefix in dict.fromkeys(tenant.landing_prefixes):
+            owners.setdefault(prefix, []).append(tenant.tenant_id)
+    return [
+        f"landing prefix {prefix!r} is named by {' and '.join(ids)}: a folder belongs to one "
+        "tenant, give each its own prefix"
+        for prefix, ids in owners.items()
+        if len(ids) > 1
+    ]
 
 
 def _tenant(tenant_id: object, fields: object, where: str) -> RegisteredTenant:

@@ -106,3 +106,17 @@ def test_every_mistake_of_a_file_is_reported_at_once(tmp_path: Path) -> None:
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(TenantRegistryError, match="does not exist"):
         load_registry(tmp_path / "nope.yaml")
+
+
+def test_one_landing_prefix_named_by_two_tenants_is_refused(tmp_path: Path) -> None:
+    """Whose would its folders be? The first tenant in the file used to win, silently."""
+    path = _write(
+        tmp_path,
+        "tenants:\n  acme:\n    landing_prefixes: [s3://shared/x/]\n"
+        "  globex:\n    landing_prefixes: ['S3://shared//x']\n"
+        "  hooli:\n    landing_prefixes: [s3://shared/x/h/]\n",
+    )
+    with pytest.raises(TenantRegistryError) as raised:
+        load_registry(path)
+    assert "landing prefix 's3://shared/x/' is named by acme and globex" in str(raised.value)
+    assert "hooli" not in str(raised.value)  # a nested prefix is no conflict: the longest wins
