@@ -3,17 +3,20 @@
 Arrow's streaming reader parses, single-threaded so that rows arrive in order and the row
 numbers it gives malformed rows are known. Arrow numbers rows, not lines: a quoted value
 spanning lines is one row. The line of a row is therefore its Arrow row number plus the
-line breaks inside quoted values before it, which _LineCounter adds up. "Line" means the
-1-based physical line on which the record starts (the header is line 1), with line ends
-as Arrow reads them ("\\n", "\\r\\n" or "\\r") and "\\n" inside quoted values.
+line ends inside quoted values before it, which LineCounter adds up. "Line" means the
+1-based physical line on which the record starts (the header is line 1); a line ends at
+"\\r\\n", "\\n" or "\\r", inside quoted values too.
 
-Every non-blank line is accounted for: it starts a record that is loaded or rejected, it
-continues a multi-line record, or an unbalanced quote swallowed it and it is rejected on
-its own (normalize_malformed). A record that does not end within a parse block fails the
-file, naming the line it starts on.
+Every line is accounted for: it is one of the lines of a record that is loaded (its row
+names them: `_source_line_count`) or rejected (its reject names the last: `last_line`), a
+line an unbalanced quote swallowed, rejected on its own (normalize.malformed, which also
+says when a record may span lines: the rows Arrow returns spanning lines are read again as
+text to judge their quotes), or a blank record, which holds no data. A record longer than
+the limit (FLEET_CSV_MAX_LINE_BYTES) fails the file, naming its line and that line's length.
 
-Arrow reads the bytes through Utf8Guard, which keeps invalid UTF-8 from aborting the file
-and works around an Arrow bug that corrupts quoted CRLFs at block boundaries.
+Arrow reads the bytes through Utf8Guard, which keeps invalid UTF-8 from aborting the file,
+works around an Arrow bug that corrupts quoted CRLFs at block boundaries, and keeps what it
+hands out by physical line (normalize.physical_lines) until its rows are counted.
 """
 
 from __future__ import annotations

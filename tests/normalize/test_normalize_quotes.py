@@ -394,16 +394,18 @@ LINE_ENDS = ["\n", "\r\n", "\r"]
 
 
 @st.composite
-def csv_files(draw: st.DrawFn) -> str:
+def csv_files(draw: st.DrawFn, *, blank_lines: bool = True) -> str:
     """Trips files mixing good rows, quoted fields, values spanning lines on purpose (any
     line end inside), bad values, rows with a field missing, blank lines, lines of bare
     delimiters or spaces, and stray quotes anywhere in a row; line ends of one kind or mixed,
-    a byte order mark or none, a last line end or none."""
+    a byte order mark or none, a last line end or none. Without `blank_lines`, no physical
+    line is empty or a blank record (then every line is loaded or rejected)."""
     ends = draw(st.sampled_from([["\n"], ["\r\n"], ["\r"], LINE_ENDS]))
     # Quoted fields close stray quotes early: some files quote nothing, so that one runs on.
     quoting = draw(st.sampled_from(["none", "some", "all"]))
     lines = [HEADER]
-    kinds = ["ok", "ok", "multiline", "stray", "stray", "blank", "empty", "short", "bad"]
+    kinds = ["ok", "ok", "multiline", "stray", "stray", "short", "bad"]
+    kinds += ["blank", "empty"] if blank_lines else []
     for index in range(draw(st.integers(0, 30))):
         kind = draw(st.sampled_from(kinds))
         if kind == "blank":
@@ -415,7 +417,8 @@ def csv_files(draw: st.DrawFn) -> str:
             values = [""] * WIDTH
         if kind == "multiline":
             inner = draw(st.sampled_from(LINE_ENDS))
-            values[2] = draw(st.sampled_from([f"D{inner}1", f'a,"b"{inner}{inner}c', inner]))
+            twice = inner * (2 if blank_lines else 1)
+            values[2] = draw(st.sampled_from([f"D{inner}1", f'a,"b"{twice}c', inner]))
         if kind == "short":
             values = values[:3]
         quoted = [quoting == "all"] * len(values)
