@@ -34,7 +34,7 @@ import pyarrow.csv as pacsv
 from fleet_import.config import DEFAULT_CSV_MAX_LINE_BYTES
 from fleet_import.contracts.drift import allows_new_columns
 from fleet_import.contracts.model import DatasetContract
-from fleet_import.normalize.header import extra_column_types, match_header
+from fleet_import.normalize.header import extra_column_types, match_header, row_numbers
 from fleet_import.normalize.malformed import (
     MalformedRecord,
     malformed_rejects,
@@ -205,18 +205,22 @@ class _Rows:
         """Drop what is not a row: a blank record (silently), and a record spanning lines
         whose quotes are not well-formed (each line its own reject: normalize.malformed),
         which is rare, and the only one read again as text."""
-        drop: list[int] = []
+        dropped: pa.BooleanArray | None = None
         rejects: list[Reject] = []
         if self.breaks is not None:
             spanning = pc.indices_nonzero(pc.greater(self.breaks, 0))
             firsts = self.lines.take(spanning).to_pylist()
             breaks = self.breaks.take(spanning).to_pylist()
+            broken = []
             for row, first, count in zip(spanning.to_pylist(), firsts, breaks, strict=True):
                 text = window.text(first, first + count)
                 opened = unbalanced_quote_line(text)
                 if opened is not None:
-                    drop.append(row)
+                    broken.append(row)
                     rejects += swallowed_rejects(source_key, first, text, opened)
+            if broken:
+                rows = row_numbers(0, len(self.lines))
+                dropped = pc.is_in(rows, value_set=pa.array(broken, pa.int64()))
         every = [*self.columns, *self.ignored]
         if self.columns and all(column.null_count for column in every):
             blank = self.columns[0].is_null()
@@ -224,9 +228,10 @@ class _Rows:
                 blank = pc.and_(blank, column.is_null())
             # Every value empty: a blank line, or one of bare delimiters (what spreadsheets
             # write for a row they kept empty). No data, so no row, and no reject either.
-            drop += pc.indices_nonzero(blank).to_pylist()
-        if drop:
-            keep = pc.invert(pa.array(_mask(len(self.lines), drop)))
+            if blank.true_count:
+                dropped = blank if dropped is None else pc.or_(dropped, blank)
+        if dropped is not None:
+            keep = pc.invert(dropped)
             self.columns = [column.filter(keep) for column in self.columns]
             self.ignored = [column.filter(keep) for column in self.ignored]
             self.lines = self.lines.filter(keep)
@@ -238,13 +243,6 @@ class _Rows:
         if self.breaks is None or not pc.sum(self.breaks).as_py():
             return None
         return pc.add(self.breaks, 1).cast(pa.int32())
-
-
-def _mask(size: int, rows: list[int]) -> list[bool]:
-    mask = [False] * size
-    for row in rows:
-        mask[row] = True
-    return mask
 
 
 def _record_too_long(source_key: str, line: int, limit: int, guard: Utf8Guard) -> FileRejected:

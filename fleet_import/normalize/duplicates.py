@@ -128,7 +128,7 @@ def _read_keys(
     spans = (
         table.column(SOURCE_LINE_COUNT_COLUMN)
         if counted
-        else pa.chunked_array([pa.repeat(pa.scalar(1, pa.int32()), table.num_rows)])
+        else pa.chunked_array([pa.array(np.ones(table.num_rows, np.int32))])
     )
     return table.select(keys), table.column(SOURCE_LINE_COLUMN), spans
 

@@ -12,6 +12,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -155,6 +156,19 @@ def output_schema(contract: DatasetContract) -> pa.Schema:
     ).append(pa.field(SOURCE_LINE_COUNT_COLUMN, pa.int32(), nullable=False))
 
 
+_all_ones = pa.array([], pa.int32())
+
+
+def _ones(count: int) -> pa.Array:
+    """`count` ones (int32): a slice of one shared array, as header.row_numbers does."""
+    global _all_ones
+    ones = _all_ones  # read once: another thread may swap in a longer one meanwhile
+    if len(ones) < count:
+        ones = pa.array(np.ones(max(count, 2 * len(ones)), np.int32))
+        _all_ones = ones
+    return ones.slice(0, count)
+
+
 def last_lines(lines: pa.Array, counts: pa.Array | None) -> list[int | None]:
     """Each row's last physical line where it spans more than one, else None."""
     if counts is None:
@@ -197,7 +211,7 @@ def convert_batch(
         taken = new if taken is None else pc.or_(taken, new)
     counts = batch.line_counts
     if counts is None:
-        counts = pa.repeat(pa.scalar(1, pa.int32()), len(batch.lines))
+        counts = _ones(len(batch.lines))
     accepted = pa.RecordBatch.from_arrays(
         [*typed, batch.lines, counts], schema=output_schema(contract)
     )

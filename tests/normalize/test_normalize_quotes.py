@@ -437,7 +437,7 @@ def csv_files(draw: st.DrawFn, *, blank_lines: bool = True) -> str:
     return ("\ufeff" if draw(st.booleans()) else "") + text
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     text=csv_files(),
     fmt=st.sampled_from(["csv", "csv.gz"]),
