@@ -100,3 +100,42 @@ def test_every_line_is_in_postgresql_or_in_the_rejects(
     assert set(rejected) <= set(range(2, physical_lines(text) + 1)), rejected
     loaded = loaded_lines(database_url, outcome.batch_id)
     assert loaded + sum(rejected.values()) == physical_lines(text) - 1, (loaded, rejected)
+
+
+def test_a_rejected_record_spanning_lines_names_them_all_in_the_batch(
+    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str, tmp_path: Path
+) -> None:
+    """A driver quoted as RFC 4180 quotes a value over lines 3-5, too long for its column: one
+    reject naming lines 3 to 5, in the batch's details, its rejects file and `batches show`;
+    a quoted value over lines 6-7 that fits is loaded, its line end kept."""
+    from typer.testing import CliRunner
+
+    from fleet_cli.cli import app
+
+    folder = today_folder(landing_bucket, "acme")
+    trips = [csv_line(trip(i)) for i in range(8)]
+    trips[1] = trips[1].replace(",D", ',"D' + "x" * 40 + "\n" + "y" * 40 + "\nz", 1)
+    trips[1] = trips[1].replace(",2026", '",2026', 1)
+    trips[4] = trips[4].replace(",D", ',"D\r\n', 1).replace(",2026", '",2026', 1)
+    others = fleet_delivery(trips=0, fuel=2, vehicles=2)
+    files = {name: data for name, data in others.items() if not name.startswith("trips")}
+    upload(s3, folder, {**files, "trips.csv": (HEADER + "\n" + "".join(trips)).encode()})
+
+    outcome = import_folder(accepting_everything(import_ctx), ACME, folder, "d1")
+
+    assert isinstance(outcome, Committed), outcome
+    (reject,) = import_ctx.repo.get(outcome.batch_id).details["rejects"]["sample"]
+    assert (reject["line"], reject["last_line"], reject["column"]) == (3, 5, "driver_id")
+    assert rejected_lines(import_ctx, outcome.batch_id, tmp_path) == Counter({3: 1, 4: 1, 5: 1})
+    drivers = curated(
+        database_url, "SELECT driver_id FROM curated.fleet_trips WHERE trip_id = 'T4'"
+    )
+    assert drivers == [("D\r\n1",)]
+    assert loaded_lines(database_url, outcome.batch_id) == 11 - 3  # lines 2-11, 3-5 rejected
+    shown = CliRunner().invoke(
+        app,
+        ["batches", "show", str(outcome.batch_id), "--database-url", database_url],
+        env={"COLUMNS": "300"},
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "│ 3-5  │ driver_id" in shown.output, shown.output
