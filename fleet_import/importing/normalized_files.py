@@ -104,12 +104,7 @@ def normalize_object(
         source = download_object(ctx.s3, obj, bucket, workdir / f"{digest}.source")
         try:
             file = normalize_file(
-                source,
-                source_key=source_key,
-                fmt=obj.fmt,
-                contract=contract,
-                out_path=local,
-                max_line_bytes=ctx.csv_max_line_bytes,
+                source, source_key=source_key, fmt=obj.fmt, contract=contract, out_path=local
             )
         finally:
             source.unlink(missing_ok=True)

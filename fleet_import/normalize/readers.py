@@ -74,7 +74,7 @@ def read_batches(
         return
     if fmt not in ("csv", "csv.gz", "jsonl"):
         raise ValueError(f"unknown file format {fmt!r}")
-    with _stream(source, source_key, named_gzip=fmt == "csv.gz") as stream:
+    with _stream(source, source_key) as stream:
         if fmt == "jsonl":
             yield from read_jsonl(
                 stream, source_key=source_key, contract=contract, batch_rows=batch_rows
@@ -99,7 +99,7 @@ def _check_path(path: Path, source_key: str) -> None:
 
 
 @contextmanager
-def _stream(source: Source, source_key: str, *, named_gzip: bool) -> Iterator[Any]:
+def _stream(source: Source, source_key: str) -> Iterator[Any]:
     """The file's bytes, decompressed when its content is gzip: the content decides, not
     the name (a gzip file named .csv is read as what it is, and a .csv.gz that is plain text
     too). Content that is no text at all (another archive, UTF-16) is refused, named."""
@@ -115,8 +115,7 @@ def _stream(source: Source, source_key: str, *, named_gzip: bool) -> Iterator[An
         head = _read_head(raw, source_key)
         kind = _content_kind(head)
         if kind is not None:
-            named = "named .csv.gz" if named_gzip else "named as text"
-            raise FileRejected(f"{source_key}: {kind}, not text ({named}): expected UTF-8 CSV")
+            raise FileRejected(f"{source_key}: the file holds {kind}, not UTF-8 text")
         stream: Any = _Prefixed(raw, head)
         if head.startswith(_GZIP_MAGIC):
             stream = stack.enter_context(

@@ -610,7 +610,8 @@ def test_what_a_file_holds_decides_how_it_is_read_not_its_name(tmp_path: Path) -
 def test_a_csv_that_holds_no_text_is_refused_naming_what_it_holds(
     tmp_path: Path, content: bytes, kind: str
 ) -> None:
-    with pytest.raises(FileRejected, match=rf"^trips\.csv: {kind}.*, not text .*expected UTF-8"):
+    expected = rf"^trips\.csv: the file holds {kind}.*, not UTF-8 text$"
+    with pytest.raises(FileRejected, match=expected):
         run(tmp_path, content)
 
 
