@@ -2,9 +2,9 @@
 
 Arrow returns parsed values, not the text they came from: a record whose quoted value spans
 lines has lost the quotes that say whether it was meant (normalize.malformed decides from
-its text), and a blank record does not say whether its line was empty. The window keeps the
-bytes Arrow was handed, numbered by physical line, so that those rare rows can be read again
-as text; and it measures a line too long to parse.
+its text). The window keeps the bytes Arrow was handed, numbered by physical line, so that
+those rare rows can be read again as text; and it measures a line too long to parse.
+LineCounter turns Arrow's row numbers into line numbers.
 
 A physical line ends at "\\r\\n", "\\n" or "\\r", inside quoted values too: what an editor
 shows, and what line numbers count. The chunks kept are the very bytes objects Arrow reads
