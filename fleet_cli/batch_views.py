@@ -370,6 +370,8 @@ def batch_views(
         )
         for r in rejects.get("sample", []):
             value = str(r.get("value") or "")[:_SHOW_REJECT_VALUE]
-            table.add_row(*_cells(r["file"], r["line"], r["column"], r["reason"], value))
+            # A record spanning lines names them all: 51-54.
+            line = f"{r['line']}-{r['last_line']}" if r.get("last_line") else r["line"]
+            table.add_row(*_cells(r["file"], line, r["column"], r["reason"], value))
         views.append(table)
     return views

@@ -44,6 +44,10 @@ DEFAULT_LANDING_PATTERN = "{tenant}/fleet/{yyyy-mm-dd}/"
 DEFAULT_S3_CONNECT_TIMEOUT_SECONDS = 5.0
 DEFAULT_S3_READ_TIMEOUT_SECONDS = 15.0
 DEFAULT_S3_MAX_ATTEMPTS = 3
+# The longest CSV line (record) sure to be read: Arrow parses in blocks at least this big,
+# and keeps a few dozen of them read ahead, so memory grows with it (docs/configuration.md).
+DEFAULT_CSV_MAX_LINE_BYTES = 1 << 20
+MAX_CSV_MAX_LINE_BYTES = 1 << 28
 
 
 class Settings(BaseSettings):
@@ -143,6 +147,13 @@ class Settings(BaseSettings):
     )
     normalize_workers: int = Field(
         DEFAULT_NORMALIZE_WORKERS, ge=1, le=32, description="files normalised at once"
+    )
+    csv_max_line_bytes: int = Field(
+        DEFAULT_CSV_MAX_LINE_BYTES,
+        ge=1024,
+        le=MAX_CSV_MAX_LINE_BYTES,
+        description="the longest CSV line (a record, quoted values spanning lines included) "
+        "sure to be read, in bytes; a file with a longer one fails, naming it",
     )
     warehouse_load_slots: int = Field(
         DEFAULT_WAREHOUSE_LOAD_SLOTS,

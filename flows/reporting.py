@@ -298,7 +298,8 @@ def _publish_artifacts(rt: Runtime, batch_id: uuid.UUID) -> None:
         ]
         for r in rejects.get("sample", [])[:_REJECTS_SHOWN]:
             value = str(r.get("value") or "")[:_REJECT_VALUE_SHOWN]  # cut before escaping
-            cells = (r["file"], r["line"], r["column"], r["reason"], value)
+            line = f"{r['line']}-{r['last_line']}" if r.get("last_line") else r["line"]
+            cells = (r["file"], line, r["column"], r["reason"], value)
             lines.append("| " + " | ".join(escape_markdown(cell) for cell in cells) + " |")
         create_markdown_artifact(
             "\n".join(lines), key="batch-rejects", description=f"first rejects of batch {batch_id}"

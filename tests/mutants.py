@@ -160,6 +160,30 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        name="stray_quotes_spanning_lines_taken_as_one_value",
+        guard="a stray quote closed lines below into the header's column count makes one value "
+        "of the lines between: rows lost without a reject (issue 46.2)",
+        path="fleet_import/normalize/csv.py",
+        original="                if opened is not None:\n",
+        replacement="                if opened is not None and False:\n",
+        witness=(
+            "tests/normalize/test_normalize_quotes.py"
+            "::test_a_stray_quote_closed_by_a_stray_one_rejects_each_line_between"
+        ),
+    ),
+    Mutant(
+        name="loaded_rows_count_one_line",
+        guard="a row read from a value spanning lines names only its first line: the others "
+        "are in no count",
+        path="fleet_import/normalize/csv.py",
+        original="        if self.breaks is None or not pc.sum(self.breaks).as_py():\n",
+        replacement="        if True:\n",
+        witness=(
+            "tests/normalize/test_normalize_quotes.py"
+            "::test_a_value_spanning_lines_as_meant_is_loaded_with_every_line_it_covers"
+        ),
+    ),
+    Mutant(
         name="shrinking_slice_not_held",
         guard="a redelivery that shrinks a slice past min_rows_ratio replaces it, no review",
         path="fleet_import/importing/guards.py",

@@ -384,3 +384,12 @@ def test_no_table_cell_is_too_long() -> None:
         if len(cell) > TABLE_CELL_MAX_CHARS
     ]
     assert not long, f"cells over {TABLE_CELL_MAX_CHARS} characters:\n" + "\n".join(long)
+
+
+def test_every_setting_is_in_the_configuration_page() -> None:
+    """docs/configuration.md lists every setting the core reads, by its variable."""
+    from fleet_import.config import Settings
+
+    page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    missing = [name for name in Settings.model_fields if f"FLEET_{name.upper()}" not in page]
+    assert not missing, f"settings docs/configuration.md does not name: {missing}"

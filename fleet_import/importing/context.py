@@ -15,6 +15,7 @@ from typing import Any
 
 from fleet_import.config import (
     DEFAULT_COMMIT_READBACK_SECONDS,
+    DEFAULT_CSV_MAX_LINE_BYTES,
     DEFAULT_NORMALIZE_WORKERS,
     Settings,
 )
@@ -55,6 +56,7 @@ class ImportContext:
         default_factory=lambda: spanning(DEFAULT_COMMIT_READBACK_SECONDS)
     )
     normalize_workers: int = DEFAULT_NORMALIZE_WORKERS
+    csv_max_line_bytes: int = DEFAULT_CSV_MAX_LINE_BYTES  # the longest CSV line read
     publisher: Publisher | None = None  # None: nothing to publish, succeed after commit
     events: EventSink = no_event
     lineage: Lineage | None = None  # None: no OpenLineage events (FLEET_OPENLINEAGE unset)

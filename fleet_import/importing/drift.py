@@ -38,7 +38,11 @@ from fleet_import.importing.normalized_files import NormalizedEntry, bucket_of, 
 from fleet_import.publication.events import emit_quietly, event_payload
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import Manifest
-from fleet_import.warehouse.base import SOURCE_LINE_COLUMN, STAMP_COLUMNS
+from fleet_import.warehouse.base import (
+    SOURCE_LINE_COLUMN,
+    SOURCE_LINE_COUNT_COLUMN,
+    STAMP_COLUMNS,
+)
 from fleet_import.warehouse.evolution import EvolvingWarehouse
 
 log = logging.getLogger(__name__)
@@ -46,7 +50,7 @@ log = logging.getLogger(__name__)
 DRIFT_EVENT = "fleet.schema.drift"
 DRIFT_DETAILS_KEY = "drift"
 """Batch details key: dataset -> {policy, columns (name -> type), files}."""
-_RESERVED = frozenset({*STAMP_COLUMNS, SOURCE_LINE_COLUMN})
+_RESERVED = frozenset({*STAMP_COLUMNS, SOURCE_LINE_COLUMN, SOURCE_LINE_COUNT_COLUMN})
 
 Drift = dict[str, dict[str, str]]
 """dataset -> its new columns (name -> contract type)."""

@@ -144,7 +144,12 @@ def normalize_object(
     else:
         with open_object(ctx.s3, obj, bucket) as stream:
             file = normalize_file(
-                stream, source_key=source_key, fmt=obj.fmt, contract=contract, out_path=local
+                stream,
+                source_key=source_key,
+                fmt=obj.fmt,
+                contract=contract,
+                out_path=local,
+                max_line_bytes=ctx.csv_max_line_bytes,
             )
     output_uri = ctx.staging.put_file(local, name)
     if file.rejects:
@@ -180,6 +185,8 @@ def read_rejects(path: Path) -> list[Reject]:
                 row["column"] or None,
                 row["reason"],
                 row["value"] or None,
+                # Files staged before rejects named their last line have no such column.
+                int(row["last_line"]) if row.get("last_line") else None,
             )
             for row in csv.DictReader(handle)
         ]

@@ -151,6 +151,7 @@ def build_runtime(
         lease_ttl=settings.lease_ttl_seconds,
         commit_readback=spanning(settings.commit_readback_seconds),
         normalize_workers=settings.normalize_workers,
+        csv_max_line_bytes=settings.csv_max_line_bytes,
         publisher=publisher,
         events=events,
         lineage=build_lineage(settings),

@@ -3,22 +3,27 @@
 Arrow's streaming reader parses, single-threaded so that rows arrive in order and the row
 numbers it gives malformed rows are known. Arrow numbers rows, not lines: a quoted value
 spanning lines is one row. The line of a row is therefore its Arrow row number plus the
-line breaks inside quoted values before it, which _LineCounter adds up. "Line" means the
-1-based physical line on which the record starts (the header is line 1), with line ends
-as Arrow reads them ("\\n", "\\r\\n" or "\\r") and "\\n" inside quoted values.
+line ends inside quoted values before it, which LineCounter adds up. "Line" means the
+1-based physical line on which the record starts (the header is line 1); a line ends at
+"\\r\\n", "\\n" or "\\r", inside quoted values too.
 
-Every non-blank line is accounted for: it starts a record that is loaded or rejected, it
-continues a multi-line record, or an unbalanced quote swallowed it and it is rejected on
-its own (normalize_malformed). A record that does not end within a parse block fails the
-file, naming the line it starts on.
+Every line is accounted for: it is one of the lines of a record that is loaded (its row
+names them: `_source_line_count`) or rejected (its reject names the last: `last_line`), a
+line an unbalanced quote swallowed, rejected on its own (normalize.malformed, which also
+says when a record may span lines: the rows Arrow returns spanning lines are read again as
+text to judge their quotes), or a blank record, which holds no data. A record longer than
+the limit (FLEET_CSV_MAX_LINE_BYTES) fails the file, naming its line and that line's length.
 
-Arrow reads the bytes through Utf8Guard, which keeps invalid UTF-8 from aborting the file
-and works around an Arrow bug that corrupts quoted CRLFs at block boundaries.
+Arrow reads the bytes through Utf8Guard, which keeps invalid UTF-8 from aborting the file,
+works around an Arrow bug that corrupts quoted CRLFs at block boundaries, and keeps what it
+hands out by physical line (normalize.physical_lines) until its rows are counted.
 """
 
 from __future__ import annotations
 
+import re
 import sys
+import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -26,28 +31,39 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from fleet_import.config import DEFAULT_CSV_MAX_LINE_BYTES
 from fleet_import.contracts.drift import allows_new_columns
 from fleet_import.contracts.model import DatasetContract
 from fleet_import.normalize.header import extra_column_types, match_header, row_numbers
-from fleet_import.normalize.malformed import MalformedRecord, malformed_rejects
+from fleet_import.normalize.malformed import (
+    MalformedRecord,
+    malformed_rejects,
+    swallowed_rejects,
+    unbalanced_quote_line,
+)
+from fleet_import.normalize.physical_lines import LineCounter, LineWindow
 from fleet_import.normalize.rows import (
     REASON_UTF8,
     FileRejected,
     Reject,
     SourceBatch,
+    last_lines,
     raw_text,
     unreadable,
 )
 
 _READ_BYTES = 1 << 20
-# Arrow needs a whole record inside one block: this is also the longest record accepted.
+# The block size's floor (the longest record read is FLEET_CSV_MAX_LINE_BYTES, at least).
 MIN_BLOCK_BYTES = 1 << 20
 _MAX_BLOCK_BYTES = 1 << 24
 _BLOCK_BYTES_PER_ROW = 16
 _REPLACEMENT = "\ufffd"
 _CR = 0x0D
-# Arrow's error for a record that does not end within one block.
+# Arrow's error for a record that does not end within one block boundary.
 _STRADDLING = "straddling object straddles two block boundaries"
+# A line too long to parse is read on this far to say how long it is.
+_MEASURE_BYTES = 1 << 30
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 # Columns read as text beyond the contract's when its drift policy allows new ones (else
 # they reject the file, whatever their type); more than this many are typed by Arrow.
 _EXTRA_COLUMNS_READ = 1024
@@ -64,7 +80,10 @@ def read_csv(
     source_key: str,
     contract: DatasetContract,
     batch_rows: int,
+    max_line_bytes: int = DEFAULT_CSV_MAX_LINE_BYTES,
 ) -> Iterator[SourceBatch]:
+    """`max_line_bytes`: the longest record sure to be read (FLEET_CSV_MAX_LINE_BYTES); a
+    longer one may fail the file, which then names its line and that line's length."""
     invalid: list[MalformedRecord] = []
 
     def on_invalid(row: pacsv.InvalidRow) -> str:
@@ -76,13 +95,13 @@ def read_csv(
     guard = Utf8Guard(stream)
     width = len(contract.columns)
     read_as_text = width + (_EXTRA_COLUMNS_READ if allows_new_columns(contract) else 0)
-    block_size = block_bytes(batch_rows)
     try:
         reader = pacsv.open_csv(
             guard,
             read_options=pacsv.ReadOptions(
                 use_threads=False,
-                block_size=block_size,
+                # Arrow needs a whole record within one block boundary.
+                block_size=max(block_bytes(batch_rows), max_line_bytes),
                 # The header is read as data, so that it is parsed like any row and counted.
                 autogenerate_column_names=True,
             ),
@@ -102,7 +121,7 @@ def read_csv(
     except (pa.ArrowException, OSError) as exc:
         raise _unreadable_csv(source_key, exc) from exc
 
-    counter = _LineCounter()
+    counter = LineCounter()
     positions: list[int | None] | None = None
     aliases: dict[str, str] = {}
     extra: dict[str, str] = {}
@@ -115,7 +134,7 @@ def read_csv(
         except (pa.ArrowException, OSError) as exc:
             if _STRADDLING in str(exc):
                 line = counter.next_line(invalid)
-                raise _record_too_long(source_key, line, block_size, exc) from exc
+                raise _record_too_long(source_key, line, max_line_bytes, guard) from exc
             raise _unreadable_csv(source_key, exc) from exc
         first = positions is None
         if positions is None:
@@ -125,7 +144,7 @@ def read_csv(
                 contract, dict.fromkeys(header.extra, contract.new_column_type), source_key
             )
             extra_at = list(header.extra.values())
-        lines, skipped = counter.advance(batch.num_rows, batch.columns, invalid)
+        lines, breaks, skipped = counter.advance(batch.num_rows, batch.columns, invalid)
         columns = [
             batch.column(position)
             if position is not None
@@ -138,10 +157,20 @@ def read_csv(
             columns = [column.slice(1) for column in columns]
             ignored = [column.slice(1) for column in ignored]
             lines = lines.slice(1)
-        rejects = _rejects(source_key, skipped)
-        batch_read = SourceBatch(columns, lines, rejects, aliases=aliases, extra_columns=extra)
-        yield _tidy(batch_read, guard.replaced, contract, source_key, ignored)
-    _, skipped = counter.advance(0, [], invalid, final=True)
+            breaks = None if breaks is None else breaks.slice(1)
+        rows = _Rows(columns, ignored, lines, breaks)
+        rejects = _rejects(source_key, skipped) + rows.judge(guard.window, source_key)
+        guard.window.release_before(counter.next_line([]))
+        batch_read = SourceBatch(
+            rows.columns,
+            rows.lines,
+            rejects,
+            aliases=aliases,
+            extra_columns=extra,
+            line_counts=rows.line_counts(),
+        )
+        yield _tidy(batch_read, guard.replaced, contract, source_key)
+    _, _, skipped = counter.advance(0, [], invalid, final=True)
     if skipped:
         empty = [pa.array([], pa.string()) for _ in range(width)]
         yield SourceBatch(empty, pa.array([], pa.int64()), _rejects(source_key, skipped))
@@ -156,16 +185,82 @@ def _rejects(source_key: str, skipped: list[tuple[int, MalformedRecord]]) -> lis
     return [reject for line, row in skipped for reject in malformed_rejects(source_key, line, row)]
 
 
-def _record_too_long(
-    source_key: str, line: int, block_size: int, exc: BaseException
-) -> FileRejected:
-    """Arrow needs a whole record inside one block. Every row before this record has been
-    read, so it starts on the next line; most often a quote opened there never closes."""
-    problem = (
-        f"unreadable CSV: the record on line {line} does not end within {block_size} bytes "
-        f"(is a quote opened on line {line} never closed?)"
-    )
-    return unreadable(source_key, problem, exc)
+class _Rows:
+    """The rows Arrow parsed from one block, as the reader judges them against their text.
+
+    `columns`: the contract's, `ignored`: the file's beyond them (not loaded, but a value
+    there makes a row no blank one), `breaks`: the line ends inside each row (None: none
+    has any, the usual case)."""
+
+    def __init__(
+        self,
+        columns: list[pa.Array],
+        ignored: list[pa.Array],
+        lines: pa.Array,
+        breaks: pa.Array | None,
+    ) -> None:
+        self.columns, self.ignored, self.lines, self.breaks = columns, ignored, lines, breaks
+
+    def judge(self, window: LineWindow, source_key: str) -> list[Reject]:
+        """Drop what is not a row: a blank record (silently), and a record spanning lines
+        whose quotes are not well-formed (each line its own reject: normalize.malformed),
+        which is rare, and the only one read again as text."""
+        dropped: pa.BooleanArray | None = None
+        rejects: list[Reject] = []
+        if self.breaks is not None:
+            spanning = pc.indices_nonzero(pc.greater(self.breaks, 0))
+            firsts = self.lines.take(spanning).to_pylist()
+            breaks = self.breaks.take(spanning).to_pylist()
+            broken = []
+            for row, first, count in zip(spanning.to_pylist(), firsts, breaks, strict=True):
+                text = window.text(first, first + count)
+                opened = unbalanced_quote_line(text)
+                if opened is not None:
+                    broken.append(row)
+                    rejects += swallowed_rejects(source_key, first, text, opened)
+            if broken:
+                rows = row_numbers(0, len(self.lines))
+                dropped = pc.is_in(rows, value_set=pa.array(broken, pa.int64()))
+        every = [*self.columns, *self.ignored]
+        if self.columns and all(column.null_count for column in every):
+            blank = self.columns[0].is_null()
+            for column in every[1:]:
+                blank = pc.and_(blank, column.is_null())
+            # Every value empty: a blank line, or one of bare delimiters (what spreadsheets
+            # write for a row they kept empty). No data, so no row, and no reject either.
+            if blank.true_count:
+                dropped = blank if dropped is None else pc.or_(dropped, blank)
+        if dropped is not None:
+            keep = pc.invert(dropped)
+            self.columns = [column.filter(keep) for column in self.columns]
+            self.ignored = [column.filter(keep) for column in self.ignored]
+            self.lines = self.lines.filter(keep)
+            self.breaks = None if self.breaks is None else self.breaks.filter(keep)
+        return rejects
+
+    def line_counts(self) -> pa.Array | None:
+        """The physical lines each row was read from; None: one each."""
+        if self.breaks is None or not pc.sum(self.breaks).as_py():
+            return None
+        return pc.add(self.breaks, 1).cast(pa.int32())
+
+
+def _record_too_long(source_key: str, line: int, limit: int, guard: Utf8Guard) -> FileRejected:
+    """Arrow needs a whole record within one block boundary. Every row before this record
+    has been read, so it starts on the next line: either that line is too long, or a quoted
+    value on it runs on over the lines after it."""
+    length, whole = guard.line_length(line)
+    shown = f"{length:,} bytes" if whole else f"over {length:,} bytes"
+    limit_shown = f"{limit:,} bytes (FLEET_CSV_MAX_LINE_BYTES raises it)"
+    if length > limit:
+        problem = f"line {line} is {shown} long, over the limit for a CSV line of {limit_shown}"
+    else:
+        problem = (
+            f"the record on line {line} runs on past the limit for a CSV line of "
+            f"{limit_shown}, though line {line} itself is {shown} long: a quoted value "
+            f"that spans lines and never closes?"
+        )
+    return FileRejected(f"{source_key}: unreadable CSV: {problem}")
 
 
 def _unreadable_csv(source_key: str, exc: BaseException) -> FileRejected:
@@ -178,120 +273,41 @@ def _unreadable_csv(source_key: str, exc: BaseException) -> FileRejected:
 
 
 def _tidy(
-    batch: SourceBatch,
-    replaced_utf8: bool,
-    contract: DatasetContract,
-    source_key: str,
-    ignored: list[pa.Array] | None = None,
+    batch: SourceBatch, replaced_utf8: bool, contract: DatasetContract, source_key: str
 ) -> SourceBatch:
-    """Drop blank records silently and reject rows holding bytes that were not UTF-8.
-    `ignored`: the file's columns beyond the contract's (a record is blank in those too)."""
-    columns, lines, rejects = batch.columns, batch.lines, batch.rejects
-    every = [*columns, *(ignored or [])]
-    if columns and all(column.null_count for column in every):
-        blank = columns[0].is_null()
-        for column in every[1:]:
-            blank = pc.and_(blank, column.is_null())
-        if blank.true_count:
-            keep = pc.invert(blank)
-            columns = [column.filter(keep) for column in columns]
-            lines = lines.filter(keep)
-    if replaced_utf8:
-        taken = None
-        for column, values in zip(contract.columns, columns, strict=True):
-            bad = pc.fill_null(pc.match_substring(values, _REPLACEMENT), False)
-            new = bad if taken is None else pc.and_not(bad, taken)
-            if not new.true_count:
-                continue
-            rows = pc.indices_nonzero(new)
-            rejects = rejects + [
-                Reject(source_key, line, column.name, REASON_UTF8, value)
-                for line, value in zip(
-                    lines.take(rows).to_pylist(), raw_text(values.take(rows)), strict=True
-                )
-            ]
-            taken = new if taken is None else pc.or_(taken, new)
-        if taken is not None:
-            keep = pc.invert(taken)
-            columns = [column.filter(keep) for column in columns]
-            lines = lines.filter(keep)
-    return SourceBatch(
-        columns, lines, rejects, aliases=batch.aliases, extra_columns=batch.extra_columns
-    )
-
-
-class _LineCounter:
-    """Turns Arrow row numbers (blank lines included) into physical line numbers."""
-
-    def __init__(self) -> None:
-        self._next_row = 1  # Arrow's number for the next row; the header is row 1
-        self._breaks = 0  # line breaks inside quoted values of all rows so far
-
-    def advance(
-        self,
-        count: int,
-        columns: list[pa.Array],
-        pending: list[MalformedRecord],
-        *,
-        final: bool = False,
-    ) -> tuple[pa.Array, list[tuple[int, MalformedRecord]]]:
-        """Lines of the next `count` parsed rows, and of the malformed rows among them.
-
-        Arrow may report malformed rows of the next block before returning this one, so
-        only those numbered within this stretch are taken from `pending`.
-        """
-        start = self._next_row
-        taken = 0
-        while taken < len(pending) and (final or pending[taken].number < start + count + taken):
-            taken += 1
-        skipped = pending[:taken]
-        del pending[:taken]
-        inner = _inner_breaks(columns)
-        self._next_row += count + taken
-        if not skipped and inner is None:
-            return row_numbers(start + self._breaks, count), []
-
-        # Rare path: malformed rows, or quoted values spanning lines, in this stretch.
-        before = [min(max(row.number - start - j, 0), count) for j, row in enumerate(skipped)]
-        skipped_breaks = [row.line_breaks for row in skipped]
-        cumulative = pc.cumulative_sum(inner) if inner is not None else None
-        skipped_lines = []
-        breaks_of_skipped = 0
-        for row, rows_before, breaks in zip(skipped, before, skipped_breaks, strict=True):
-            inner_before = 0
-            if cumulative is not None and rows_before:
-                inner_before = cumulative[rows_before - 1].as_py()
-            skipped_lines.append(row.number + self._breaks + inner_before + breaks_of_skipped)
-            breaks_of_skipped += breaks
-        lines = row_numbers(start + self._breaks, count)
-        if inner is not None:
-            lines = pc.add(lines, pc.subtract(cumulative, inner))
-        if skipped and count:
-            shift = [0] * count
-            for rows_before, breaks in zip(before, skipped_breaks, strict=True):
-                if rows_before < count:
-                    shift[rows_before] += 1 + breaks
-            lines = pc.add(lines, pc.cumulative_sum(pa.array(shift, pa.int64())))
-        self._breaks += breaks_of_skipped + (pc.sum(inner).as_py() if inner is not None else 0)
-        return lines, list(zip(skipped_lines, skipped, strict=True))
-
-    def next_line(self, pending: list[MalformedRecord]) -> int:
-        """The line of the record after every row seen so far, `pending` ones included."""
-        return self._next_row + self._breaks + sum(1 + row.line_breaks for row in pending)
-
-
-def _inner_breaks(columns: list[pa.Array]) -> pa.Array | None:
-    """Line breaks inside each row's values; None when there are none (the usual case)."""
-    total = None
-    for column in columns:
-        data = column.buffers()[2] if pa.types.is_string(column.type) else None
-        if data is None or data.to_pybytes().find(b"\n") < 0:
+    """Reject rows holding bytes that were not UTF-8."""
+    if not replaced_utf8:
+        return batch
+    columns, lines, counts, rejects = batch.columns, batch.lines, batch.line_counts, batch.rejects
+    taken = None
+    for column, values in zip(contract.columns, columns, strict=True):
+        bad = pc.fill_null(pc.match_substring(values, _REPLACEMENT), False)
+        new = bad if taken is None else pc.and_not(bad, taken)
+        if not new.true_count:
             continue
-        counts = pc.fill_null(pc.count_substring(column, "\n"), 0).cast(pa.int64())
-        total = counts if total is None else pc.add(total, counts)
-    if total is None or not pc.sum(total).as_py():
-        return None
-    return total
+        rows = pc.indices_nonzero(new)
+        found = lines.take(rows)
+        rejects = rejects + [
+            Reject(source_key, line, column.name, REASON_UTF8, value, last)
+            for line, value, last in zip(
+                found.to_pylist(),
+                raw_text(values.take(rows)),
+                last_lines(found, None if counts is None else counts.take(rows)),
+                strict=True,
+            )
+        ]
+        taken = new if taken is None else pc.or_(taken, new)
+    if taken is None:
+        return batch
+    keep = pc.invert(taken)
+    return SourceBatch(
+        [column.filter(keep) for column in columns],
+        lines.filter(keep),
+        rejects,
+        aliases=batch.aliases,
+        extra_columns=batch.extra_columns,
+        line_counts=None if counts is None else counts.filter(keep),
+    )
 
 
 class ReadOnlyStream:
@@ -316,7 +332,9 @@ class Utf8Guard(ReadOnlyStream):
     Arrow hands malformed rows to the invalid-row handler as Python str, so a row that is
     malformed and also holds invalid UTF-8 would abort the whole file. After a replacement
     (`replaced`), cells holding U+FFFD are rejected as invalid UTF-8. The stream also ends
-    with a line break, which Arrow needs to see a header-only file as a header.
+    with a line break, which Arrow needs to see a header-only file as a header. What it
+    hands out is kept in `window` until the reader counted its rows.
+    Arrow reads on a thread of its own: reads are serialised.
     """
 
     def __init__(self, raw: BinaryIO | pa.NativeFile) -> None:
@@ -325,9 +343,35 @@ class Utf8Guard(ReadOnlyStream):
         self._pending = bytearray()
         self._eof = False
         self._last = b"\n"
+        self._lock = threading.Lock()
         self.replaced = False
+        self.window = LineWindow()
 
     def read(self, size: int | None = -1) -> bytes:
+        with self._lock:
+            out = self._read(size)
+            self.window.add(out)
+            return out
+
+    def line_length(self, line: int) -> tuple[int, bool]:
+        """The bytes of physical line `line` (without its line end), read on to its end;
+        and whether its end was found (else it is longer, by _MEASURE_BYTES at least). What
+        is read on is only counted. Holds the lock: whatever Arrow read is in the window."""
+        with self._lock:
+            data = self.window.tail(line)
+            length = 0
+            while True:
+                end = _LINE_END.search(data)
+                if end is not None:
+                    return length + end.start(), True
+                length += len(data)
+                if length > _MEASURE_BYTES:
+                    return length, False
+                data = self._read(_READ_BYTES)
+                if not data:
+                    return length, True
+
+    def _read(self, size: int | None) -> bytes:
         wanted = sys.maxsize if size is None or size < 0 else size
         while len(self._pending) < wanted and not self._eof:
             chunk = self._raw.read(max(min(wanted, _MAX_BLOCK_BYTES), _READ_BYTES))

@@ -18,7 +18,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fleet_import.contracts.model import DatasetContract
-from fleet_import.normalize.rows import DEFAULT_BATCH_ROWS, SOURCE_LINE_COLUMN, Reject
+from fleet_import.normalize.rows import (
+    DEFAULT_BATCH_ROWS,
+    SOURCE_LINE_COLUMN,
+    SOURCE_LINE_COUNT_COLUMN,
+    Reject,
+    last_lines,
+)
 
 if TYPE_CHECKING:
     from fleet_import.normalize.output import NormalizedFile
@@ -65,10 +71,11 @@ def find_duplicates(
         candidates = np.isin(key_hashes(normalized, contract), repeated)
         if not candidates.any():
             continue
-        table, lines = _read_keys(normalized, keys)
-        table = table.filter(pa.array(candidates))
-        position = pc.add(lines.filter(pa.array(candidates)), pa.scalar(index << _FILE_SHIFT))
-        tables.append(table.cast(key_schema).append_column("_position", position))
+        table, lines, spans = _read_keys(normalized, keys)
+        mask = pa.array(candidates)
+        position = pc.add(lines.filter(mask), pa.scalar(index << _FILE_SHIFT))
+        table = table.filter(mask).cast(key_schema).append_column("_position", position)
+        tables.append(table.append_column("_lines", spans.filter(mask)))
     rows = pa.concat_tables(tables)
     for key in keys:  # as in SQL, a missing key equals nothing
         if rows.column(key).null_count:
@@ -109,9 +116,21 @@ def key_hashes(normalized: NormalizedFile, contract: DatasetContract) -> np.ndar
     return np.concatenate(parts)
 
 
-def _read_keys(normalized: NormalizedFile, keys: list[str]) -> tuple[pa.Table, pa.ChunkedArray]:
-    table = pq.read_table(normalized.parquet_path, columns=[*keys, SOURCE_LINE_COLUMN])
-    return table.select(keys), table.column(SOURCE_LINE_COLUMN)
+def _read_keys(
+    normalized: NormalizedFile, keys: list[str]
+) -> tuple[pa.Table, pa.ChunkedArray, pa.ChunkedArray]:
+    """The keys, lines and line counts of a normalised file's rows (a file normalised before
+    rows had line counts: one line each)."""
+    names = pq.read_schema(normalized.parquet_path).names
+    counted = SOURCE_LINE_COUNT_COLUMN in names
+    columns = [*keys, SOURCE_LINE_COLUMN, *([SOURCE_LINE_COUNT_COLUMN] if counted else [])]
+    table = pq.read_table(normalized.parquet_path, columns=columns)
+    spans = (
+        table.column(SOURCE_LINE_COUNT_COLUMN)
+        if counted
+        else pa.chunked_array([pa.array(np.ones(table.num_rows, np.int32))])
+    )
+    return table.select(keys), table.column(SOURCE_LINE_COLUMN), spans
 
 
 def _key_hashes(table: pa.Table, keys: list[str], first_row: int = 0) -> np.ndarray:
@@ -232,13 +251,15 @@ def _duplicate_rejects(rows: pa.Table, keys: list[str], source_keys: list[str]) 
     values = pc.binary_join_element_wise(*texts, ", ")
     position = rows.column("_position")
     column = ",".join(keys)
+    lines = line_of(position)
     return [
-        Reject(source_key, line, column, reason, value)
-        for source_key, line, reason, value in zip(
+        Reject(source_key, line, column, reason, value, last)
+        for source_key, line, reason, value, last in zip(
             file_of(position).to_pylist(),
-            line_of(position).to_pylist(),
+            lines.to_pylist(),
             reasons.to_pylist(),
             values.to_pylist(),
+            last_lines(lines, rows.column("_lines")),
             strict=True,
         )
     ]

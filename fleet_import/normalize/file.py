@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fleet_import.config import DEFAULT_CSV_MAX_LINE_BYTES
 from fleet_import.contracts.model import DatasetContract, FileFormat
 from fleet_import.errors import PreCommitError
 from fleet_import.normalize.duplicates import (
@@ -38,7 +39,7 @@ from fleet_import.normalize.rows import (
 # Snappy: what every Parquet consumer (Redshift COPY and Spectrum included) reads.
 _COMPRESSION = "snappy"
 _PARTIAL_SUFFIX = ".partial"
-_REJECT_FIELDS = ("file", "line", "column", "reason", "value")
+_REJECT_FIELDS = ("file", "line", "column", "reason", "value", "last_line")
 
 
 class RejectRatioExceeded(PreCommitError):
@@ -66,8 +67,10 @@ def normalize_file(
     contract: DatasetContract,
     out_path: Path,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    max_line_bytes: int = DEFAULT_CSV_MAX_LINE_BYTES,
 ) -> NormalizedFile:
-    """Type one source file into `out_path` (contract columns, then `_source_line`).
+    """Type one source file into `out_path` (contract columns, then `_source_line` and
+    `_source_line_count`: the physical lines each row was read from).
 
     The output appears only when the whole file was read: a FileRejected midway (say a
     truncated gzip) leaves nothing behind that a cache could mistake for a result.
@@ -82,7 +85,12 @@ def normalize_file(
     extra: dict[str, str] = {}
     try:
         batches = read_batches(
-            source, fmt=fmt, source_key=source_key, contract=contract, batch_rows=batch_rows
+            source,
+            fmt=fmt,
+            source_key=source_key,
+            contract=contract,
+            batch_rows=batch_rows,
+            max_line_bytes=max_line_bytes,
         )
         with (
             closing(batches),
@@ -192,7 +200,8 @@ def check_reject_ratio(contract: DatasetContract, accepted_rows: int, rejected_r
 
 
 def write_rejects(rejects: Iterable[Reject], path: Path) -> int:
-    """All rejects as CSV (file,line,column,reason,value), for people to read; the count."""
+    """All rejects as CSV (file,line,column,reason,value,last_line), for people to read; the
+    count. `last_line` is empty but for a record that spans lines."""
     count = 0
     with Path(path).open("w", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle)

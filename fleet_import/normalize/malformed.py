@@ -1,27 +1,37 @@
-"""Rejects for CSV records that Arrow could not split into the header's number of columns.
+"""Rejects for CSV records whose quotes broke, and the rule for a value that spans lines.
 
-Most such records are one line with a field too many or too few: one reject, on that line.
-A quote left open is different. With `newlines_in_values`, Arrow reads on through the
-following lines, up to a later quote or the end of the file, and hands over the whole
-stretch as one malformed record. Those lines were never one record, so every non-blank
-physical line of the stretch becomes a reject of its own, on its own line, naming the line
-where the quote opened; the reject ratio then decides the batch as for any other reject.
+Most records Arrow cannot split into the header's number of columns are one line with a
+field too many or too few: one reject, on that line. A quote left open is different. With
+`newlines_in_values`, Arrow reads on through the following lines, up to a later quote or
+the end of the file, and hands over the whole stretch as one record. Those lines were never
+one record, so every non-blank physical line of the stretch becomes a reject of its own, on
+its own line, naming the line where the quote opened; the reject ratio then decides the
+batch as for any other reject.
 
 Quoting as Arrow applies it: a quote opens a quoted value only at the start of a field;
 inside, `""` is a quote; the next lone quote closes it. The quote is balanced when that
 closing quote is followed by a delimiter, a line end or the end of the record. It is
 unbalanced when it never closes (it ran to the end of the file) or when its closing quote
 is followed by anything else (Arrow then goes on reading the field unquoted, up to the next
-delimiter): that closing quote was itself a stray one. Only an unbalanced quote whose value
-spans a line break swallows lines. A multi-line record whose quotes are balanced is taken
-as meant, one record, and rejected once on its first line like any malformed record.
+delimiter): that closing quote was itself a stray one.
 
-What cannot be told apart: a stray quote closed by a later one so that the stretch happens
-to split into exactly the header's columns. Arrow returns it as a well-formed record whose
-value holds line breaks, and nothing of its quotes is left to tell it from a legitimate
-multi-line value; it is one record, loaded or (far more likely, as a swallowed line makes a
-long value that is rarely of the column's type) rejected once on its first line, the lines
-after that being its continuation lines, as for any multi-line record.
+**The rule for a value that spans lines** (RFC 4180's quoting): a record is one record over
+several physical lines only when every quoted value in it that holds a line end is balanced:
+opened at the start of a field, quotes inside it doubled, closed right before a delimiter, a
+line end or the end of the file. Such a record is taken as meant, whatever its number of
+columns: loaded, its row covering every line it spans (`_source_line_count`), or rejected
+once, its reject naming its first and last line (`Reject.last_line`). Any other record that
+spans lines was made by a stray quote: each of its non-blank lines is rejected on its own.
+That holds whether or not Arrow could split the stretch: a stray quote closed by a later one
+so that the stretch happens to split into exactly the header's columns (`"D5` on one line,
+`D8"x` three lines below) is a well-formed record to Arrow, so its text is read again
+(normalize.physical_lines) and judged here like any other.
+
+What remains indistinguishable: a stray quote opened at the start of a field and closed by
+another stray quote right before a delimiter, lines below, is quoting as RFC 4180 writes a
+value that spans lines on purpose. That record is one record (almost always rejected once,
+naming all its lines, as a swallowed line makes a long value that is rarely of the column's
+type), never lines lost.
 """
 
 from __future__ import annotations
@@ -55,12 +65,8 @@ class MalformedRecord:
 
     @property
     def line_breaks(self) -> int:
-        """Line breaks inside the record, so that the lines after it keep their numbers.
-
-        Inside quoted values a line break is "\\n" (as for well-formed records); lines an
-        unbalanced quote swallowed end as Arrow would have read them without it."""
-        if self.quote_line is None:
-            return self.text.count("\n")
+        """Line ends inside the record, so that the lines after it keep their numbers: a
+        physical line ends at "\\r\\n", "\\n" or "\\r", inside quoted values too."""
         return len(_LINE_END.findall(self.text))
 
 
@@ -94,20 +100,28 @@ def _match(pattern: re.Pattern[str], text: str, position: int) -> re.Match[str]:
 
 
 def malformed_rejects(source_key: str, line: int, record: MalformedRecord) -> list[Reject]:
-    """The rejects for a malformed record starting on `line`: one for the record, or one
-    per non-blank line an unbalanced quote swallowed (blank lines are not data anywhere)."""
+    """The rejects for a malformed record starting on `line`: one for the record (naming
+    its last line too when a balanced quoted value spans lines), or one per non-blank line
+    an unbalanced quote swallowed (blank lines are not data anywhere)."""
     if record.quote_line is None:
         reason = f"expected {record.expected} columns, found {record.actual}"
-        return [Reject(source_key, line, None, reason, record.text)]
-    opened = line + record.quote_line
+        last = line + record.line_breaks
+        return [Reject(source_key, line, None, reason, record.text, last if last > line else None)]
+    return swallowed_rejects(source_key, line, record.text, record.quote_line)
+
+
+def swallowed_rejects(source_key: str, line: int, text: str, quote_line: int) -> list[Reject]:
+    """One reject per non-blank line of `text` (the record starting on `line`, whose
+    unbalanced quote opened on its line `quote_line`, 0-based), each on its own line."""
+    opened = line + quote_line
     rejects = []
-    for number, text in enumerate(_LINE_END.split(record.text), start=line):
-        if not text:
+    for number, part in enumerate(_LINE_END.split(text), start=line):
+        if not part:
             continue
         reason = f"unbalanced quote opened on line {opened}"
         if number > opened:
             reason += " swallowed this line"
         elif number < opened:  # a value spanning lines, as meant, before it: rare
             reason += " breaks the record this line is part of"
-        rejects.append(Reject(source_key, number, None, reason, text))
+        rejects.append(Reject(source_key, number, None, reason, part))
     return rejects

@@ -9,7 +9,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from fleet_import.config import DEFAULT_CSV_MAX_LINE_BYTES
 from fleet_import.contracts.drift import allows_new_columns, type_from_arrow
 from fleet_import.contracts.model import Column, DatasetContract, FileFormat
 from fleet_import.normalize.csv import ReadOnlyStream, block_bytes, read_csv
@@ -61,8 +62,10 @@ def read_batches(
     source_key: str,
     contract: DatasetContract,
     batch_rows: int,
+    max_line_bytes: int = DEFAULT_CSV_MAX_LINE_BYTES,
 ) -> Iterator[SourceBatch]:
-    """The file's rows in batches; opens the source and closes what it opened."""
+    """The file's rows in batches; opens the source and closes what it opened.
+    `max_line_bytes`: the longest CSV line sure to be read (normalize.csv)."""
     if fmt == "parquet":
         with _seekable(source, source_key) as handle:
             yield from read_parquet(
@@ -71,9 +74,19 @@ def read_batches(
         return
     if fmt not in ("csv", "csv.gz", "jsonl"):
         raise ValueError(f"unknown file format {fmt!r}")
-    with _stream(source, source_key, compressed=fmt == "csv.gz") as stream:
-        reader = read_jsonl if fmt == "jsonl" else read_csv
-        yield from reader(stream, source_key=source_key, contract=contract, batch_rows=batch_rows)
+    with _stream(source, source_key) as stream:
+        if fmt == "jsonl":
+            yield from read_jsonl(
+                stream, source_key=source_key, contract=contract, batch_rows=batch_rows
+            )
+            return
+        yield from read_csv(
+            stream,
+            source_key=source_key,
+            contract=contract,
+            batch_rows=batch_rows,
+            max_line_bytes=max_line_bytes,
+        )
 
 
 def _check_path(path: Path, source_key: str) -> None:
@@ -86,30 +99,78 @@ def _check_path(path: Path, source_key: str) -> None:
 
 
 @contextmanager
-def _stream(source: Source, source_key: str, *, compressed: bool) -> Iterator[Any]:
-    if isinstance(source, str | Path):
-        _check_path(Path(source), source_key)
-        try:
-            stream = pa.input_stream(str(source), compression="gzip" if compressed else None)
-        except OSError as exc:
-            raise unreadable(source_key, "unreadable", exc) from exc
-        with stream:
-            yield stream
-    elif compressed:
-        with pa.CompressedInputStream(pa.PythonFile(_Borrowed(source), mode="r"), "gzip") as stream:
-            yield stream
-    else:
-        yield source
+def _stream(source: Source, source_key: str) -> Iterator[Any]:
+    """The file's bytes, decompressed when its content is gzip: the content decides, not
+    the name (a gzip file named .csv is read as what it is, and a .csv.gz that is plain text
+    too). Content that is no text at all (another archive, UTF-16) is refused, named."""
+    with ExitStack() as stack:
+        if isinstance(source, str | Path):
+            _check_path(Path(source), source_key)
+            try:
+                raw: Any = stack.enter_context(open(source, "rb"))  # noqa: SIM115
+            except OSError as exc:
+                raise unreadable(source_key, "unreadable", exc) from exc
+        else:
+            raw = source
+        head = _read_head(raw, source_key)
+        kind = _content_kind(head)
+        if kind is not None:
+            raise FileRejected(f"{source_key}: the file holds {kind}, not UTF-8 text")
+        stream: Any = _Prefixed(raw, head)
+        if head.startswith(_GZIP_MAGIC):
+            stream = stack.enter_context(
+                pa.CompressedInputStream(pa.PythonFile(stream, mode="r"), "gzip")
+            )
+        yield stream
 
 
-class _Borrowed(ReadOnlyStream):
-    """The caller's file object, read through Arrow but left open: the caller owns it."""
+_GZIP_MAGIC = b"\x1f\x8b"
+# What a file's first bytes say it is, where that is no text a reader here could take.
+_NOT_TEXT = (
+    (b"PK\x03\x04", "a zip archive"),
+    (b"BZh", "bzip2 data"),
+    (b"\xfd7zXZ\x00", "xz data"),
+    (b"\x28\xb5\x2f\xfd", "zstd data"),
+    (b"PAR1", "a Parquet file"),
+    (b"\xff\xfe", "UTF-16 text (its byte order mark)"),
+    (b"\xfe\xff", "UTF-16 text (its byte order mark)"),
+)
+_HEAD_BYTES = 6
 
-    def __init__(self, raw: BinaryIO) -> None:
+
+def _content_kind(head: bytes) -> str | None:
+    return next((kind for magic, kind in _NOT_TEXT if head.startswith(magic)), None)
+
+
+def _read_head(raw: Any, source_key: str) -> bytes:
+    """The first bytes of the file (fewer only at its end)."""
+    head = b""
+    try:
+        while len(head) < _HEAD_BYTES:
+            data = raw.read(_HEAD_BYTES - len(head))
+            if not data:
+                break
+            head += data
+    except (pa.ArrowException, OSError) as exc:
+        raise unreadable(source_key, "unreadable", exc) from exc
+    return head
+
+
+class _Prefixed(ReadOnlyStream):
+    """The bytes read to tell what a file holds, then the rest of the file."""
+
+    def __init__(self, raw: Any, head: bytes) -> None:
         self._raw = raw
+        self._head = head
 
     def read(self, size: int = -1) -> bytes:
-        return self._raw.read(size)
+        if not self._head:
+            return self._raw.read(size)
+        if size is None or size < 0:
+            data, self._head = self._head + self._raw.read(), b""
+            return data
+        data, self._head = self._head[:size], self._head[size:]
+        return data
 
 
 @contextmanager

@@ -12,6 +12,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -21,6 +22,9 @@ from fleet_import.normalize.casting import cast_each, fill_false
 from fleet_import.normalize.decimals import REASON_NOT_DECIMAL, WELL_FORMED, unfit_problems
 
 SOURCE_LINE_COLUMN = "_source_line"
+# The physical lines a row was read from, from its _source_line on: 1 unless a quoted value
+# spans lines (normalize.malformed has the rule).
+SOURCE_LINE_COUNT_COLUMN = "_source_line_count"
 # Rows per Arrow batch when reading or writing normalised data: memory follows this.
 DEFAULT_BATCH_ROWS = 65_536
 _VALUE_LIMIT = 200
@@ -92,8 +96,13 @@ class Reject:
     column: str | None
     reason: str
     value: str | None
+    last_line: int | None = None
+    """The last physical line of a rejected record that spans lines (a quoted value holding
+    line ends); None for a record on one line."""
 
     def __post_init__(self) -> None:
+        if self.last_line is not None and (self.line is None or self.last_line <= self.line):
+            object.__setattr__(self, "last_line", None)
         # Every field can hold source text (a JSON key names the column): see REASON_NUL.
         for name in ("file", "column", "reason", "value"):
             text = getattr(self, name)
@@ -132,6 +141,9 @@ class SourceBatch:
     extra_columns: dict[str, str] = field(default_factory=dict)
     """Columns (or JSON keys) the contract does not name -> their contract type, where its
     drift policy lets a file hold them (contracts.drift): not loaded, reported."""
+    line_counts: pa.Array | None = None
+    """The physical lines each row was read from (int32; more than 1 where a quoted value
+    spans lines); None: one each, the usual case."""
 
 
 # (rows flagged, reason) pairs, in the order they should win for a row.
@@ -139,7 +151,30 @@ Problems = list[tuple[pa.BooleanArray, str]]
 
 
 def output_schema(contract: DatasetContract) -> pa.Schema:
-    return contract.arrow_schema.append(pa.field(SOURCE_LINE_COLUMN, pa.int64(), nullable=False))
+    return contract.arrow_schema.append(
+        pa.field(SOURCE_LINE_COLUMN, pa.int64(), nullable=False)
+    ).append(pa.field(SOURCE_LINE_COUNT_COLUMN, pa.int32(), nullable=False))
+
+
+_all_ones = pa.array([], pa.int32())
+
+
+def _ones(count: int) -> pa.Array:
+    """`count` ones (int32): a slice of one shared array, as header.row_numbers does."""
+    global _all_ones
+    ones = _all_ones  # read once: another thread may swap in a longer one meanwhile
+    if len(ones) < count:
+        ones = pa.array(np.ones(max(count, 2 * len(ones)), np.int32))
+        _all_ones = ones
+    return ones.slice(0, count)
+
+
+def last_lines(lines: pa.Array, counts: pa.Array | None) -> list[int | None]:
+    """Each row's last physical line where it spans more than one, else None."""
+    if counts is None:
+        return [None] * len(lines)
+    last = pc.subtract(pc.add(lines, counts.cast(pa.int64())), 1)
+    return pc.if_else(pc.greater(counts, 1), last, pa.scalar(None, pa.int64())).to_pylist()
 
 
 def convert_batch(
@@ -163,15 +198,23 @@ def convert_batch(
         if not new.true_count:
             continue
         rows = pc.indices_nonzero(new)
-        lines = batch.lines.take(rows).to_pylist()
+        lines = batch.lines.take(rows)
+        counts = None if batch.line_counts is None else batch.line_counts.take(rows)
         raw = raw_text(batch.columns[index].take(rows))
         name = contract.columns[index].name
         rejects.extend(
-            Reject(source_key, line, name, reason, value)
-            for line, value in zip(lines, raw, strict=True)
+            Reject(source_key, line, name, reason, value, last)
+            for line, value, last in zip(
+                lines.to_pylist(), raw, last_lines(lines, counts), strict=True
+            )
         )
         taken = new if taken is None else pc.or_(taken, new)
-    accepted = pa.RecordBatch.from_arrays([*typed, batch.lines], schema=output_schema(contract))
+    counts = batch.line_counts
+    if counts is None:
+        counts = _ones(len(batch.lines))
+    accepted = pa.RecordBatch.from_arrays(
+        [*typed, batch.lines, counts], schema=output_schema(contract)
+    )
     if taken is not None:
         accepted = accepted.filter(pc.invert(taken))
         rejects.sort(key=lambda reject: reject.line or 0)

@@ -18,6 +18,8 @@ STAMP_COLUMNS = ("tenant_id", "source_scope", "ingestion_batch_id")
 """Columns every curated table carries after the contract's, in this order."""
 SOURCE_LINE_COLUMN = "_source_line"
 """Trailing column of normalised Parquet files: the row's line in its source file."""
+SOURCE_LINE_COUNT_COLUMN = "_source_line_count"
+"""The one after it: how many physical lines the row was read from. Neither is loaded."""
 
 Progress = Callable[[str, int], None]
 """progress(dataset, rows loaded so far for that dataset)."""
@@ -64,7 +66,8 @@ class CommitOutcomeUnknown(WarehouseError):
 
 @dataclass(frozen=True)
 class LoadFile:
-    """A normalised Parquet file: the contract's columns in order, then `_source_line`."""
+    """A normalised Parquet file: the contract's columns in order, then `_source_line` (and,
+    in files normalised since rows had line counts, `_source_line_count`)."""
 
     path: Path
     excluded_lines: frozenset[int] = frozenset()
@@ -182,7 +185,11 @@ class Warehouse(Protocol):
 
 
 def check_contract(contract: DatasetContract) -> None:
-    clash = {*contract.column_names} & {*STAMP_COLUMNS, SOURCE_LINE_COLUMN}
+    clash = {*contract.column_names} & {
+        *STAMP_COLUMNS,
+        SOURCE_LINE_COLUMN,
+        SOURCE_LINE_COUNT_COLUMN,
+    }
     if clash:
         raise WarehouseError(
             f"dataset {contract.name!r} uses reserved column names {sorted(clash)}"

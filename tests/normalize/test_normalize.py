@@ -36,7 +36,13 @@ from fleet_import.normalize.file import (
     write_rejects,
 )
 from fleet_import.normalize.output import NormalizedFile
-from fleet_import.normalize.rows import SOURCE_LINE_COLUMN, FileRejected, Reject, output_schema
+from fleet_import.normalize.rows import (
+    SOURCE_LINE_COLUMN,
+    SOURCE_LINE_COUNT_COLUMN,
+    FileRejected,
+    Reject,
+    output_schema,
+)
 from tests.normalize_helpers import HEADER, TRIP_COLUMNS, csv_line, output, run, trip, trips_csv
 
 UTC = dt.UTC
@@ -86,7 +92,7 @@ def test_csv_rows_become_typed_columns_in_contract_order(tmp_path: Path) -> None
 
     table = output(result)
     assert table.schema == output_schema(TRIPS)
-    assert table.schema.names == [*TRIP_COLUMNS, SOURCE_LINE_COLUMN]
+    assert table.schema.names == [*TRIP_COLUMNS, SOURCE_LINE_COLUMN, SOURCE_LINE_COUNT_COLUMN]
     assert (result.row_count, result.reject_count, result.rejects) == (3, 0, [])
     first = table.to_pylist()[0]
     assert first["started_at"] == dt.datetime(2026, 7, 22, 8, 15, tzinfo=UTC)
@@ -186,7 +192,7 @@ def test_parquet_columns_are_cast_to_contract_types(tmp_path: Path) -> None:
 
 def test_parquet_from_an_unseekable_stream(tmp_path: Path) -> None:
     buffer = io.BytesIO()
-    pq.write_table(output(run(tmp_path, trips_csv(4))).drop_columns([SOURCE_LINE_COLUMN]), buffer)
+    pq.write_table(output(run(tmp_path, trips_csv(4))).select(TRIP_COLUMNS), buffer)
 
     class Unseekable(io.RawIOBase):
         def __init__(self, data: bytes) -> None:
@@ -414,6 +420,7 @@ def test_other_column_types_and_their_rejects(tmp_path: Path) -> None:
             "seen_at": dt.datetime(2026, 7, 22, 8, 15, tzinfo=UTC),
             "day": dt.date(2026, 7, 22),
             SOURCE_LINE_COLUMN: 2,
+            SOURCE_LINE_COUNT_COLUMN: 1,
         },
         {
             "id": "b",
@@ -423,6 +430,7 @@ def test_other_column_types_and_their_rejects(tmp_path: Path) -> None:
             "seen_at": None,
             "day": None,
             SOURCE_LINE_COLUMN: 3,
+            SOURCE_LINE_COUNT_COLUMN: 1,
         },
     ]
     assert [(r.line, r.column, r.reason) for r in result.rejects] == [
@@ -583,9 +591,28 @@ def test_truncated_gzip_rejects_the_file(tmp_path: Path) -> None:
     assert list(tmp_path.glob("*.parquet*")) == []
 
 
-def test_file_that_is_not_gzip_is_rejected(tmp_path: Path) -> None:
-    with pytest.raises(FileRejected, match=r"trips\.csv\.gz"):
-        run(tmp_path, trips_csv(2), name="trips.csv.gz", fmt="csv.gz")
+def test_what_a_file_holds_decides_how_it_is_read_not_its_name(tmp_path: Path) -> None:
+    """Issue 46.8: a gzip file named .csv was read as text and failed as "UTF-16?"."""
+    plain = run(tmp_path, trips_csv(2), name="trips.csv.gz", fmt="csv.gz")
+    packed = run(tmp_path, gzip.compress(trips_csv(3).encode()), name="trips.csv", fmt="csv")
+    assert (plain.row_count, packed.row_count, plain.rejects, packed.rejects) == (2, 3, [], [])
+    assert output(packed).column(SOURCE_LINE_COLUMN).to_pylist() == [2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("content", "kind"),
+    [
+        (b"PK\x03\x04\x14\x00\x00\x00", "a zip archive"),
+        ("trip_id,vehicle_id\n".encode("utf-16"), "UTF-16 text"),
+        (b"PAR1\x15\x04", "a Parquet file"),
+    ],
+)
+def test_a_csv_that_holds_no_text_is_refused_naming_what_it_holds(
+    tmp_path: Path, content: bytes, kind: str
+) -> None:
+    expected = rf"^trips\.csv: the file holds {kind}.*, not UTF-8 text$"
+    with pytest.raises(FileRejected, match=expected):
+        run(tmp_path, content)
 
 
 def test_parquet_name_without_parquet_content_is_rejected(tmp_path: Path) -> None:
@@ -594,7 +621,7 @@ def test_parquet_name_without_parquet_content_is_rejected(tmp_path: Path) -> Non
 
 
 def test_parquet_with_wrong_columns_is_rejected(tmp_path: Path) -> None:
-    table = output(run(tmp_path, trips_csv(2))).drop_columns(["status", SOURCE_LINE_COLUMN])
+    table = output(run(tmp_path, trips_csv(2))).select(TRIP_COLUMNS).drop_columns(["status"])
     table = table.append_column("colour", pa.array(["red", "blue"]))
     pq.write_table(table, tmp_path / "trips.parquet")
 
@@ -611,7 +638,7 @@ def test_parquet_with_wrong_columns_is_rejected(tmp_path: Path) -> None:
 
 
 def test_parquet_with_naive_timestamps_is_rejected(tmp_path: Path) -> None:
-    table = output(run(tmp_path, trips_csv(2))).drop_columns([SOURCE_LINE_COLUMN])
+    table = output(run(tmp_path, trips_csv(2))).select(TRIP_COLUMNS)
     naive = table.column("started_at").cast(pa.timestamp("us"))
     table = table.set_column(3, "started_at", naive)
     pq.write_table(table, tmp_path / "trips.parquet")
@@ -802,8 +829,8 @@ def test_rejects_report_and_summary(tmp_path: Path) -> None:
     assert count == 3
     with (tmp_path / "rejects.csv").open(newline="", encoding="utf-8") as handle:
         written = list(csv.reader(handle))
-    assert written[0] == ["file", "line", "column", "reason", "value"]
-    assert written[2] == ["a.csv", "3", "", "expected 9 columns, found 2", 'T3,"V,1"']
+    assert written[0] == ["file", "line", "column", "reason", "value", "last_line"]
+    assert written[2] == ["a.csv", "3", "", "expected 9 columns, found 2", 'T3,"V,1"', ""]
     assert written[3][1] == ""
 
     summary = summarize_rejects(rejects, sample=2)
@@ -817,5 +844,6 @@ def test_rejects_report_and_summary(tmp_path: Path) -> None:
         "column": "status",
         "reason": "not one of: x",
         "value": "y",
+        "last_line": None,
     }
     assert len(summary["sample"]) == 2
