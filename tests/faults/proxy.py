@@ -46,7 +46,11 @@ import select
 import socket
 import threading
 import time
+from urllib.parse import urlsplit, urlunsplit
 
+from psycopg.conninfo import conninfo_to_dict
+
+from fleet_import.config import libpq_url, masked_url
 from tests.faults.proxy_connection import POLL, Connection, Trigger
 
 
@@ -241,15 +245,33 @@ class FaultProxy:
             return len(self._connections)
 
 
-def proxied_url(url: str, proxy: FaultProxy) -> str:
-    """`url` (postgresql://user@host:port/db...) pointed at the proxy, in clear text."""
-    from urllib.parse import urlsplit, urlunsplit
+def postgres_address(url: str) -> tuple[str, int]:
+    """Where `url`'s PostgreSQL listens on TCP: a proxy's upstream. A server on a Unix
+    socket (the host a directory, or no host) is refused rather than guessed at: the proxy
+    speaks TCP, and every test server (the embedded one too: tests/pgtools.py) has a port."""
+    params = conninfo_to_dict(libpq_url(url))
+    host = str(params.get("host") or "")
+    if not host or host.startswith("/") or "," in host:
+        raise ValueError(
+            f"the fault proxy needs a PostgreSQL on one TCP host and port, not "
+            f"{host or 'the default Unix socket'} ({masked_url(url)})"
+        )
+    return host, int(params.get("port") or 5432)
 
+
+_SERVER_PARAMETERS = frozenset({"host", "hostaddr", "port"})
+"""Query parameters that name a server: libpq lets them override the URL's host and port."""
+
+
+def proxied_url(url: str, proxy: FaultProxy) -> str:
+    """`url` (postgresql://user@host:port/db...) pointed at the proxy, in clear text: its
+    host and port replaced, query parameters naming another server dropped."""
     parts = urlsplit(url)
     userinfo = parts.netloc.rpartition("@")[0]
     netloc = f"{userinfo}@" if userinfo else ""
     netloc += f"127.0.0.1:{proxy.port}"
-    query = parts.query
-    if "sslmode=" not in query:
-        query = f"{query}&sslmode=disable" if query else "sslmode=disable"
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    # Each parameter kept as written: decoding and encoding again could change it for libpq.
+    query = [p for p in parts.query.split("&") if p and p.split("=")[0] not in _SERVER_PARAMETERS]
+    if not any(p.split("=")[0] == "sslmode" for p in query):
+        query.append("sslmode=disable")
+    return urlunsplit(parts._replace(netloc=netloc, query="&".join(query)))
