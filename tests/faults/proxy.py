@@ -46,6 +46,7 @@ import select
 import socket
 import threading
 import time
+from contextlib import suppress
 from urllib.parse import urlsplit, urlunsplit
 
 from psycopg.conninfo import conninfo_to_dict
@@ -70,6 +71,8 @@ class FaultProxy:
         self.trigger: Trigger | None = None
         self._refusing_until = 0.0
         self._lock = threading.Lock()
+        self._door = threading.Lock()
+        """Held while the listener is closed or opened."""
         self._connections: set[Connection] = set()
         self._stopped = threading.Event()
         self._listener: socket.socket | None = self._listen(port)
@@ -96,9 +99,8 @@ class FaultProxy:
         self._stopped.set()
         self._thread.join(timeout=5)
         self.reset_all()
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
+        with self._door:
+            self._close_listener()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -143,7 +145,12 @@ class FaultProxy:
         self.stalled_until = time.monotonic() + seconds
 
     def refuse(self, seconds: float) -> None:
-        self._refusing_until = time.monotonic() + seconds
+        """Refuse new connections for `seconds`: the listener is closed before this returns,
+        so a client that connects after what follows (a cut) is refused, however late the
+        accepting thread runs on a busy host."""
+        with self._door:
+            self._refusing_until = time.monotonic() + seconds
+            self._close_listener()
 
     @property
     def refusing(self) -> bool:
@@ -204,26 +211,28 @@ class FaultProxy:
         listener.listen(64)
         return listener
 
+    def _close_listener(self) -> None:
+        """Closed: connections are refused outright."""
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
     def _accept(self) -> None:
         while not self._stopped.is_set():
-            if self.refusing:
-                if self._listener is not None:  # closed: connections are refused outright
-                    self._listener.close()
-                    self._listener = None
+            with self._door:
+                if self._listener is None and not self.refusing:
+                    with suppress(OSError):  # the port not free again yet: the next round
+                        self._listener = self._listen(self.port)
+                listener = self._listener
+            if listener is None:
                 time.sleep(POLL)
                 continue
-            if self._listener is None:
-                try:
-                    self._listener = self._listen(self.port)
-                except OSError:
-                    time.sleep(POLL)
-                    continue
-            ready, _, _ = select.select([self._listener], [], [], POLL)
-            if not ready:
-                continue
             try:
-                client, _ = self._listener.accept()
-            except OSError:
+                ready, _, _ = select.select([listener], [], [], POLL)
+                if not ready:
+                    continue
+                client, _ = listener.accept()
+            except (OSError, ValueError):  # closed meanwhile by refuse()
                 continue
             connection = Connection(self, client)
             with self._lock:
