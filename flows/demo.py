@@ -140,7 +140,9 @@ def run_demo(home: Path = DEMO_HOME, *, fresh: bool = False) -> int:
         if cleared:
             say(f"deleted {home} (--fresh): starting clean")
     # The demo narrates; Prefect's run logs and the S3 server's request lines would bury it.
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # Only the terminal is quieted (Prefect's console handler): the run logs still go to the
+    # API at their level, so each run's Logs tab in the UI shows its batch's lines.
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # The local API's first start migrates a new database: tens of seconds on a busy 2-core
     # machine, past Prefect's default wait of 20 s.
