@@ -16,6 +16,8 @@ import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fleet_import.config import libpq_url
 from fleet_import.contracts.fleet import FLEET_DATASETS, FUEL_TRANSACTIONS, TRIPS, VEHICLES
@@ -676,6 +678,22 @@ def test_a_replace_asks_the_servers_build_for_its_full_page_compression(
         assert chosen.note is None
     else:
         assert chosen.note is not None and note in chosen.note, chosen.note
+
+
+@given(
+    setting=st.sampled_from(["off", "on", "pglz", "lz4", "zstd"]),
+    offered=st.sets(st.sampled_from(["pglz", "lz4", "zstd"])).map(lambda m: [*m, "on", "off"]),
+    may_set=st.booleans(),
+)
+def test_a_replace_never_takes_a_method_the_build_lacks_and_says_why_it_took_less(
+    setting: str, offered: list[str], may_set: bool
+) -> None:
+    chosen = postgres_writer.full_page_compression(setting, offered, may_set)
+    best = "lz4" if "lz4" in offered else "zstd" if "zstd" in offered else None
+    # Set only where the server compresses nothing and the role may: the best it offers.
+    assert chosen.method == (best if setting == "off" and may_set else None)
+    # Less than lz4 where the server does not compress already: always said.
+    assert (chosen.note is not None) == (setting == "off" and chosen.method != "lz4")
 
 
 def test_a_note_on_full_page_compression_is_said_once_per_server(
