@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-fast test-e2e test-crash test-faults test-cluster mutate mutate-changed demo lint clean
+.PHONY: test test-fast test-embedded test-e2e test-crash test-faults test-cluster mutate mutate-changed demo lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,9 +22,22 @@ $(STAMP): pyproject.toml
 # The end-to-end tests (marker `e2e`: `fleet-import run`, `batches`, `slices`, the demo,
 # `prefect deploy --all` against a real server, sixteen importing processes at once; tens of
 # seconds each) are left to `make test-e2e`; CI runs both.
+TEST_MARKERS := not workers and not browser and not crash and not e2e and (not faults or faults_sample)
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 4 --dist loadfile --durations=15 \
-		-m "not workers and not browser and not crash and not e2e and (not faults or faults_sample)"
+	$(BIN)/python -m pytest -n 4 --dist loadfile --durations=15 -m "$(TEST_MARKERS)"
+
+# What a machine without PostgreSQL runs `make test` on: the embedded server from the
+# pgserver wheel (data in $TMPDIR/fleet-import-test-pgdata, on a loopback port), with
+# FLEET_TEST_DATABASE_URL at a closed port so that nothing answers there. The parts of
+# `make test` that meet the server most (the store, the warehouses, the fault proxy in front
+# of it, the error boundaries); CI runs it besides `make test` on the machine's PostgreSQL.
+EMBEDDED_TESTS := tests/store tests/warehouse tests/faults tests/test_error_boundaries.py \
+	tests/test_pgtools.py
+
+test-embedded: $(STAMP)
+	env FLEET_TEST_DATABASE_URL=postgresql://postgres@127.0.0.1:1/postgres \
+		$(BIN)/python -m pytest -n 4 --dist loadfile -m "$(TEST_MARKERS)" $(EMBEDDED_TESTS)
 
 test-e2e: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m e2e

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -18,6 +20,7 @@ from fleet_import.store.repository import BatchRepository
 from tests.helpers import upload
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+IMPORT = "import-s3-folder"
 
 
 def cli(*args: str, env: dict[str, str] | None = None, cwd=None) -> subprocess.CompletedProcess:
@@ -110,6 +113,24 @@ def test_resume_from_the_cli(flow_env: str, api_env, s3, landing_bucket: str) ->
     assert cli("resume", "not-a-uuid", env=api_env).returncode == 2
 
 
+def _run_logs(prefect_db: Path) -> list[tuple[str, str, list[str]]]:
+    """Each flow run's flow, final state and logs as the API keeps them (the demo's local
+    API stores them in SQLite), a task run's lines prefixed with the task run's name."""
+    with contextlib.closing(sqlite3.connect(prefect_db)) as db:
+        runs = db.execute(
+            "SELECT r.id, f.name, r.state_name FROM flow_run r JOIN flow f ON f.id = r.flow_id"
+        ).fetchall()
+        return [
+            (flow, state, [f"{task}: {m}" if task else m for task, m in db.execute(
+                "SELECT t.name, l.message FROM log l "
+                "LEFT JOIN task_run t ON t.id = l.task_run_id "
+                "WHERE l.flow_run_id = ? ORDER BY l.timestamp",
+                (run_id,),
+            )])
+            for run_id, flow, state in runs
+        ]
+
+
 @pytest.mark.server  # the demo starts its own embedded PostgreSQL and moto server
 def test_demo_runs_end_to_end() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEET_", "PREFECT_"))}
@@ -127,6 +148,7 @@ def test_demo_runs_end_to_end() -> None:
             cwd=home,
             env={**env, "COLUMNS": "200"},
         )
+        run_logs = _run_logs(home / ".fleet-demo" / "prefect" / "prefect.db")
     finally:
         shutil.rmtree(home, ignore_errors=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -135,8 +157,23 @@ def test_demo_runs_end_to_end() -> None:
     assert "AlreadyLoaded" in out  # the unchanged rerun
     assert "failed_publication (resumable" in out and "resume batch" in out
     assert "curated slices" in out and "prefect server start" in out
-    # Quiet: the demo narrates; no warning or error of a logger gets in between.
+    # Quiet: the demo narrates; no warning or error of a logger gets in between, nor a run log.
     assert not re.search(r"WARNING|ERROR|Warning", result.stderr + out), result.stderr[-3000:]
+    assert "| INFO" not in result.stderr + out, result.stderr[-3000:]
+    # Issue 53: yet every run keeps its logs in the API, the UI's Logs tab: each import that
+    # loaded says its batch held the scope, committed the slice and published it; the held
+    # one says it was held for review.
+    assert len(run_logs) == 9 and all(lines for _, _, lines in run_logs), run_logs
+    said = {}
+    for flow, state, lines in run_logs:
+        said.setdefault((flow, state), []).append("\n".join(lines))
+    assert len(said[(IMPORT, "Completed")]) == 3, run_logs
+    for logs in said[(IMPORT, "Completed")]:
+        assert re.search(r"^batch \S+ holds fleet_s3:\S+ \(lease ", logs, re.M), logs
+        for task in ("commit-slice", "publish"):
+            assert re.search(rf"^{task}-\w+: Finished in state Completed\(\)$", logs, re.M), logs
+    (held,) = said[(IMPORT, "Held")]
+    assert "Finished in state Held('held for review: trips would go from" in held, held
     review = out[out.index("redelivered globex") : out.index("ingestion_batches")]
     assert max(len(line) for line in review.splitlines()) <= 160, review
     # Issue #24: a truncated redelivery held with both counts and the approve command,

@@ -34,6 +34,7 @@ from fleet_import.warehouse.base import WarehouseError
 from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 from fleet_import.warehouse.redshift import driver
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
+from tests.pgtools import with_user
 from tests.redshift_emulator import RedshiftEmulator
 from tests.warehouse_helpers import fleet_loads
 
@@ -74,7 +75,7 @@ def test_a_missing_privilege_is_configuration_in_the_store_and_the_warehouse(
     db.execute(f"CREATE TABLE curated_secret_{role} (x int)")
     db.execute(f"REVOKE ALL ON curated_secret_{role} FROM PUBLIC")
     try:
-        url = database_url.replace("postgres@", f"{role}@", 1)
+        url = with_user(database_url, role)
         store = _SleepingStore(url)
         store.queries = {"sleep": f"SELECT * FROM curated_secret_{role}"}
         with pytest.raises(OperationalStoreError) as in_store:

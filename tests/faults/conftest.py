@@ -13,14 +13,12 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
-from fleet_import.config import libpq_url
 from fleet_import.sample_data import today_folder
 from fleet_import.scope import split_folder
-from tests.faults.proxy import FaultProxy, proxied_url
+from tests.faults.proxy import FaultProxy, postgres_address, proxied_url
 from tests.reliability.conftest import (
     REFRESH_SQL,
     REPO,
@@ -59,8 +57,7 @@ AFTER_STAMP = r"insert\s+into\s+\S*ingestion_slices"
 
 @pytest.fixture
 def warehouse_proxy(database_url: str) -> Iterator[FaultProxy]:
-    parts = urlsplit(libpq_url(database_url))
-    with FaultProxy((parts.hostname or "127.0.0.1", parts.port or 5432)) as proxy:
+    with FaultProxy(postgres_address(database_url)) as proxy:
         yield proxy
 
 

@@ -46,7 +46,12 @@ import select
 import socket
 import threading
 import time
+from contextlib import suppress
+from urllib.parse import urlsplit, urlunsplit
 
+from psycopg.conninfo import conninfo_to_dict
+
+from fleet_import.config import libpq_url, masked_url
 from tests.faults.proxy_connection import POLL, Connection, Trigger
 
 
@@ -66,6 +71,8 @@ class FaultProxy:
         self.trigger: Trigger | None = None
         self._refusing_until = 0.0
         self._lock = threading.Lock()
+        self._door = threading.Lock()
+        """Held while the listener is closed or opened."""
         self._connections: set[Connection] = set()
         self._stopped = threading.Event()
         self._listener: socket.socket | None = self._listen(port)
@@ -92,9 +99,8 @@ class FaultProxy:
         self._stopped.set()
         self._thread.join(timeout=5)
         self.reset_all()
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
+        with self._door:
+            self._close_listener()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -139,7 +145,12 @@ class FaultProxy:
         self.stalled_until = time.monotonic() + seconds
 
     def refuse(self, seconds: float) -> None:
-        self._refusing_until = time.monotonic() + seconds
+        """Refuse new connections for `seconds`: the listener is closed before this returns,
+        so a client that connects after what follows (a cut) is refused, however late the
+        accepting thread runs on a busy host."""
+        with self._door:
+            self._refusing_until = time.monotonic() + seconds
+            self._close_listener()
 
     @property
     def refusing(self) -> bool:
@@ -200,26 +211,28 @@ class FaultProxy:
         listener.listen(64)
         return listener
 
+    def _close_listener(self) -> None:
+        """Closed: connections are refused outright."""
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
     def _accept(self) -> None:
         while not self._stopped.is_set():
-            if self.refusing:
-                if self._listener is not None:  # closed: connections are refused outright
-                    self._listener.close()
-                    self._listener = None
+            with self._door:
+                if self._listener is None and not self.refusing:
+                    with suppress(OSError):  # the port not free again yet: the next round
+                        self._listener = self._listen(self.port)
+                listener = self._listener
+            if listener is None:
                 time.sleep(POLL)
                 continue
-            if self._listener is None:
-                try:
-                    self._listener = self._listen(self.port)
-                except OSError:
-                    time.sleep(POLL)
-                    continue
-            ready, _, _ = select.select([self._listener], [], [], POLL)
-            if not ready:
-                continue
             try:
-                client, _ = self._listener.accept()
-            except OSError:
+                ready, _, _ = select.select([listener], [], [], POLL)
+                if not ready:
+                    continue
+                client, _ = listener.accept()
+            except (OSError, ValueError):  # closed meanwhile by refuse()
                 continue
             connection = Connection(self, client)
             with self._lock:
@@ -241,15 +254,33 @@ class FaultProxy:
             return len(self._connections)
 
 
-def proxied_url(url: str, proxy: FaultProxy) -> str:
-    """`url` (postgresql://user@host:port/db...) pointed at the proxy, in clear text."""
-    from urllib.parse import urlsplit, urlunsplit
+def postgres_address(url: str) -> tuple[str, int]:
+    """Where `url`'s PostgreSQL listens on TCP: a proxy's upstream. A server on a Unix
+    socket (the host a directory, or no host) is refused rather than guessed at: the proxy
+    speaks TCP, and every test server (the embedded one too: tests/pgtools.py) has a port."""
+    params = conninfo_to_dict(libpq_url(url))
+    host = str(params.get("host") or "")
+    if not host or host.startswith("/") or "," in host:
+        raise ValueError(
+            f"the fault proxy needs a PostgreSQL on one TCP host and port, not "
+            f"{host or 'the default Unix socket'} ({masked_url(url)})"
+        )
+    return host, int(params.get("port") or 5432)
 
+
+_SERVER_PARAMETERS = frozenset({"host", "hostaddr", "port"})
+"""Query parameters that name a server: libpq lets them override the URL's host and port."""
+
+
+def proxied_url(url: str, proxy: FaultProxy) -> str:
+    """`url` (postgresql://user@host:port/db...) pointed at the proxy, in clear text: its
+    host and port replaced, query parameters naming another server dropped."""
     parts = urlsplit(url)
     userinfo = parts.netloc.rpartition("@")[0]
     netloc = f"{userinfo}@" if userinfo else ""
     netloc += f"127.0.0.1:{proxy.port}"
-    query = parts.query
-    if "sslmode=" not in query:
-        query = f"{query}&sslmode=disable" if query else "sslmode=disable"
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    # Each parameter kept as written: decoding and encoding again could change it for libpq.
+    query = [p for p in parts.query.split("&") if p and p.split("=")[0] not in _SERVER_PARAMETERS]
+    if not any(p.split("=")[0] == "sslmode" for p in query):
+        query.append("sslmode=disable")
+    return urlunsplit(parts._replace(netloc=netloc, query="&".join(query)))

@@ -6,22 +6,20 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
 from fleet_import.config import libpq_url
 from tests import pgtools
-from tests.faults.proxy import FaultProxy, proxied_url
+from tests.faults.proxy import FaultProxy, postgres_address, proxied_url
 
 pytestmark = [pytest.mark.faults, pytest.mark.faults_sample]
 
 
 @pytest.fixture
 def proxy(pg_server_url: str) -> Iterator[FaultProxy]:
-    parts = urlsplit(libpq_url(pg_server_url))
-    with FaultProxy((parts.hostname or "127.0.0.1", parts.port or 5432)) as running:
+    with FaultProxy(postgres_address(pg_server_url)) as running:
         yield running
 
 
@@ -142,3 +140,31 @@ def test_reset_on_and_stall_on_act_on_the_matching_message(
         assert time.monotonic() - started >= 0.9
         conn.commit()
         assert conn.execute("SELECT count(*) FROM marks").fetchone() == (1,)
+
+
+# -- the URLs the proxy is given and gives (issue 53) ---------------------------------------
+
+
+def test_the_proxy_takes_its_upstream_from_the_urls_parts() -> None:
+    assert postgres_address("postgresql://postgres@127.0.0.1:5999/db") == ("127.0.0.1", 5999)
+    assert postgres_address("postgresql+psycopg://u:pw@db.internal/fleet") == ("db.internal", 5432)
+    assert postgres_address("postgresql://u@/fleet?host=db&port=6000") == ("db", 6000)
+    # A Unix socket (pgserver's own URL; libpq's default with no host) is refused, not
+    # guessed to be 127.0.0.1:5432, where another server may answer.
+    for socket_url in ("postgresql://postgres:@/postgres?host=/tmp/pgdata", "postgresql:///x"):
+        with pytest.raises(ValueError, match="needs a PostgreSQL on one TCP host and port"):
+            postgres_address(socket_url)
+
+
+def test_a_proxied_url_names_only_the_proxy() -> None:
+    class Proxy:
+        port = 4321
+
+    proxy = Proxy()
+    tcp = proxied_url("postgresql://postgres@127.0.0.1:5432/db?options=-c%20x%3D1+2", proxy)
+    assert tcp == "postgresql://postgres@127.0.0.1:4321/db?options=-c%20x%3D1+2&sslmode=disable"
+    # Query parameters naming a server override the URL's host for libpq: dropped.
+    socket = proxied_url("postgresql://postgres:@/db?host=/tmp/pgdata&port=5432", proxy)
+    assert socket == "postgresql://postgres:@127.0.0.1:4321/db?sslmode=disable"
+    kept = proxied_url("postgresql://u:p@db/x?sslmode=require&hostaddr=10.0.0.1", proxy)
+    assert kept == "postgresql://u:p@127.0.0.1:4321/x?sslmode=require"

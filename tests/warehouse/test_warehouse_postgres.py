@@ -4,6 +4,7 @@ atomic for concurrent readers, and schema setup safe from several processes at o
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import multiprocessing
 import threading
 import time
@@ -15,6 +16,8 @@ import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fleet_import.config import libpq_url
 from fleet_import.contracts.fleet import FLEET_DATASETS, FUEL_TRANSACTIONS, TRIPS, VEHICLES
@@ -26,9 +29,11 @@ from fleet_import.warehouse.base import (
     Warehouse,
     WarehouseError,
 )
+from fleet_import.warehouse.postgres import writer as postgres_writer
 from fleet_import.warehouse.postgres.ddl import create_index_sql, create_table_sql, index_name
 from fleet_import.warehouse.postgres.slice_sql import copy_sql
 from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
+from tests.pgtools import with_user
 from tests.processes import results_of
 from tests.warehouse_helpers import (
     ACME,
@@ -545,7 +550,7 @@ def test_readers_see_the_old_slice_or_the_new_one_never_a_mix(
     assert len(observations) >= 3 * rounds
 
 
-# -- a replace's full-page images (issue 30) ------------------------------------------------
+# -- a replace's full-page images (issues 30 and 53) -------------------------------------------
 
 
 def _wal_compression(writer: Any) -> str:
@@ -553,29 +558,66 @@ def _wal_compression(writer: Any) -> str:
     return str(writer._conn.execute("SHOW wal_compression").fetchone()[0])
 
 
+def _offered(url: str) -> list[str]:
+    """The wal_compression methods this server's build offers (the machine's PostgreSQL has
+    lz4 and zstd, the pgserver wheel's pglz only)."""
+    with psycopg.connect(libpq_url(url)) as conn:
+        query = "SELECT enumvals FROM pg_settings WHERE name = 'wal_compression'"
+        return list(conn.execute(query).fetchone()[0])
+
+
+def _notes(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == postgres_writer.__name__]
+
+
+@pytest.fixture
+def unsaid(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Nothing said yet in this process (an earlier test may have said it), and what is said
+    captured."""
+    monkeypatch.setattr(postgres_writer, "_said", set())
+    caplog.set_level(logging.WARNING, logger=postgres_writer.__name__)
+
+
+@pytest.mark.usefixtures("unsaid")
 def test_a_replace_compresses_its_full_page_images_a_first_load_does_not(
-    warehouse: PostgresWarehouse, tmp_path: Path
+    warehouse: PostgresWarehouse, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The test server's role is a superuser, as the benchmark's is: a replace (which deletes
-    the old slice) sets lz4 for its own transaction; a first load, and what comes after the
-    replace's transaction, keep the server's setting."""
+    """The test server's role is a superuser, as the benchmark's is: each replace (which
+    deletes the old slice) sets, for its own transaction, the best method the server's build
+    offers, lz4 else zstd; on a build with neither (the embedded server's) it keeps the
+    server's setting and says so once. A first load, and what comes after a replace's
+    transaction, keep the server's setting."""
+    offered = _offered(warehouse._conninfo)
+    expected = "lz4" if "lz4" in offered else "zstd" if "zstd" in offered else "off"
     loads = fleet_loads(tmp_path, {"trips": 10})
     opened = {"tenant_id": ACME, "source_scope": SCOPE, "contracts": [TRIPS]}
     with warehouse.open_slice(batch_id=uuid.uuid4(), **opened) as first:
         assert _wal_compression(first) == "off"
         first.load_files(TRIPS, loads[0].files)
         first.commit()
-    with warehouse.open_slice(batch_id=uuid.uuid4(), **opened) as replace:
-        assert _wal_compression(replace) == "lz4"
-        replace.load_files(TRIPS, loads[0].files)
-        replace.commit()
+    for _ in range(2):
+        with warehouse.open_slice(batch_id=uuid.uuid4(), **opened) as replace:
+            assert _wal_compression(replace) == expected, offered
+            replace.load_files(TRIPS, loads[0].files)
+            replace.commit()
     assert warehouse.slice_counts(ACME, SCOPE) == {"trips": 10}
     with psycopg.connect(libpq_url(warehouse._conninfo)) as conn:
         assert conn.execute("SHOW wal_compression").fetchone() == ("off",)
+    notes = _notes(caplog)
+    if expected == "lz4":
+        assert notes == []
+    elif expected == "zstd":
+        assert len(notes) == 1 and notes[0].endswith("with zstd"), notes
+    else:
+        assert len(notes) == 1 and "offers no lz4 or zstd for wal_compression" in notes[0], notes
 
 
+@pytest.mark.usefixtures("unsaid")
 def test_a_role_that_may_not_set_wal_compression_replaces_as_before(
-    database_url: str, db: psycopg.Connection[Any], tmp_path: Path
+    database_url: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     PostgresWarehouse(database_url).ensure_tables([TRIPS])
     role = f"fleet_loader_{uuid.uuid4().hex[:8]}"
@@ -583,17 +625,85 @@ def test_a_role_that_may_not_set_wal_compression_replaces_as_before(
     db.execute(f"GRANT USAGE ON SCHEMA curated TO {role}")
     db.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA curated TO {role}")
     try:
-        warehouse = PostgresWarehouse(database_url.replace("postgres@", f"{role}@", 1))
+        warehouse = PostgresWarehouse(with_user(database_url, role))
         warehouse._ensured.add((TRIPS.target_table, TRIPS.contract_version))
         commit(warehouse, fleet_loads(tmp_path / "1", {"trips": 10}))
         opened = {"tenant_id": ACME, "source_scope": SCOPE, "contracts": [TRIPS]}
         with warehouse.open_slice(batch_id=uuid.uuid4(), **opened) as replace:
+            assert replace._conn.execute("SELECT current_user").fetchone() == (role,)
             assert _wal_compression(replace) == "off"
             replace.load_files(TRIPS, fleet_loads(tmp_path / "2", {"trips": 4})[0].files)
             replaced = replace.commit()
         assert warehouse.slice_owner(ACME, SCOPE) == replaced.batch_id
         assert warehouse.slice_counts(ACME, SCOPE) == {"trips": 4}
+        # Why, once: the grant where the build has a method, else the build.
+        offered = _offered(database_url)
+        reason = (
+            "this role may not set wal_compression"
+            if {"lz4", "zstd"} & set(offered)
+            else "offers no lz4 or zstd"
+        )
+        notes = _notes(caplog)
+        assert len(notes) == 1 and reason in notes[0], notes
     finally:
         db.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA curated FROM {role}")
         db.execute(f"REVOKE USAGE ON SCHEMA curated FROM {role}")
         db.execute(f"DROP ROLE {role}")
+
+
+_FULL_BUILD = ["pglz", "lz4", "zstd", "on", "off"]  # Debian's and most packagers'
+_PGLZ_BUILD = ["pglz", "on", "off"]  # the pgserver wheel's: pglz costs more than it saves
+
+
+@pytest.mark.parametrize(
+    ("setting", "offered", "may_set", "method", "note"),
+    [
+        ("off", _FULL_BUILD, True, "lz4", None),
+        # A build with zstd only: the next best, said.
+        ("off", ["pglz", "zstd", "on", "off"], True, "zstd", "full-page images with zstd"),
+        ("off", _PGLZ_BUILD, True, None, "offers no lz4 or zstd for wal_compression (only pglz,"),
+        # A role not granted SET ON PARAMETER wal_compression.
+        ("off", _FULL_BUILD, False, None, "GRANT SET ON PARAMETER wal_compression"),
+        # The server compresses already: nothing to set, nothing to say.
+        ("lz4", _FULL_BUILD, True, None, None),
+        ("pglz", _PGLZ_BUILD, True, None, None),
+    ],
+)
+def test_a_replace_asks_the_servers_build_for_its_full_page_compression(
+    setting: str, offered: list[str], may_set: bool, method: str | None, note: str | None
+) -> None:
+    chosen = postgres_writer.full_page_compression(setting, offered, may_set)
+    assert chosen.method == method
+    if note is None:
+        assert chosen.note is None
+    else:
+        assert chosen.note is not None and note in chosen.note, chosen.note
+
+
+@given(
+    setting=st.sampled_from(["off", "on", "pglz", "lz4", "zstd"]),
+    offered=st.sets(st.sampled_from(["pglz", "lz4", "zstd"])).map(lambda m: [*m, "on", "off"]),
+    may_set=st.booleans(),
+)
+def test_a_replace_never_takes_a_method_the_build_lacks_and_says_why_it_took_less(
+    setting: str, offered: list[str], may_set: bool
+) -> None:
+    chosen = postgres_writer.full_page_compression(setting, offered, may_set)
+    best = "lz4" if "lz4" in offered else "zstd" if "zstd" in offered else None
+    # Set only where the server compresses nothing and the role may: the best it offers.
+    assert chosen.method == (best if setting == "off" and may_set else None)
+    # Less than lz4 where the server does not compress already: always said.
+    assert (chosen.note is not None) == (setting == "off" and chosen.method != "lz4")
+
+
+def test_a_note_on_full_page_compression_is_said_once_per_server(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(postgres_writer, "_said", set())
+    caplog.set_level(logging.WARNING, logger=postgres_writer.__name__)
+    for server in ("db1:5432", "db1:5432", "db2:5432", "db1:5432"):
+        postgres_writer._say_once(server, "no lz4")
+    assert _notes(caplog) == [
+        "PostgreSQL warehouse at db1:5432: no lz4",
+        "PostgreSQL warehouse at db2:5432: no lz4",
+    ]

@@ -39,13 +39,14 @@ SELECT pg_terminate_backend(pid, %(timeout_ms)s) AS ended
 FROM pg_stat_activity
 WHERE pid = %(pid)s AND backend_start = %(started)s::timestamptz
 
--- may_compress_full_pages --
--- Whether this session may compress the full-page images of its WAL with lz4 (a superuser,
--- or a role granted SET ON PARAMETER wal_compression, PostgreSQL 15+), and the server was
--- built with lz4 and does not compress already.
-SELECT s.setting = 'off' AND 'lz4' = ANY (s.enumvals) AND has_parameter_privilege('wal_compression', 'SET')
+-- full_page_compression --
+-- What this session could compress the full-page images of its WAL with: the server's setting
+-- now, the methods its build offers, and whether this role may set it (a superuser, or a role
+-- granted SET ON PARAMETER wal_compression, PostgreSQL 15+).
+SELECT s.setting, s.enumvals, has_parameter_privilege('wal_compression', 'SET') AS may_set
 FROM pg_settings AS s
 WHERE s.name = 'wal_compression'
 
 -- compress_full_pages --
-SET LOCAL wal_compression = lz4
+-- SET LOCAL, with the method a bound value.
+SELECT set_config('wal_compression', %(method)s, true)

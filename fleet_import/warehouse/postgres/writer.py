@@ -5,8 +5,10 @@ adds to; it does not know the warehouse that opened it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
@@ -46,28 +48,94 @@ from fleet_import.warehouse.sql import (
     staging_table,
 )
 
+log = logging.getLogger(__name__)
+
 Connect = Callable[[], psycopg.Connection[Any]]
 """A new connection to the warehouse, driver errors already translated."""
 
 
-# has_parameter_privilege and GRANT SET ON PARAMETER came with PostgreSQL 15.
+# has_parameter_privilege and GRANT SET ON PARAMETER came with PostgreSQL 15, and with them
+# wal_compression's methods beyond pglz.
 _PARAMETER_PRIVILEGES_VERSION = 150_000
 
+FULL_PAGE_METHODS = ("lz4", "zstd")
+"""What a replace compresses its full-page images with: the first of these the server's build
+offers (`pg_settings.enumvals`; a build may have neither). pglz, which every build has, is
+never taken: it costs the DELETE three times its CPU, more time than the WAL it saves
+(benchmarks/README.md, issue 30)."""
 
-def compress_full_pages(conn: psycopg.Connection[Any]) -> bool:
-    """lz4 for this transaction's full-page images, where the session may set it: a replace
+_UNCOMPRESSED = "a replace writes its full-page images to WAL uncompressed"
+_BEFORE_15 = (
+    "PostgreSQL before 15 has no lz4 or zstd for wal_compression: a replace keeps the "
+    "server's setting"
+)
+_said: set[tuple[str, str]] = set()
+"""(server, note) pairs this process has logged: each is said once."""
+
+
+@dataclass(frozen=True)
+class FullPageCompression:
+    """What a replace's transaction compresses its full-page images with (None: the server's
+    setting stays), and, where that is less than lz4, why."""
+
+    method: str | None
+    note: str | None = None
+
+
+def full_page_compression(
+    setting: str, offered: Sequence[str], may_set: bool
+) -> FullPageCompression:
+    """The method for a server whose wal_compression is `setting`, whose build offers
+    `offered`, and on which this role `may_set` it."""
+    if setting != "off":
+        return FullPageCompression(None)  # the server compresses every transaction already
+    method = next((m for m in FULL_PAGE_METHODS if m in offered), None)
+    if method is None:
+        return FullPageCompression(
+            None,
+            f"the server's build offers no {' or '.join(FULL_PAGE_METHODS)} for "
+            f"wal_compression (only {', '.join(offered)}): {_UNCOMPRESSED}",
+        )
+    if not may_set:
+        return FullPageCompression(
+            None,
+            "this role may not set wal_compression (GRANT SET ON PARAMETER wal_compression "
+            f"TO it, PostgreSQL 15+): {_UNCOMPRESSED}",
+        )
+    if method != FULL_PAGE_METHODS[0]:
+        return FullPageCompression(
+            method,
+            f"the server's build has no {FULL_PAGE_METHODS[0]} for wal_compression: a replace "
+            f"compresses its full-page images with {method}",
+        )
+    return FullPageCompression(method)
+
+
+def compress_full_pages(conn: psycopg.Connection[Any]) -> str | None:
+    """Compress this transaction's full-page images where the session may: a replace
     deletes the old slice's rows, and the first change of each of its pages after a
     checkpoint writes the whole page to WAL (the old slice's heap again, 166 MB per 1M
     trips). lz4 halves those bytes at no measurable CPU, while the rows' own WAL records,
     the COPY's included, are never compressed. Readers and locks are untouched: it is a
-    setting of this transaction's WAL only. True if it applies."""
+    setting of this transaction's WAL only. Returns the method set, if any; where it is not
+    lz4, says why once per server and process."""
+    server = f"{conn.info.host}:{conn.info.port}"
     if conn.info.server_version < _PARAMETER_PRIVILEGES_VERSION:
-        return False
-    row = conn.execute(QUERIES["may_compress_full_pages"]).fetchone()
-    if not (row and row[0]):
-        return False
-    conn.execute(QUERIES["compress_full_pages"])
-    return True
+        _say_once(server, _BEFORE_15)
+        return None
+    setting, offered, may_set = conn.execute(QUERIES["full_page_compression"]).fetchone()
+    chosen = full_page_compression(setting, offered, may_set)
+    if chosen.note is not None:
+        _say_once(server, chosen.note)
+    if chosen.method is not None:
+        conn.execute(QUERIES["compress_full_pages"], {"method": chosen.method})
+    return chosen.method
+
+
+def _say_once(server: str, note: str) -> None:
+    if (server, note) not in _said:
+        _said.add((server, note))
+        log.warning("PostgreSQL warehouse at %s: %s", server, note)
 
 
 class PostgresSliceWriter(OpenSlice):
