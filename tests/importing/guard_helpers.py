@@ -25,3 +25,21 @@ def redeliver(s3, folder: str, trips_files: dict[str, bytes]) -> None:
     for name in ("trips-1.csv", "trips-2.csv.gz"):
         s3.delete_object(Bucket=bucket, Key=prefix + name)
     upload(s3, folder, trips_files)
+
+
+def retaining_ctx(import_ctx, outbox, reviews, keep_seconds: float):
+    """`import_ctx` publishing with the default steps and a retention of `keep_seconds`:
+    what a rollback needs (the files of earlier successes kept)."""
+    from fleet_import.publication.publisher import Publisher
+    from fleet_import.publication.retention import Retention
+
+    import_ctx.publisher = Publisher(
+        import_ctx.repo,
+        outbox,
+        import_ctx.warehouse,
+        events=import_ctx.events,
+        staging=import_ctx.staging,
+        backoff=lambda attempts: 0.0,
+        retention=Retention(reviews, keep_seconds=keep_seconds),
+    )
+    return import_ctx

@@ -11,14 +11,12 @@ from fleet_import.importing.driver import import_folder
 from fleet_import.importing.guards import GuardOverride
 from fleet_import.importing.rollback import NotRolledBack, rollback_slice
 from fleet_import.publication.decisions import ROLLED_BACK_EVENT
-from fleet_import.publication.publisher import Publisher
-from fleet_import.publication.retention import Retention
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.scope import Tenant
 from fleet_import.store.models import BatchStatus
 from fleet_import.store.review_repository import ReviewRepository
 from tests.helpers import layout_admission, slice_rows, upload
-from tests.importing.guard_helpers import redeliver, slice_snapshot
+from tests.importing.guard_helpers import redeliver, retaining_ctx, slice_snapshot
 from tests.warehouse_helpers import WAREHOUSE_BACKENDS
 
 ACME = Tenant.named("acme")
@@ -29,19 +27,6 @@ NO_GUARD = GuardOverride(waived=True, reason="test")
 @pytest.fixture
 def reviews(database_url: str) -> ReviewRepository:
     return ReviewRepository(database_url)
-
-
-def retaining_ctx(import_ctx: ImportContext, outbox, reviews, keep_seconds: float):
-    import_ctx.publisher = Publisher(
-        import_ctx.repo,
-        outbox,
-        import_ctx.warehouse,
-        events=import_ctx.events,
-        staging=import_ctx.staging,
-        backoff=lambda attempts: 0.0,
-        retention=Retention(reviews, keep_seconds=keep_seconds),
-    )
-    return import_ctx
 
 
 def unstamped(snapshot: dict[str, list[tuple]]) -> dict[str, list[tuple]]:

@@ -22,15 +22,13 @@ from fleet_import.importing.context import AlreadyLoaded, Committed, Failed, Imp
 from fleet_import.importing.driver import import_folder
 from fleet_import.importing.review import approve_held, reject_held
 from fleet_import.importing.rollback import rollback_slice
-from fleet_import.publication.publisher import Publisher
-from fleet_import.publication.retention import Retention
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.scope import Tenant, source_scope
 from fleet_import.store.batch_state import ReviewState, review_state
 from fleet_import.store.models import BatchStatus, FailureKind
 from fleet_import.store.review_repository import ReviewRepository
 from tests.helpers import curated, layout_admission, upload
-from tests.importing.guard_helpers import redeliver
+from tests.importing.guard_helpers import redeliver, retaining_ctx
 
 pytestmark = pytest.mark.slow
 
@@ -164,15 +162,7 @@ def test_any_sequence_leaves_one_delivery_in_the_slice(
     publishing_ctx: ImportContext, outbox, s3, landing_bucket: str, database_url: str
 ) -> None:
     reviews = ReviewRepository(database_url)
-    publishing_ctx.publisher = Publisher(
-        publishing_ctx.repo,
-        outbox,
-        publishing_ctx.warehouse,
-        events=publishing_ctx.events,
-        staging=publishing_ctx.staging,
-        backoff=lambda attempts: 0.0,
-        retention=Retention(reviews, keep_seconds=3600),
-    )
+    retaining_ctx(publishing_ctx, outbox, reviews, keep_seconds=3600)
     SliceSequences.ctx = publishing_ctx
     SliceSequences.reviews = reviews
     SliceSequences.s3 = s3
