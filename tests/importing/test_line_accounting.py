@@ -63,7 +63,7 @@ def loaded_lines(database_url: str, batch_id: object) -> int:
 
 
 def rejected_lines(ctx: ImportContext, batch_id: object, workdir: Path) -> Counter[int]:
-    name = f"rejects/{ACME.tenant_id}/{batch_id}/rejects.csv"
+    name = f"{ACME.tenant_id}/rejects/{batch_id}/rejects.csv"  # under the tenant's prefix
     try:
         local = ctx.staging.get_file(name, workdir / f"{batch_id}.csv")
     except Exception:  # no rejects, no file
