@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -45,6 +46,7 @@ _FAILING_REFRESH = '["SELECT 1/0 AS refresh_that_fails"]'
 # What the demo writes under its home; `--fresh` deletes a home holding nothing else.
 _DEMO_ENTRIES = frozenset({"pgdata", "prefect", "work", "tenants.yaml"})
 _TRUNCATED_TRIPS = 100
+_FULL_ID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 
 
 def _start_services(home: Path, say: Callable[[str], None]) -> tuple[str, str, object]:
@@ -198,8 +200,10 @@ def run_demo(home: Path = DEMO_HOME, *, fresh: bool = False) -> int:
     from flows.resume_publication import resume_publication
 
     def show(label: str, state) -> None:
+        # Batch ids as the 8-digit prefixes `batches show` takes: a line stays readable.
+        message = _FULL_ID.sub(lambda m: m[0][:8], state.message or "")
         colour = "green" if state.is_completed() else "red"
-        say(Text.assemble(f"{label}: ", (state.name, colour), " ", state.message or ""))
+        say(Text.assemble(f"{label}: ", (state.name, colour), " ", message))
 
     say("starting a local Prefect API (first start takes a few seconds)...")
     _create_load_limits(say)
@@ -276,7 +280,7 @@ def _review_and_rollback(
         approve_held_batch(batch_id=str(batch.id), return_state=True),
     )
     show(
-        "rollback globex to the slice before",
+        "rollback globex",
         rollback_slice(tenant_id="globex", folder=folder, return_state=True),
     )
 

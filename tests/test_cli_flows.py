@@ -184,7 +184,10 @@ def test_demo_runs_end_to_end() -> None:
     assert held, out
     approved = re.search(rf"approve {held[1][:8]} .*: Completed batch (\S+) succeeded: (.*)", out)
     assert approved and "100 trips" in approved[2], out
-    rolled = re.search(r"rollback globex .*: Completed batch (\S+) succeeded: (.*)", out)
+    rolled = re.search(
+        r"rollback globex\b.*?: Completed rolled back to batch \S+.*?; batch (\S+) succeeded: (.*)",
+        out,
+    )
     assert rolled and "10,000 trips" in rolled[2], out
     # The final slices: globex's is the rollback's, holding the first delivery's counts.
     slices = dict(re.findall(r"│ (acme|globex) +│ fleet_s3:\S+ +│ (\S+ +│ .*?) +│\n", out))

@@ -146,7 +146,7 @@ def test_a_second_rollback_never_brings_back_what_the_first_removed_from_the_cli
 
     first = cli("slices", "rollback", "--tenant", "acme", folder, env=api_env)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert first.stdout.startswith(f"Completed: rolled back to batch {good.id} (by default: ")
+    assert first.stdout.startswith(f"Completed: rolled back to batch {good.id} (by default)")
     (restored,) = slice_rows(flow_env, "fleet_trips", "acme", folder)
     assert restored[1] == 400
     assert repo.get(restored[0]).details["rollback_replaced"] == str(truncated)

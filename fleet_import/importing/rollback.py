@@ -61,12 +61,11 @@ class RollbackPlan:
     @property
     def chosen(self) -> str:
         """Which batch the rollback loads, and why that one: what its outcome says first."""
+        # "by default": the newest earlier success no rollback removed (`slices rollback
+        # --help`, docs/operating.md); the line stays short enough to read.
         if not self.by_default:
             return f"rolled back to batch {self.target.id}"
-        return (
-            f"rolled back to batch {self.target.id} (by default: the newest earlier success "
-            "whose content the slice did not show and no rollback removed)"
-        )
+        return f"rolled back to batch {self.target.id} (by default)"
 
     @property
     def delivery_key(self) -> str:
