@@ -278,19 +278,10 @@ def test_a_rollback_to_an_evolved_load_reads_with_the_evolved_contract(
     import_ctx: ImportContext, outbox, s3, landing_bucket: str, database_url: str
 ) -> None:
     from fleet_import.importing.rollback import rollback_slice
-    from fleet_import.publication.publisher import Publisher
-    from fleet_import.publication.retention import Retention
+    from tests.importing.guard_helpers import retaining_ctx
 
     reviews = ReviewRepository(database_url)
-    import_ctx.publisher = Publisher(
-        import_ctx.repo,
-        outbox,
-        import_ctx.warehouse,
-        events=import_ctx.events,
-        staging=import_ctx.staging,
-        backoff=lambda attempts: 0.0,
-        retention=Retention(reviews, keep_seconds=3600),
-    )
+    retaining_ctx(import_ctx, outbox, reviews, keep_seconds=3600)
     ctx = trips_under(import_ctx, on_new_columns="evolve", new_column_type="int64")
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, drifted_delivery())

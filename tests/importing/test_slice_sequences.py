@@ -159,11 +159,10 @@ class SliceSequences(RuleBasedStateMachine):
 
 
 def test_any_sequence_leaves_one_delivery_in_the_slice(
-    publishing_ctx: ImportContext, outbox, s3, landing_bucket: str, database_url: str
+    import_ctx: ImportContext, outbox, s3, landing_bucket: str, database_url: str
 ) -> None:
     reviews = ReviewRepository(database_url)
-    retaining_ctx(publishing_ctx, outbox, reviews, keep_seconds=3600)
-    SliceSequences.ctx = publishing_ctx
+    SliceSequences.ctx = retaining_ctx(import_ctx, outbox, reviews, keep_seconds=3600)
     SliceSequences.reviews = reviews
     SliceSequences.s3 = s3
     SliceSequences.landing = landing_bucket
