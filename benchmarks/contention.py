@@ -37,10 +37,10 @@ if __package__ in (None, ""):
 
 from fleet_import.config import libpq_url
 from fleet_import.scope import Tenant
+from fleet_import.store.details import FailureKind
 from fleet_import.store.models import (
     FLEET_MODE,
     FLEET_PIPELINE_STAGE,
-    FailureKind,
     Reserved,
     SourceType,
 )

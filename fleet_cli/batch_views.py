@@ -29,6 +29,7 @@ from fleet_import.store.batch_state import (
     review_state,
     shown_status,
 )
+from fleet_import.store.details import BatchDetails, Failure, Review
 from fleet_import.store.lineage_outbox import LineageRow
 from fleet_import.store.models import Batch
 from fleet_import.store.outbox import OutboxStep
@@ -85,15 +86,11 @@ def _scope(batch: Batch) -> Text:
 
 
 def _phase(batch: Batch) -> Text:
-    return Text(str(batch.details.get("phase", "")))
-
-
-def _row_total(details: Mapping[str, Any]) -> int:
-    return sum(int(n) for n in (details.get("row_counts") or {}).values())
+    return Text(batch.record.phase)
 
 
 def _rows(batch: Batch) -> Text:
-    return Text(f"{_row_total(batch.details):,}")
+    return Text(f"{batch.record.rows:,}")
 
 
 def _lease(batch: Batch) -> Text:
@@ -164,8 +161,8 @@ def _iso(value: dt.datetime | dt.date | None) -> str | None:
 
 def batch_record(batch: Batch, since: HeldSince | None = None) -> dict[str, Any]:
     """One batch for `--json`: the same keys for every batch (null when unknown)."""
-    details = batch.details
-    review = details.get("review") or {}
+    record = batch.record
+    review = record.review or Review()
     state = review_state(batch, since)
     return {
         "id": str(batch.id),
@@ -176,15 +173,15 @@ def batch_record(batch: Batch, since: HeldSince | None = None) -> dict[str, Any]
         "business_date": _iso(batch.business_date),
         "delivery_key": batch.delivery_key,
         "status": batch.status.value,
-        "failure_kind": (details.get("failure") or {}).get("kind"),
+        "failure_kind": record.failure.kind if record.failure is not None else None,
         "shown_status": shown_status(batch, since),
         "review_state": state.value if state is not None else None,
         "review": review_line(batch, since),
-        "reviewed_by_batch": review.get("batch_id"),
-        "review_note": review.get("note"),
+        "reviewed_by_batch": review.batch_id,
+        "review_note": review.note,
         "committed": committed_answer(batch),
-        "phase": details.get("phase"),
-        "rows": _row_total(details),
+        "phase": record.phase,
+        "rows": record.rows,
         "execution_lease_id": batch.execution_lease_id,
         "execution_lease_expires_at": _iso(batch.execution_lease_expires_at),
         "created_at": _iso(batch.created_at),
@@ -240,16 +237,16 @@ def batch_detail_record(
 # -- show ---------------------------------------------------------------------------------
 
 
-def _failure_text(failure: object, *, reviewed: bool = False) -> str:
+def _failure_text(failure: Failure, *, reviewed: bool = False) -> str:
     from fleet_import.importing.guards import held_error
 
-    if not isinstance(failure, Mapping):
-        return str(failure)
     # A hold's breaches are in its error already (`--json` has them all, with the content).
-    facts = {k: v for k, v in failure.items() if k not in ("kind", "error", "at", "held")}
-    text = f"{failure.get('kind')}: {held_error(failure, reviewed)}"
-    if failure.get("at"):
-        text += f" (at {failure['at']})"
+    facts = {
+        k: v for k, v in failure.to_json().items() if k not in ("kind", "error", "at", "held")
+    }
+    text = f"{failure.kind}: {held_error(failure, reviewed)}"
+    if failure.at:
+        text += f" (at {failure.at})"
     return text + "".join(f"; {k}: {_fact_text(v)}" for k, v in facts.items())
 
 
@@ -263,28 +260,28 @@ def _fact_text(value: object) -> str:
 
 
 def failure_history(
-    details: Mapping[str, Any], awaiting: bool | None = None
+    record: BatchDetails, awaiting: bool | None = None
 ) -> list[tuple[str, str]]:
     """A batch's failures, resumes and expiry, oldest first. A resume moves `failure` to
     `last_failure`, so the failure that started it all stays visible beside what came of
     the resume (another failure, or the publication expiring)."""
     history: list[tuple[str, str]] = []
-    if details.get("last_failure"):
-        history.append(("failure before resume", _failure_text(details["last_failure"])))
-    if details.get("resumes"):
-        history.append(("resumes", str(details["resumes"])))
-    if details.get("failure"):
+    if record.last_failure is not None:
+        history.append(("failure before resume", _failure_text(record.last_failure)))
+    if record.resumes:
+        history.append(("resumes", str(record.resumes)))
+    if record.failure is not None:
         # The approve hint only while the batch awaits review (not reviewed, overtaken, stale).
-        reviewed = bool(details.get("review")) if awaiting is None else not awaiting
-        history.append(("failure", _failure_text(details["failure"], reviewed=reviewed)))
-    if details.get("publication_expired"):
+        reviewed = record.review is not None if awaiting is None else not awaiting
+        history.append(("failure", _failure_text(record.failure, reviewed=reviewed)))
+    if record.publication_expired:
         history.append(("publication expired", "yes: a newer batch owns the slice"))
     return history
 
 
 def _rows_shown(batch: Batch) -> str:
     """Rows per dataset as committed (`trips 5,003, vehicles 40`), or why there are none."""
-    counts = batch.details.get("row_counts") or {}
+    counts = batch.record.row_counts
     if counts:
         return ", ".join(f"{dataset} {int(rows):,}" for dataset, rows in counts.items())
     return "none yet" if batch.status.value == "running" else "none"
@@ -313,7 +310,7 @@ def batch_views(
 ) -> list[RenderableType]:
     """`batches show`: the facts, then publication steps, lineage events, files and first
     rejects."""
-    details = batch.details
+    record = batch.record
     facts = Table.grid(padding=(0, 2))
     facts.add_column(no_wrap=True)
     facts.add_column(overflow="fold")  # a long scope or error wraps whole
@@ -324,7 +321,7 @@ def batch_views(
         ("delivery", batch.delivery_key),
         ("status", shown_status(batch, since)),
         ("review", review_line(batch, since)),
-        ("phase", details.get("phase")),
+        ("phase", record.phase),
         ("committed", committed_answer(batch)),
         ("rows", _rows_shown(batch)),
         (
@@ -334,9 +331,9 @@ def batch_views(
             else "free",
         ),
         *failure_history(
-            details, review_state(batch, since) in (None, ReviewState.AWAITING)
+            record, review_state(batch, since) in (None, ReviewState.AWAITING)
         ),
-        ("superseded by", details.get("superseded_by")),
+        ("superseded by", record.superseded_by),
         ("created", _when(batch.created_at)),
         ("updated", _when(batch.updated_at)),
     ):
@@ -355,20 +352,19 @@ def batch_views(
             error = (e.last_error or "")[:_SHOW_STEP_ERROR]
             events.add_row(*_cells(e.job_name, e.event_type, e.status, e.attempts, error))
         views.append(events)
-    summary = details.get("summary") or {}
-    if summary.get("files"):
+    if record.summary is not None and record.summary.files:
         files = _data_table("files", "file", "dataset", "rows", "rejects", "cache hit")
-        for f in summary["files"]:
-            hit = "yes" if f["cache_hit"] else ""
-            files.add_row(*_cells(f["key"], f["dataset"], f"{f['rows']:,}", f["rejects"], hit))
+        for f in record.summary.files:
+            hit = "yes" if f.cache_hit else ""
+            files.add_row(*_cells(f.key, f.dataset, f"{f.rows:,}", f.rejects, hit))
         views.append(files)
-    rejects = details.get("rejects") or {}
-    if rejects.get("count"):
-        title = f"first rejects of {rejects['count']:,} (all: {rejects.get('uri')})"
+    rejects = record.rejects
+    if rejects is not None and rejects.count:
+        title = f"first rejects of {rejects.count:,} (all: {rejects.uri})"
         table = _data_table(
             Text(title, style="table.title"), "file", "line", "column", "reason", "value"
         )
-        for r in rejects.get("sample", []):
+        for r in rejects.sample:
             value = str(r.get("value") or "")[:_SHOW_REJECT_VALUE]
             # A record spanning lines names them all: 51-54.
             line = f"{r['line']}-{r['last_line']}" if r.get("last_line") else r["line"]

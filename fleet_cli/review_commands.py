@@ -40,7 +40,7 @@ def list_held(tenant: str | None, limit: int, as_json: bool, database_url: str |
     from fleet_cli.batch_views import batch_record, batches_table
     from fleet_import.importing.drift import held_drift
     from fleet_import.importing.guards import Breach, approve_command
-    from fleet_import.store.batch_state import ReviewState, review_line, review_state
+    from fleet_import.store.batch_state import ReviewState, hold_of, review_line, review_state
     from fleet_import.store.review_repository import ReviewRepository
 
     store = ReviewRepository.from_settings(_store_settings(database_url))
@@ -61,12 +61,13 @@ def list_held(tenant: str | None, limit: int, as_json: bool, database_url: str |
             line = review_line(batch, since.get(batch.id))
             console.print(Text(f"{batch.id}: {line}"), soft_wrap=True)
             continue
-        for breach in batch.details["failure"].get("held", {}).get("breaches", []):
+        hold = hold_of(batch)
+        for breach in hold.breaches if hold is not None else []:
             described = Breach(**breach).describe()
             console.print(
                 Text(f"{batch.id}: {described}; {approve_command(batch.id)}"), soft_wrap=True
             )
-        for dataset, columns in held_drift(batch.details).items():  # issue #25
+        for dataset, columns in held_drift(batch).items():  # issue #25
             spelled = ", ".join(f"{name} {kind}" for name, kind in columns.items())
             console.print(
                 Text(

@@ -256,6 +256,7 @@ def _review_and_rollback(
     from fleet_import.importing.guards import Breach, approve_command
     from fleet_import.sample_data import csv_bytes, trips_table
     from fleet_import.scope import split_folder
+    from fleet_import.store.batch_state import hold_of
     from flows.approve_held_batch import approve_held_batch
     from flows.import_s3_folder import import_s3_folder
     from flows.rollback_slice import rollback_slice
@@ -272,7 +273,8 @@ def _review_and_rollback(
         held = import_s3_folder(tenant_id="globex", folder=folder, return_state=True)
     say(Text.assemble("import globex, truncated: ", (held.name, "yellow"), " (exit code 6)"))
     (batch,) = [b for b in repo.list(tenant="globex", status="failed") if _waits(b)]
-    for breach in batch.details["failure"]["held"]["breaches"]:
+    facts = hold_of(batch)
+    for breach in facts.breaches if facts is not None else []:
         say(f"  held {Breach(**breach).describe()}")
     say(f"  to load it anyway: {approve_command(batch.id)}")
     show(
@@ -335,18 +337,19 @@ def _print_tables(
         "cache hits",
         title="ingestion_batches" + (" (this run's; earlier runs' left out)" if since else ""),
     )
+    from fleet_import.store.batch_state import shown_status
+
     this_run = [b for b in repo.list(limit=20) if since is None or b.created_at > since]
     for batch in reversed(this_run):
-        details = batch.details
-        failure = (details.get("failure") or {}).get("kind")
+        record = batch.record
         batches.add_row(
             str(batch.id)[:8],
             batch.tenant_id,
-            f"{batch.status.value}{f' ({failure})' if failure else ''}",
-            str(details.get("phase")),
-            f"{sum(details.get('row_counts', {}).values()):,}",
-            str((details.get("rejects") or {}).get("count", 0)),
-            str((details.get("summary") or {}).get("cache_hits", "")),
+            shown_status(batch),
+            record.phase,
+            f"{record.rows:,}",
+            str(record.reject_count),
+            str(record.summary.cache_hits) if record.summary is not None else "",
         )
     console.print(batches)
     slices = Table(

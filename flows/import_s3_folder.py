@@ -27,6 +27,7 @@ from fleet_import.importing.guards import GuardOverride, record_override
 from fleet_import.importing.runtime import Runtime
 from fleet_import.intake.admission import admit
 from fleet_import.scope import folder_leaf, source_scope
+from fleet_import.store.details import BatchDetails
 from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT, Refused
 from flows.api_reports import report
 from flows.common import (
@@ -246,5 +247,6 @@ def _record_run(rt: Runtime, claimed: pipeline.Claimed) -> None:
     the batch's story."""
     run_id = flow_run.get_id()
     batch = rt.ctx.repo.get(claimed.batch_id)
-    if run_id and batch is not None and "flow_run_id" not in batch.details:
-        rt.ctx.repo.update_details(claimed.batch_id, claimed.owner, {"flow_run_id": run_id})
+    if run_id and batch is not None and batch.record.flow_run_id is None:
+        patch = BatchDetails.patch(flow_run_id=run_id)
+        rt.ctx.repo.update_details(claimed.batch_id, claimed.owner, patch)

@@ -79,5 +79,6 @@ def _ended_state(batch: Batch, told_by: str | None) -> State:
     told = f" (told by flow run {told_by}: this run's own end never reached the Prefect API)"
     if batch.status is BatchStatus.SUCCEEDED:
         return Completed(message=f"batch {batch.id} succeeded{told}")
-    failure = batch.details.get("failure") or {}
-    return Failed(message=f"{failure.get('kind', 'failed')}: {failure.get('error', '')}{told}")
+    failure = batch.record.failure
+    kind, error = (failure.kind, failure.error) if failure is not None else ("failed", "")
+    return Failed(message=f"{kind}: {error}{told}")

@@ -20,7 +20,7 @@ from fleet_import.errors import FleetImportError, should_retry
 from fleet_import.explain import explain
 from fleet_import.importing import driver as pipeline
 from fleet_import.importing.runtime import Runtime
-from fleet_import.store.models import FailureKind
+from fleet_import.store.details import FailureKind, Summary
 from fleet_import.tenants.binding import Refused
 from flows.api_reports import api_unreachable, describe_outage, keep_computed_state, report
 
@@ -262,41 +262,41 @@ def _publish_artifacts(rt: Runtime, batch_id: uuid.UUID) -> None:
     batch = rt.ctx.repo.get(batch_id)
     if batch is None:
         return
-    details = batch.details
-    summary = details.get("summary", {})
+    record = batch.record
+    summary = record.summary or Summary()
     rows = [
         {
-            "file": f["key"],
-            "dataset": f["dataset"],
-            "rows": f["rows"],
-            "rejects": f["rejects"],
-            "cache hit": f["cache_hit"],
-            "seconds": f["seconds"],
+            "file": f.key,
+            "dataset": f.dataset,
+            "rows": f.rows,
+            "rejects": f.rejects,
+            "cache hit": f.cache_hit,
+            "seconds": f.seconds,
         }
-        for f in summary.get("files", [])
+        for f in summary.files
     ]
     rows.append(
         {
             "file": f"batch {batch_id} ({batch.status})",
             "dataset": "all",
-            "rows": sum(details.get("row_counts", {}).values()),
-            "rejects": (details.get("rejects") or {}).get("count", 0),
-            "cache hit": summary.get("cache_hits", 0),
-            "seconds": (summary.get("seconds") or {}).get("commit", ""),
+            "rows": record.rows,
+            "rejects": record.reject_count,
+            "cache hit": summary.cache_hits,
+            "seconds": summary.seconds.get("commit", ""),
         }
     )
     create_table_artifact(rows, key="batch-summary", description=f"batch {batch_id}")
-    rejects = details.get("rejects") or {}
-    if rejects.get("count"):
+    rejects = record.rejects
+    if rejects is not None and rejects.count:
         lines = [
-            f"# {rejects['count']:,} rejected rows in batch {batch_id}",
+            f"# {rejects.count:,} rejected rows in batch {batch_id}",
             "",
-            f"All rejects: {escape_markdown(rejects.get('uri'))}",
+            f"All rejects: {escape_markdown(rejects.uri)}",
             "",
             "| file | line | column | reason | value |",
             "| --- | --- | --- | --- | --- |",
         ]
-        for r in rejects.get("sample", [])[:_REJECTS_SHOWN]:
+        for r in rejects.sample[:_REJECTS_SHOWN]:
             value = str(r.get("value") or "")[:_REJECT_VALUE_SHOWN]  # cut before escaping
             line = f"{r['line']}-{r['last_line']}" if r.get("last_line") else r["line"]
             cells = (r["file"], line, r["column"], r["reason"], value)
@@ -304,11 +304,11 @@ def _publish_artifacts(rt: Runtime, batch_id: uuid.UUID) -> None:
         create_markdown_artifact(
             "\n".join(lines), key="batch-rejects", description=f"first rejects of batch {batch_id}"
         )
-    failure = details.get("failure")
-    if failure:
+    failure = record.failure
+    if failure is not None:
         create_markdown_artifact(
-            f"# batch {batch_id} failed ({escape_markdown(failure['kind'])})\n\n"
-            f"{escape_markdown(failure['error'])}",
+            f"# batch {batch_id} failed ({escape_markdown(failure.kind)})\n\n"
+            f"{escape_markdown(failure.error)}",
             key="batch-failure",
         )
 

@@ -29,6 +29,7 @@ from fleet_import.scope import folder_leaf
 from fleet_import.store.batch_state import (
     HeldSince,
     ReviewState,
+    hold_of,
     is_held,
     review_line,
     review_state,
@@ -56,7 +57,7 @@ def tenant_key(tenant_id: str) -> str:
 
 def made_by(batch: Batch) -> uuid.UUID | None:
     """The flow run that made the batch (recorded when the import flow claims it)."""
-    raw = batch.details.get("flow_run_id")
+    raw = batch.record.flow_run_id
     try:
         return uuid.UUID(str(raw)) if raw else None
     except ValueError:
@@ -78,7 +79,7 @@ def _tell(rt: Runtime, batch_ids: list[uuid.UUID]) -> None:
     told = {b.id for b in batches}
     for batch in [b for b in batches if b.status is BatchStatus.SUCCEEDED]:
         for older in rt.ctx.repo.list(tenant=batch.tenant_id, status=BatchStatus.FAILED):
-            if older.details.get("superseded_by") == str(batch.id) and older.id not in told:
+            if older.record.superseded_by == str(batch.id) and older.id not in told:
                 batches.append(older)
                 told.add(older.id)
     runs = _run_names({run for b in batches if (run := made_by(b))} | _this_run())
@@ -121,35 +122,35 @@ def run_link(run_id: uuid.UUID, names: dict[uuid.UUID, str]) -> str:
 def story_markdown(
     batch: Batch, runs: dict[uuid.UUID, str], since: HeldSince | None = None
 ) -> str:
-    details = batch.details
+    record = batch.record
     status = shown_status(batch, since)
     lines = [f"# batch {batch.id}: {escape_markdown(status)}", ""]
     facts: list[tuple[str, str]] = [
         ("tenant", escape_markdown(batch.tenant_id)),
         ("delivery", escape_markdown(batch.source_scope or batch.business_date or "")),
     ]
-    counts = details.get("row_counts") or {}
+    counts = record.row_counts
     if counts:
         facts.append(("rows", ", ".join(f"{n:,} {escape_markdown(d)}" for d, n in counts.items())))
-    facts.append(("rejects", f"{(details.get('rejects') or {}).get('count', 0):,}"))
+    facts.append(("rejects", f"{record.reject_count:,}"))
     origin = made_by(batch)
     if origin:
         facts.append(("made by", run_link(origin, runs)))
     this_run = next(iter(_this_run()), None)
     if this_run and this_run != origin:
         facts.append((f"{status} by", run_link(this_run, runs)))
-    failure = details.get("failure") or details.get("last_failure")
-    if failure:
-        label = "failure" if details.get("failure") else "failure before the resume"
+    failure = record.failure or record.last_failure
+    if failure is not None:
+        label = "failure" if record.failure else "failure before the resume"
         awaiting = review_state(batch, since) in (None, ReviewState.AWAITING)
-        cause = f"{failure.get('kind')}: {held_error(failure, not awaiting)}"
+        cause = f"{failure.kind}: {held_error(failure, not awaiting)}"
         facts.append((label, escape_markdown(cause)))
     facts += held_facts(batch, since)
     facts += drift_facts(batch)
-    if details.get("resumes"):
-        facts.append(("resumes", str(details["resumes"])))
-    if details.get("superseded_by"):
-        facts.append(("superseded by", f"batch {escape_markdown(details['superseded_by'])}"))
+    if record.resumes:
+        facts.append(("resumes", str(record.resumes)))
+    if record.superseded_by:
+        facts.append(("superseded by", f"batch {escape_markdown(record.superseded_by)}"))
     facts.append(("updated", batch.updated_at.isoformat(timespec="seconds")))
     lines += [f"- **{label}**: {value}" for label, value in facts]
     return "\n".join(lines)
@@ -159,10 +160,10 @@ def held_facts(batch: Batch, since: HeldSince | None = None) -> list[tuple[str, 
     """A held batch's breaches, its review state (awaiting with the command that approves
     it, approved, rejected, overtaken, stale: fleet_import.store.batch_state), what an
     approval or rollback loaded. Markdown-escaped."""
-    details = batch.details
+    record = batch.record
     facts: list[tuple[str, str]] = []
-    held = (details.get("failure") or {}).get("held") or {}
-    for breach in held.get("breaches", []):
+    hold = hold_of(batch)
+    for breach in hold.breaches if hold is not None else []:
         facts.append(
             (f"held: {escape_markdown(breach['dataset'])}", escape_markdown(
                 Breach(**breach).describe()))
@@ -172,10 +173,10 @@ def held_facts(batch: Batch, since: HeldSince | None = None) -> list[tuple[str, 
         facts.append(("approve", f"`{approve_command(batch.id)}`"))
     elif state is not None:
         facts.append(("review", escape_markdown(review_line(batch, since) or "")))
-    if details.get("approves"):
-        facts.append(("approves", f"held batch {escape_markdown(details['approves'])}"))
-    if details.get("rolled_back_to"):
-        facts.append(("rolled back to", f"batch {escape_markdown(details['rolled_back_to'])}"))
+    if record.approves:
+        facts.append(("approves", f"held batch {escape_markdown(record.approves)}"))
+    if record.rolled_back_to:
+        facts.append(("rolled back to", f"batch {escape_markdown(record.rolled_back_to)}"))
     return facts
 
 
@@ -189,9 +190,8 @@ _DRIFT_WORDS = {
 def drift_facts(batch: Batch) -> list[tuple[str, str]]:
     """The columns the delivery held beyond its contracts (issue #25), per dataset: not
     loaded, added, or waiting for review. Markdown-escaped."""
-    details = batch.details
     facts = []
-    for dataset, found in (details.get("drift") or {}).items():
+    for dataset, found in batch.record.drift.items():
         columns = ", ".join(f"{name} {kind}" for name, kind in found.get("columns", {}).items())
         policy = str(found.get("policy"))
         facts.append(
@@ -200,8 +200,8 @@ def drift_facts(batch: Batch) -> list[tuple[str, str]]:
                 f"{escape_markdown(columns)}, {_DRIFT_WORDS.get(policy, escape_markdown(policy))}",
             )
         )
-    held = ((details.get("failure") or {}).get("held") or {}).get("drift") or {}
-    for dataset, columns in held.items():
+    hold = hold_of(batch)
+    for dataset, columns in (hold.drift if hold is not None else {}).items():
         spelled = ", ".join(f"{name} {kind}" for name, kind in columns.items())
         facts.append(
             (
@@ -264,17 +264,16 @@ def _publish_tenant_table(rt: Runtime, tenant_id: str) -> None:
         if scope and scope not in owners:
             owners[scope] = rt.ctx.warehouse.slice_owner(tenant_id, scope)
         owner = owners.get(scope)
-        details = batch.details
         run = made_by(batch)
         rows.append(
             {
                 "batch": str(batch.id),
                 "status": shown_status(batch, since.get(batch.id)),
                 "delivery": folder_leaf(scope),
-                "rows": sum((details.get("row_counts") or {}).values()),
-                "held": _held_counts(details),
+                "rows": batch.record.rows,
+                "held": _held_counts(batch),
                 "to approve": _approve_command(batch, since.get(batch.id)),
-                "rejects": (details.get("rejects") or {}).get("count", 0),
+                "rejects": batch.record.reject_count,
                 "owns slice": _owns(batch, owner),
                 "run": f"{runs.get(run, '')} ({run})" if run else "",
                 "updated": batch.updated_at.isoformat(timespec="seconds"),
@@ -285,11 +284,11 @@ def _publish_tenant_table(rt: Runtime, tenant_id: str) -> None:
     )
 
 
-def _held_counts(details: dict) -> str:
+def _held_counts(batch: Batch) -> str:
     """Each breach a guard held the batch for, as `Breach.describe` says it (a manifest's
     declared count is not called the current slice's); empty for other batches."""
-    breaches = ((details.get("failure") or {}).get("held") or {}).get("breaches", [])
-    return "; ".join(Breach(**b).describe() for b in breaches)
+    hold = hold_of(batch)
+    return "; ".join(Breach(**b).describe() for b in (hold.breaches if hold is not None else []))
 
 
 def _approve_command(batch: Batch, since: HeldSince | None) -> str:

@@ -6,11 +6,16 @@ one runs its module-level setup too, and an edit to its tests could break anothe
 
 from __future__ import annotations
 
+import datetime as dt
+import uuid
+from typing import Any
+
 import psycopg
 
 from fleet_import.config import Settings
 from fleet_import.intake.admission import admission
 from fleet_import.scope import source_scope, split_folder
+from fleet_import.store.models import Batch, BatchStatus
 from fleet_import.tenants.binding import Admission
 from tests.s3fixtures import put_objects
 
@@ -54,3 +59,28 @@ def layout_admission() -> Admission:
     """The tenant rule as a one-tenant setup has it (no registry, the default landing
     layout): what the core tests hand approve and rollback."""
     return admission(Settings(tenants=None, landing_prefix=""))
+
+
+def stored_batch(status: str, details: dict[str, Any], **fields: Any) -> Batch:
+    """A batch as the store returns it, for a view's test that needs no store."""
+    at = dt.datetime(2026, 7, 22, 10, 44, tzinfo=dt.UTC)
+    row: dict[str, Any] = {
+        "id": uuid.uuid4(),
+        "tenant_id": "acme_eu",
+        "company_id": "acme",
+        "tenant_database": "acme_eu",
+        "mode": "file_upload",
+        "source_type": "fleet_s3",
+        "business_date": None,
+        "pipeline_stage": "fleet_s3_direct_to_curated",
+        "source_scope": "fleet_s3:s3://b/acme/fleet/2026-07-22/",
+        "delivery_key": None,
+        "status": BatchStatus(status),
+        "details": details,
+        "execution_lease_id": None,
+        "execution_lease_expires_at": None,
+        "is_current": False,
+        "created_at": at,
+        "updated_at": at,
+    }
+    return Batch(**{**row, **fields})

@@ -19,7 +19,11 @@ from typer.testing import CliRunner
 
 from fleet_cli.cli import app
 from fleet_import.scope import Tenant, source_scope
-from fleet_import.store.models import Batch, FailureKind, Reserved
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import (
+    Batch,
+    Reserved,
+)
 from fleet_import.store.repository import BatchRepository
 from tests import pgtools
 from tests.cli.run_cli import Ran, invoke

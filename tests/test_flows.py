@@ -347,7 +347,7 @@ def test_an_expiry_found_while_resuming_ends_not_resumable(flow_env: str, monkey
     """A batch that died after its commit is still running, so its stamp is read only once
     it is leased; a newer owner found then refuses the resume like any other."""
     from fleet_import.importing.context import Failed
-    from fleet_import.store.models import FailureKind
+    from fleet_import.store.details import FailureKind
 
     batch_id = uuid.uuid4()
     expired = Failed(batch_id, FailureKind.FAILED_PUBLICATION, "publication expired", expired=True)

@@ -15,9 +15,10 @@ from markdown_it.token import Token
 from prefect.states import Cancelled, Completed, Crashed, Failed, Running, State
 
 from fleet_import.importing import driver as pipeline
-from fleet_import.store.models import FailureKind
+from fleet_import.store.details import FailureKind
 from flows import reporting
 from flows.reporting import EXIT_CODES, ExitCode, escape_markdown, exit_code_for, state_for
+from tests.helpers import stored_batch
 
 BATCH = uuid.UUID("00000000-0000-4000-8000-000000000001")
 HOSTILE = ["[/bold]", "[/red]", "trips [bold]x.csv", "a|b", "two\nlines", "`x`", "# h", "<b>"]
@@ -140,9 +141,9 @@ def test_artifacts_show_hostile_rejects_and_failure_verbatim(monkeypatch) -> Non
         {"file": name, "line": 2, "column": "[/bold]", "reason": "a|b\nc", "value": name}
         for name in HOSTILE
     ]
-    batch = SimpleNamespace(
-        status="failed",
-        details={
+    batch = stored_batch(
+        "failed",
+        {
             "rejects": {"count": len(sample), "uri": "s3://stage/`x`/", "sample": sample},
             "failure": {"kind": "failed_pre_commit", "error": "trips [bold]x.csv: [/red]\n# h"},
         },
@@ -181,17 +182,7 @@ def test_already_loaded_names_the_owner_and_has_its_own_code() -> None:
 
 
 def _batch(status: str, **details: Any) -> Any:
-    from fleet_import.store.models import BatchStatus
-
-    return SimpleNamespace(
-        id=BATCH,
-        tenant_id="acme_eu",
-        source_scope="fleet_s3:s3://b/acme/fleet/2026-07-22/",
-        business_date=None,
-        status=BatchStatus(status),
-        details=details,
-        updated_at=dt.datetime(2026, 7, 22, 10, 44, tzinfo=dt.UTC),
-    )
+    return stored_batch(status, details, id=BATCH)
 
 
 @pytest.mark.parametrize(

@@ -41,12 +41,12 @@ from fleet_import.publication.refusal import refusal_of, refuse_publication
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import discover
 from fleet_import.scope import Tenant, folder_of_scope
+from fleet_import.store.details import FailureKind
 from fleet_import.store.heartbeat import leased
 from fleet_import.store.models import (
     Batch,
     BatchNotRunning,
     BatchStatus,
-    FailureKind,
     LeaseAcquired,
     LeaseHeld,
     Reserved,
@@ -210,7 +210,7 @@ def _taken_over(
     record no other now), and say so."""
     batch = ctx.repo.get(batch_id)
     assert batch is not None
-    session = WarehouseSession.from_json(batch.details.get("warehouse_session"))
+    session = WarehouseSession.from_json(batch.record.warehouse_session)
     ended = False
     if session is not None:
         try:
@@ -239,7 +239,7 @@ def _taken_over(
 
 def _committed(ctx: ImportContext, batch: Batch) -> bool:
     """Recorded as committed, or its slice already carries its stamp (died in between)."""
-    if batch.parsed_details.warehouse_committed:
+    if batch.record.warehouse_committed:
         return True
     if batch.source_scope is None:
         return False
@@ -252,7 +252,7 @@ def _committed(ctx: ImportContext, batch: Batch) -> bool:
 def _same_content(ctx: ImportContext, batch: Batch) -> bool:
     """Whether the folder still holds what the abandoned batch listed (DeliveryIdentity:
     the same files, read with the same contract versions)."""
-    recorded = DeliveryIdentity.recorded(batch.details)
+    recorded = DeliveryIdentity.recorded(batch.record.manifest, batch.record.contract_versions)
     if recorded is None or batch.source_scope is None:
         return False
     try:
@@ -311,7 +311,9 @@ def already_loaded(
         manifest = discover(ctx.s3, folder_of_scope(scope), ctx.contracts)
     except FleetImportError:
         return None
-    if DeliveryIdentity.recorded(owner.details) != DeliveryIdentity.of(manifest, ctx.contracts):
+    if DeliveryIdentity.recorded(
+        owner.record.manifest, owner.record.contract_versions
+    ) != DeliveryIdentity.of(manifest, ctx.contracts):
         return None
     ctx.events(
         "fleet.delivery.already_loaded",

@@ -26,7 +26,7 @@ from fleet_import.publication.lineage_delivery import Lineage
 from fleet_import.publication.publisher import Publisher
 from fleet_import.retry import Backoff, spanning
 from fleet_import.s3.staging import StagingArea
-from fleet_import.store.models import FailureKind
+from fleet_import.store.details import FailureKind
 from fleet_import.store.repository import BatchRepository
 from fleet_import.warehouse.base import Warehouse
 

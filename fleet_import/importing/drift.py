@@ -38,6 +38,9 @@ from fleet_import.importing.normalized_files import NormalizedEntry, bucket_of, 
 from fleet_import.publication.events import emit_quietly, event_payload
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import Manifest
+from fleet_import.store.batch_state import hold_of
+from fleet_import.store.details import BatchDetails
+from fleet_import.store.models import Batch
 from fleet_import.warehouse.base import (
     SOURCE_LINE_COLUMN,
     SOURCE_LINE_COUNT_COLUMN,
@@ -48,8 +51,6 @@ from fleet_import.warehouse.evolution import EvolvingWarehouse
 log = logging.getLogger(__name__)
 
 DRIFT_EVENT = "fleet.schema.drift"
-DRIFT_DETAILS_KEY = "drift"
-"""Batch details key: dataset -> {policy, columns (name -> type), files}."""
 _RESERVED = frozenset({*STAMP_COLUMNS, SOURCE_LINE_COLUMN, SOURCE_LINE_COUNT_COLUMN})
 
 Drift = dict[str, dict[str, str]]
@@ -70,7 +71,7 @@ class DriftHeld(SliceHeld):
         self.drift = drift
 
     def facts(self) -> dict[str, Any]:
-        return {DRIFT_DETAILS_KEY: self.drift}
+        return {"drift": self.drift}  # HeldFacts.drift
 
 
 class ApprovedDriftChanged(PreCommitError):
@@ -141,11 +142,11 @@ def settle_drift(
         for dataset, columns in drift.items()
     }
     batch.update_details(
-        {
-            DRIFT_DETAILS_KEY: report,
+        BatchDetails.patch(
+            drift=report,
             # The content this batch loads is read with the evolved contracts.
-            "contract_versions": DeliveryIdentity.of(manifest, grown.ctx.contracts).versions,
-        }
+            contract_versions=DeliveryIdentity.of(manifest, grown.ctx.contracts).versions,
+        )
     )
     tell_drift(batch, report)
     return grown, normalise(grown)
@@ -206,13 +207,13 @@ def tell_drift(batch: LeasedBatch, report: Mapping[str, Any]) -> None:
         emit_quietly(batch.ctx.events, DRIFT_EVENT, payload)
 
 
-def held_drift(details: Mapping[str, Any]) -> Drift:
+def held_drift(held: Batch) -> Drift:
     """The new columns a held batch waits on (none for a batch a slice guard held)."""
-    held = (details.get("failure") or {}).get("held") or {}
+    facts = hold_of(held)
     # In the order they are added (contracts.drift.new_columns): jsonb keeps none.
     return {
         dataset: dict(sorted(columns.items()))
-        for dataset, columns in (held.get(DRIFT_DETAILS_KEY) or {}).items()
+        for dataset, columns in (facts.drift if facts is not None else {}).items()
     }
 
 

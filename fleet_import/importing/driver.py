@@ -36,7 +36,6 @@ from fleet_import.importing.context import (
 )
 from fleet_import.importing.drift import settle_drift, with_effective_contracts
 from fleet_import.importing.guards import (
-    DELIVERY_MANIFEST_KEY,
     GuardOverride,
     SliceHeld,
     check_delivery_manifest,
@@ -66,6 +65,7 @@ from fleet_import.retry import NO_RETRY, Backoff
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import DiscoveryError, Manifest, discover
 from fleet_import.scope import Tenant, folder_of_scope, source_scope
+from fleet_import.store.details import BatchDetails
 from fleet_import.store.heartbeat import leased, release_lease_quietly
 
 __all__ = [  # what flows and tests use from here; each lives in the module named above
@@ -267,12 +267,12 @@ def discover_step(batch: LeasedBatch) -> Manifest:
     declared = None if pinned else check_delivery_manifest(ctx, manifest)
     failpoints.hit("mid_discovery")
     batch.update_details(
-        {
-            "phase": "discovered",
-            "manifest": manifest.to_json(),
-            "contract_versions": DeliveryIdentity.of(manifest, ctx.contracts).versions,
-            **({DELIVERY_MANIFEST_KEY: declared} if declared else {}),
-        }
+        BatchDetails.patch(
+            phase="discovered",
+            manifest=manifest.to_json(),
+            contract_versions=DeliveryIdentity.of(manifest, ctx.contracts).versions,
+            **({"delivery_manifest": declared} if declared else {}),
+        )
     )
     return manifest
 

@@ -29,16 +29,12 @@ from fleet_import.s3.delivery_manifest import (
     read_listed_manifest,
 )
 from fleet_import.s3.sources import DiscoveryError, Manifest
-from fleet_import.store.models import FailureKind
+from fleet_import.store.details import BatchDetails, Failure, FailureKind
 
 log = logging.getLogger(__name__)
 
 HELD_EVENT = "fleet.batch.held"
 MANIFEST_RULE = "manifest record_count"
-DELIVERY_MANIFEST_KEY = "delivery_manifest"
-"""Batch details key of what the folder's own manifest declared (importing.driver)."""
-GUARD_DETAILS_KEY = "guard"
-"""Batch details key of the run's override (absent: the contracts' guards apply)."""
 
 
 @dataclass(frozen=True)
@@ -141,11 +137,11 @@ def approve_command(batch_id: object) -> str:
 _APPROVE_HINT = "; to load it anyway: "
 
 
-def held_error(failure: Mapping[str, Any], reviewed: bool) -> str:
+def held_error(failure: Failure, reviewed: bool) -> str:
     """A failure's text as it stands now: a held batch once reviewed (approved or
     rejected) no longer says the command that would approve it."""
-    error = str(failure.get("error"))
-    if failure.get("kind") == FailureKind.HELD and reviewed:
+    error = failure.error
+    if failure.kind == FailureKind.HELD and reviewed:
         return error.split(_APPROVE_HINT, 1)[0]
     return error
 
@@ -197,7 +193,7 @@ def record_override(ctx: ImportContext, claimed: Claimed, override: GuardOverrid
     """Keep the run's override on its batch, where the guard check reads it."""
     if override is not None:
         ctx.repo.update_details(
-            claimed.batch_id, claimed.owner, {GUARD_DETAILS_KEY: override.to_json()}
+            claimed.batch_id, claimed.owner, BatchDetails.patch(guard=override.to_json())
         )
 
 
@@ -209,8 +205,8 @@ def check_slice_guards(
     manifest declares; ApprovedContentChanged if an approval's content is not this."""
     ctx, batch_id = leased.ctx, leased.batch_id
     new_rows: Mapping[str, int] = summary["rows_to_load"]
-    batch = ctx.repo.get(batch_id)
-    override = GuardOverride.from_json(batch.details.get(GUARD_DETAILS_KEY) if batch else None)
+    record = leased.read().record
+    override = GuardOverride.from_json(record.guard)
     content = content_of(ctx, manifest)
     approved = override.content if override is not None else None
     if approved is not None and dict(approved) != content:
@@ -229,7 +225,7 @@ def check_slice_guards(
         for dataset, current_rows in sorted(current.items())
         if (breach := _breach(ctx, dataset, current_rows, new_rows.get(dataset, 0), ratio))
     ]
-    declared = (batch.details.get(DELIVERY_MANIFEST_KEY) or {}) if batch else {}
+    declared = record.delivery_manifest or {}
     breaches += _count_breaches(manifest, declared.get("declared_rows") or {}, summary)
     if breaches:
         raise SliceHeld(breaches, content)

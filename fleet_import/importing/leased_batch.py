@@ -21,9 +21,10 @@ from fleet_import.importing.context import Committed, Failed, ImportContext, Imp
 from fleet_import.publication.events import event_payload, expired_publication, fail_and_tell
 from fleet_import.publication.outcomes import PublicationExpired, PublicationFailed, Published
 from fleet_import.scope import Tenant
+from fleet_import.store.details import FailureKind
 from fleet_import.store.heartbeat import Heartbeat
 from fleet_import.store.lineage_outbox import LineageEvent
-from fleet_import.store.models import Batch, FailureKind
+from fleet_import.store.models import Batch
 from fleet_import.warehouse.base import Warehouse
 
 log = logging.getLogger(__name__)
@@ -202,8 +203,8 @@ class LeasedBatch:
             return replace(committed, published=True)
         if isinstance(outcome, PublicationFailed):
             ctx.publisher.mark_failed_publication(self.batch_id, self.owner, outcome)
-            batch = ctx.repo.get(self.batch_id)
-            error = batch.details["failure"]["error"] if batch else outcome.error
+            failure = self.read().record.failure
+            error = failure.error if failure is not None else outcome.error
             return Failed(self.batch_id, FailureKind.FAILED_PUBLICATION, error, resumable=True)
         if isinstance(outcome, PublicationExpired):
             error = expired_publication(self.batch_id, self.scope, outcome.slice_owner)

@@ -20,7 +20,7 @@ import pyarrow as pa
 from fleet_import import failpoints
 from fleet_import.contracts.model import ContractSet, DatasetContract
 from fleet_import.importing.context import Committed, CommitUnknown
-from fleet_import.importing.drift import DRIFT_DETAILS_KEY, ignored_columns, tell_drift
+from fleet_import.importing.drift import ignored_columns, tell_drift
 from fleet_import.importing.guards import check_slice_guards
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.normalized_files import NormalizedEntry
@@ -36,6 +36,7 @@ from fleet_import.normalize.output import NormalizedFile
 from fleet_import.normalize.rows import Reject
 from fleet_import.retry import NO_RETRY, Backoff
 from fleet_import.s3.sources import Manifest
+from fleet_import.store.details import BatchDetails
 from fleet_import.warehouse.base import (
     CommitOutcomeUnknown,
     LoadFile,
@@ -285,7 +286,7 @@ def judge_rejects(
         "rows_to_load": rows,
     }
     rejects = {**summarize_rejects(all_rejects, sample=_REJECT_SAMPLE), "uri": rejects_uri}
-    batch.update_details({"phase": "normalised", "rejects": rejects, "summary": summary})
+    batch.update_details(BatchDetails.patch(phase="normalised", rejects=rejects, summary=summary))
     for contract, rejected, dataset_rejects in ratios:
         try:
             check_reject_ratio(contract, rows[contract.name], rejected)
@@ -320,15 +321,14 @@ def _report_ignored(batch: LeasedBatch, entries: Sequence[NormalizedEntry]) -> N
     ignored = ignored_columns(batch.ctx.contracts, entries)
     if not ignored:
         return
-    current = batch.ctx.repo.get(batch.batch_id)
-    known = (current.details.get(DRIFT_DETAILS_KEY) or {}) if current is not None else {}
-    batch.update_details({DRIFT_DETAILS_KEY: {**known, **ignored}})
+    known = batch.read().record.drift
+    batch.update_details(BatchDetails.patch(drift={**known, **ignored}))
     tell_drift(batch, ignored)
 
 
 def _record_session(batch: LeasedBatch, session: WarehouseSession) -> None:
     """Before the slice locks anything: a successor that takes the batch over ends it."""
-    batch.update_details({"warehouse_session": session.to_json()})
+    batch.update_details(BatchDetails.patch(warehouse_session=session.to_json()))
 
 
 def _dataset_of(entry: NormalizedEntry) -> str:

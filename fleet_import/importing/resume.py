@@ -20,12 +20,12 @@ from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.settle import fail_pre_commit, may_have_committed, recover_committed
 from fleet_import.publication.events import expired_publication, fail_and_tell
 from fleet_import.publication.refusal import refusal_of, tell_refusal
+from fleet_import.store.details import FailureKind
 from fleet_import.store.heartbeat import leased
 from fleet_import.store.models import (
     Batch,
     BatchNotRunning,
     BatchStatus,
-    FailureKind,
     LeaseHeld,
     NotResumable,
     ScopeBusy,
@@ -89,7 +89,7 @@ def _refusal(ctx: ImportContext, batch: Batch, scope: str) -> NotResumable | Non
 def _finish(outbox: OutboxRepository, batch: LeasedBatch) -> ImportOutcome | NotResumable:
     ctx, batch_id = batch.ctx, batch.batch_id
     stored = batch.read()
-    details = stored.parsed_details
+    details = stored.record
     if not details.warehouse_committed and may_have_committed(stored):
         # Its COMMIT got no answer (issue #26): the stamp, read back, settles it either way.
         committed = recover_committed(batch)

@@ -30,7 +30,6 @@ from fleet_import.importing.context import (
     ImportOutcome,
 )
 from fleet_import.importing.drift import (
-    DRIFT_DETAILS_KEY,
     DRIFT_EVENT,
     apply_held_drift,
     held_drift,
@@ -39,14 +38,17 @@ from fleet_import.importing.drift import (
 )
 from fleet_import.importing.driver import CoreSteps, StepRunner, import_batch
 from fleet_import.importing.guards import GuardOverride, content_of, record_override
-from fleet_import.publication.decisions import APPROVES_KEY
 from fleet_import.publication.events import event_payload
 from fleet_import.publication.refusal import tell_refusal
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import discover
 from fleet_import.scope import Tenant, folder_of_scope
-from fleet_import.store.batch_state import held_content
-from fleet_import.store.models import Batch, BatchStatus, FailureKind
+from fleet_import.store.batch_state import hold_of, is_held
+from fleet_import.store.details import BatchDetails
+from fleet_import.store.models import (
+    Batch,
+    BatchStatus,
+)
 from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.tenants.binding import Admission, Refused
 
@@ -98,13 +100,14 @@ def check_approval(
     if refusal is not None:
         return NotApproved(held_id, refusal)
     assert held is not None and held.source_scope is not None and admitted is not None
-    content = (held.details.get("failure") or {}).get("held", {}).get("content")
+    facts = hold_of(held)
+    content = facts.content if facts is not None else None
     if not content:
         return NotApproved(held_id, f"batch {held_id} records no held content")
     try:
         # Read as the approval will: the tables' evolved columns, plus those it would add
         # for a batch held by its new columns (importing.drift).
-        contracts = would_evolve(ctx, admitted.tenant_id, held_drift(held.details))
+        contracts = would_evolve(ctx, admitted.tenant_id, held_drift(held))
         listing = discover(ctx.s3, folder_of_scope(held.source_scope), contracts)
     except FleetImportError as exc:
         return NotApproved(held_id, f"the folder cannot be listed: {exc}")
@@ -124,7 +127,7 @@ def check_approval(
             "nothing to approve",
         )
     try:
-        drift = held_drift(held.details)
+        drift = held_drift(held)
         misfit = held_drift_misfit(ctx, held_id, admitted.tenant_id, listing, contracts, drift)
     except FleetImportError as exc:
         return NotApproved(held_id, f"the staged rows cannot be read: {exc}")
@@ -142,8 +145,9 @@ def _overtaken_by(ctx: ImportContext, held: Batch, tenant: Tenant) -> uuid.UUID 
         return None
     if owner.created_at <= held.created_at:
         return None
-    recorded = DeliveryIdentity.recorded(owner.details)
-    content = held_content(held.details) or {}
+    recorded = DeliveryIdentity.recorded(owner.record.manifest, owner.record.contract_versions)
+    facts = hold_of(held)
+    content = (facts.content if facts is not None else None) or {}
     if recorded is None or recorded.fingerprint != content.get("fingerprint"):
         return None
     return owner.id if recorded.versions == content.get("contract_versions") else None
@@ -172,21 +176,21 @@ def claim_approval(ctx: ImportContext, approval: Approval, owner: str) -> Import
     held_id = approval.held.id
     # A batch held by its new columns: they are added first, as `evolve` would add them;
     # the approval then reads its content with them (cached by the held batch).
-    apply_held_drift(ctx, approval.tenant.tenant_id, held_drift(approval.held.details))
+    apply_held_drift(ctx, approval.tenant.tenant_id, held_drift(approval.held))
     claimed = claim(ctx, approval.tenant, approval.scope, approval_key(held_id), owner, force=True)
     if isinstance(claimed, Claimed):
         waiver = GuardOverride(
             waived=True, content=approval.content, reason=f"approval of held batch {held_id}"
         )
         record_override(ctx, claimed, waiver)
-        ctx.repo.update_details(claimed.batch_id, owner, {APPROVES_KEY: str(held_id)})
-        drift = held_drift(approval.held.details)
+        ctx.repo.update_details(claimed.batch_id, owner, BatchDetails.patch(approves=str(held_id)))
+        drift = held_drift(approval.held)
         if drift:  # the columns this approval added (issue #25)
             report = {
                 dataset: {"policy": "review", "columns": columns, "approved": str(held_id)}
                 for dataset, columns in drift.items()
             }
-            ctx.repo.update_details(claimed.batch_id, owner, {DRIFT_DETAILS_KEY: report})
+            ctx.repo.update_details(claimed.batch_id, owner, BatchDetails.patch(drift=report))
             ctx.events(
                 DRIFT_EVENT,
                 event_payload(
@@ -214,14 +218,15 @@ def _unfinished_approval(ctx: ImportContext, held: Batch | None) -> Approval | N
     """The approval of `held` whose batch recorded its commit (and so the decision) and
     still runs (its executor died before it published): the same approval continues it,
     the content check behind it (the slice holds that content already)."""
-    review = (held.details.get("review") or {}) if held is not None else {}
-    if held is None or review.get("decision") != "approved" or not review.get("batch_id"):
+    review = held.record.review if held is not None else None
+    if held is None or review is None or review.decision != "approved" or not review.batch_id:
         return None
-    approver = ctx.repo.get(uuid.UUID(review["batch_id"]))
+    approver = ctx.repo.get(uuid.UUID(review.batch_id))
     if approver is None or approver.status != BatchStatus.RUNNING:
         return None
     assert held.source_scope is not None
-    content = held.details["failure"]["held"]["content"]
+    facts = hold_of(held)
+    content = (facts.content if facts is not None else None) or {}
     tenant = Tenant(held.tenant_id, held.company_id, held.tenant_database)
     return Approval(held, tenant, held.source_scope, dict(content))
 
@@ -229,11 +234,10 @@ def _unfinished_approval(ctx: ImportContext, held: Batch | None) -> Approval | N
 def _review_refusal(batch: Batch | None, batch_id: uuid.UUID) -> str | None:
     if batch is None:
         return f"no batch {batch_id}"
-    failure = batch.details.get("failure") or {}
-    if batch.status != BatchStatus.FAILED or failure.get("kind") != FailureKind.HELD:
+    if not is_held(batch):
         return f"batch {batch_id} is not held for review (it is {batch.status})"
-    review = batch.details.get("review")
-    if review:
-        by = f" by batch {review['batch_id']}" if review.get("batch_id") else ""
-        return f"batch {batch_id} was already {review.get('decision')}{by}"
+    review = batch.record.review
+    if review is not None:
+        by = f" by batch {review.batch_id}" if review.batch_id else ""
+        return f"batch {batch_id} was already {review.decision}{by}"
     return None

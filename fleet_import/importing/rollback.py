@@ -28,11 +28,11 @@ from fleet_import.importing.drift import effective_contracts
 from fleet_import.importing.driver import CoreSteps, StepRunner, import_batch
 from fleet_import.importing.guards import GuardOverride, record_override
 from fleet_import.importing.pinned import pin_manifest
-from fleet_import.publication.decisions import ROLLBACK_REPLACED_KEY, ROLLED_BACK_KEY
 from fleet_import.publication.refusal import tell_refusal
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import Manifest
 from fleet_import.scope import Tenant, source_scope, split_folder
+from fleet_import.store.details import BatchDetails
 from fleet_import.store.models import Batch, BatchStatus
 from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.tenants.binding import Admission, Refused
@@ -123,10 +123,10 @@ def _unfinished_rollback(
     batch = ctx.repo.get(owner) if owner is not None else None
     if batch is None or batch.status != BatchStatus.RUNNING:
         return None
-    target = batch.details.get(ROLLED_BACK_KEY)
+    target = batch.record.rolled_back_to
     if not target:
         return None
-    replaced = batch.details.get(ROLLBACK_REPLACED_KEY)
+    replaced = batch.record.rollback_replaced
     return uuid.UUID(target), uuid.UUID(replaced) if replaced else None
 
 
@@ -140,8 +140,8 @@ def _refusal(
         return NotRolledBack(f"batch {target.id} did not succeed (it is {target.status})")
     if target.id == owner:
         return NotRolledBack(f"batch {target.id} owns the slice already: nothing to roll back")
-    raw = target.details.get("manifest")
-    if not isinstance(raw, dict):
+    raw = target.record.manifest
+    if raw is None:
         return NotRolledBack(f"batch {target.id} records no manifest")
     try:
         manifest = Manifest.from_json(raw)
@@ -153,7 +153,7 @@ def _refusal(
         versions = DeliveryIdentity.of(manifest, contracts).versions
     except KeyError as exc:
         return NotRolledBack(f"batch {target.id} loaded dataset {exc} that no contract defines now")
-    if versions != target.details.get("contract_versions"):
+    if versions != target.record.contract_versions:
         return NotRolledBack(
             f"the contracts changed since batch {target.id} was loaded: its normalised files "
             "do not fit the curated tables now; import the folder anew instead"
@@ -183,10 +183,10 @@ def claim_rollback(ctx: ImportContext, plan: RollbackPlan, owner: str) -> Import
         ctx.repo.update_details(
             claimed.batch_id,
             owner,
-            {
-                ROLLED_BACK_KEY: str(plan.target.id),
-                ROLLBACK_REPLACED_KEY: str(plan.replaced) if plan.replaced else None,
-            },
+            BatchDetails.patch(
+                rolled_back_to=str(plan.target.id),
+                rollback_replaced=str(plan.replaced) if plan.replaced else None,
+            ),
         )
     return claimed
 

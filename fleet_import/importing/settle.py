@@ -24,13 +24,12 @@ from fleet_import.explain import advise, with_next_step
 from fleet_import.importing.context import Committed, CommitUnknown, Failed
 from fleet_import.importing.leased_batch import LeasedBatch, Stamp
 from fleet_import.publication.events import event_payload
-from fleet_import.store.models import Batch, FailureKind
+from fleet_import.store.details import BatchDetails, FailureKind
+from fleet_import.store.models import Batch
 from fleet_import.warehouse.base import CommitOutcomeUnknown, WarehouseError, WarehouseSession
 
 log = logging.getLogger(__name__)
 
-COMMIT_ATTEMPTED_KEY = "commit_attempted"
-COMMIT_UNKNOWN_KEY = "commit_unknown"
 COMMIT_UNKNOWN_EVENT = "fleet.batch.commit_unknown"
 
 
@@ -41,12 +40,12 @@ class StampUnreadable(WarehouseError):
 
 def mark_commit_attempted(batch: LeasedBatch) -> None:
     """Just before the slice COMMIT is sent: from here on the batch may have committed."""
-    batch.update_details({COMMIT_ATTEMPTED_KEY: True})
+    batch.update_details(BatchDetails.patch(commit_attempted=True))
 
 
 def may_have_committed(stored: Batch) -> bool:
-    details = stored.details
-    return bool(details.get(COMMIT_ATTEMPTED_KEY) or details.get(COMMIT_UNKNOWN_KEY))
+    record = stored.record
+    return record.commit_attempted or record.commit_unknown is not None
 
 
 def recover_or_fail(batch: LeasedBatch, exc: BaseException) -> Committed | Failed | CommitUnknown:
@@ -133,7 +132,7 @@ def _final_stamp(batch: LeasedBatch) -> Stamp:
     stamp = batch.stamp()
     if stamp is not Stamp.NOT_STAMPED:
         return stamp
-    session = WarehouseSession.from_json(batch.read().details.get("warehouse_session"))
+    session = WarehouseSession.from_json(batch.read().record.warehouse_session)
     if session is None:
         return stamp
     try:
@@ -152,7 +151,8 @@ def leave_unsettled(batch: LeasedBatch, exc: BaseException) -> CommitUnknown:
     the next reader of its stamp settles it."""
     error = str(exc) if isinstance(exc, FleetImportError) else f"{type(exc).__name__}: {exc}"
     at = datetime.now(UTC).isoformat()
-    batch.update_details({COMMIT_UNKNOWN_KEY: {"error": error, "at": at, "owner": batch.owner}})
+    unknown = {"error": error, "at": at, "owner": batch.owner}
+    batch.update_details(BatchDetails.patch(commit_unknown=unknown))
     log.warning(
         "batch %s: whether its slice committed is unknown (%s); it stays running for the next "
         "run, the drain or `fleet-import resume` to settle from the stamp",
@@ -168,18 +168,17 @@ def leave_unsettled(batch: LeasedBatch, exc: BaseException) -> CommitUnknown:
 
 
 def _recorded(batch: LeasedBatch, stored: Batch) -> Committed | None:
-    details = stored.parsed_details
+    details = stored.record
     if not details.warehouse_committed:
         return None
-    summary = stored.details.get("summary", {})
-    return Committed(batch.batch_id, batch.scope, dict(details.row_counts), summary)
+    return Committed(batch.batch_id, batch.scope, dict(details.row_counts), details.summary_json)
 
 
 def _record_recovered(batch: LeasedBatch, stored: Batch) -> Committed:
     return batch.record_commit(
         recovered=True,
         row_counts=batch.ctx.warehouse.slice_counts(batch.tenant_id, batch.scope),
-        summary={**stored.details.get("summary", {}), "recovered_from_stamp": True},
+        summary={**stored.record.summary_json, "recovered_from_stamp": True},
     )
 
 

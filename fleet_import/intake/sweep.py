@@ -50,7 +50,7 @@ from fleet_import.s3.client import Children, S3Client, list_children
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import DiscoveryError, _s3_errors, discover
 from fleet_import.scope import source_scope
-from fleet_import.store.models import FailureKind
+from fleet_import.store.details import FailureKind
 from fleet_import.store.sweep_repository import FolderBatches, SweepRepository
 
 IDEMPOTENCY_KEY_PREFIX = "sweep:"

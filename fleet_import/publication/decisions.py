@@ -20,9 +20,6 @@ from fleet_import.store.models import Batch
 
 APPROVED_EVENT = "fleet.batch.approved"
 ROLLED_BACK_EVENT = "fleet.slice.rolled_back"
-APPROVES_KEY = "approves"
-ROLLED_BACK_KEY = "rolled_back_to"
-ROLLBACK_REPLACED_KEY = "rollback_replaced"
 _EVENT_ID_NAMESPACE = uuid.UUID("0c2a8f4e-6d1b-4f3a-b7e9-51a4c3d2e8f0")
 
 
@@ -37,14 +34,15 @@ def decision_events(
     """The events `batch` (as re-read before its notify step) tells: approved, when it is
     the batch that decided the held batch it approves; rolled back, when it rolls its
     slice back to an earlier batch. Empty for any other batch."""
-    details = batch.details
-    row_counts = {k: int(v) for k, v in details.get("row_counts", {}).items()}
+    record = batch.record
+    row_counts = dict(record.row_counts)
     told: list[tuple[str, dict[str, Any]]] = []
-    approves = details.get(APPROVES_KEY)
+    approves = record.approves
     if approves:
         held = get_batch(uuid.UUID(approves))
-        review = (held.details.get("review") or {}) if held is not None else {}
-        if review.get("decision") == "approved" and review.get("batch_id") == str(batch.id):
+        review = held.record.review if held is not None else None
+        decided = review is not None and review.decision == "approved"
+        if decided and review.batch_id == str(batch.id):
             event_id = str(decision_event_id(APPROVED_EVENT, batch.id))
             payload = event_payload(
                 batch.tenant_id,
@@ -54,7 +52,7 @@ def decision_events(
                 event_id=event_id,
             )
             told.append((APPROVED_EVENT, payload))
-    target = details.get(ROLLED_BACK_KEY)
+    target = record.rolled_back_to
     if target:
         event_id = str(decision_event_id(ROLLED_BACK_EVENT, batch.id))
         payload = event_payload(
@@ -62,7 +60,7 @@ def decision_events(
             batch.source_scope,
             batch.id,
             rolled_back_to=target,
-            replaced=details.get(ROLLBACK_REPLACED_KEY),
+            replaced=record.rollback_replaced,
             row_counts=row_counts,
             event_id=event_id,
         )

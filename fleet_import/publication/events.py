@@ -11,7 +11,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fleet_import.store.models import Batch, FailureKind
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import Batch
 
 log = logging.getLogger(__name__)
 

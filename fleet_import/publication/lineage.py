@@ -99,8 +99,8 @@ def failed_events(
 ) -> list[LineageEvent]:
     """START and FAIL of every dataset of a batch that reached the warehouse but committed
     nothing (the slice transaction rolled back), with the failure as `errorMessage`."""
-    datasets = sorted(_objects_by_dataset(batch.details.get("manifest") or {}))
-    summary = batch.details.get("summary") or {}
+    datasets = sorted(_objects_by_dataset(batch.record.manifest or {}))
+    summary = batch.record.summary_json
     return _run_events(
         batch, datasets, None, summary, contracts, naming, RunState.FAIL, now, error=error
     )
@@ -118,9 +118,9 @@ def _run_events(
     error: str | None = None,
 ) -> list[LineageEvent]:
     now = now or dt.datetime.now(dt.UTC)
-    objects = _objects_by_dataset(batch.details.get("manifest") or {})
+    objects = _objects_by_dataset(batch.record.manifest or {})
     rejects = _rejects_by_dataset(summary)
-    versions = dict(batch.details.get("contract_versions") or {})
+    versions = dict(batch.record.contract_versions or {})
     run_facets: dict[str, Any] = {}
     if error is not None:
         run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(

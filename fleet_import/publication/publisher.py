@@ -41,12 +41,12 @@ from fleet_import.publication.outcomes import (
 from fleet_import.publication.refusal import refusal_of, refuse_publication
 from fleet_import.publication.retention import Retention, files_in_use
 from fleet_import.publication.success import succeed_across_outage
+from fleet_import.store.details import BatchDetails, FailureKind
 from fleet_import.store.heartbeat import Heartbeat, leased
 from fleet_import.store.models import (
     Batch,
     BatchStatus,
     CachedFile,
-    FailureKind,
     LeaseAcquired,
 )
 from fleet_import.store.outbox import OutboxRepository, OutboxStep, StepStatus
@@ -190,9 +190,10 @@ class Publisher:
         expired = expired_publication(batch.id, batch.source_scope, stamp)
         if expired is not None:
             return self._expire(batch, step, owner, worker, stamp, expired)
-        if batch.details.get("phase") != "publishing":
+        if batch.record.phase != "publishing":
             try:
-                batch = self._repo.update_details(batch_id, owner, {"phase": "publishing"})
+                patch = BatchDetails.patch(phase="publishing")
+                batch = self._repo.update_details(batch_id, owner, patch)
             except LeaseLost:
                 self._outbox.release(step.id, worker)
                 raise
@@ -266,7 +267,7 @@ class Publisher:
             emit_quietly(
                 self._events,
                 BATCH_PUBLISHED_EVENT,
-                _payload(succeeded, row_counts=dict(succeeded.details.get("row_counts", {}))),
+                _payload(succeeded, row_counts=dict(succeeded.record.row_counts)),
             )
             return Published(batch_id, tuple(s.step for s in steps))
         if head.status == StepStatus.DEAD:
@@ -338,7 +339,7 @@ class Publisher:
     def notify(self, ctx: StepContext) -> None:
         """Tell downstream consumers the slice changed, and what an approval or a rollback
         decided (publication.decisions); a sink failure fails the step."""
-        row_counts = {k: int(v) for k, v in ctx.batch.details.get("row_counts", {}).items()}
+        row_counts = dict(ctx.batch.record.row_counts)
         event_id = str(published_event_id(ctx.batch.id))
         self._events(
             SLICE_PUBLISHED_EVENT, _payload(ctx.batch, row_counts=row_counts, event_id=event_id)
@@ -356,7 +357,7 @@ class Publisher:
         order does not matter."""
         for failed_id in self._outbox.supersede_failed_publications(ctx.batch.id):
             log.info("failed publication %s is superseded by batch %s", failed_id, ctx.batch.id)
-        in_use = files_in_use(ctx.batch.details)
+        in_use = files_in_use(ctx.batch)
         if in_use is not None and self._retention is not None:  # issue #24: rollbacks
             in_use = [*in_use, *self._retention.files_kept(ctx.batch.id)]
         # Without a staging area (or a manifest saying what we still use) nothing is deleted:

@@ -17,7 +17,8 @@ import uuid
 from fleet_import.publication.events import EventSink, emit_quietly, fail_and_tell
 from fleet_import.publication.outcomes import PublicationRefused
 from fleet_import.scope import folder_of_scope
-from fleet_import.store.models import Batch, FailureKind
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import Batch
 from fleet_import.store.repository import BatchRepository
 from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT, Admission, Refused
 

@@ -8,12 +8,10 @@ first success of the scope after that, so nothing leaks.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from fleet_import.scope import split_folder
-from fleet_import.store.models import FileInUse
+from fleet_import.store.models import Batch, FileInUse
 from fleet_import.store.review_repository import ReviewRepository
 
 DEFAULT_RETAIN_SECONDS = 7 * 24 * 3600.0
@@ -33,19 +31,18 @@ class Retention:
         batches = self.reviews.retained_batches(
             batch_id, self.keep_seconds, max(self.keep_count, MIN_RETAINED_SUCCESSES)
         )
-        return [file for batch in batches for file in files_in_use(batch.details) or []]
+        return [file for batch in batches for file in files_in_use(batch) or []]
 
 
-def files_in_use(details: Mapping[str, Any]) -> list[FileInUse] | None:
+def files_in_use(batch: Batch) -> list[FileInUse] | None:
     """What the batch's slice was loaded from: each manifest object as (`s3://bucket/key`,
     etag, contract version), the version None where the details do not record it (then every
     entry of that key and etag counts as in use); None if there is no manifest."""
-    manifest = details.get("manifest")
-    if not isinstance(manifest, Mapping) or not isinstance(manifest.get("folder"), str):
+    manifest = batch.record.manifest
+    if manifest is None or not isinstance(manifest.get("folder"), str):
         return None
     bucket, _ = split_folder(manifest["folder"])
-    versions = details.get("contract_versions")
-    versions = versions if isinstance(versions, Mapping) else {}
+    versions = batch.record.contract_versions or {}
     return [
         FileInUse(f"s3://{bucket}/{obj['key']}", obj.get("etag"), versions.get(obj.get("dataset")))
         for obj in manifest.get("objects", [])

@@ -31,13 +31,14 @@ class DeliveryIdentity:
         return cls(manifest.fingerprint, versions)
 
     @classmethod
-    def recorded(cls, details: Mapping[str, Any]) -> DeliveryIdentity | None:
-        """The identity a batch recorded when it discovered its folder; None before that."""
-        manifest = details.get("manifest")
-        fingerprint = manifest.get("fingerprint") if isinstance(manifest, Mapping) else None
+    def recorded(
+        cls, manifest: Mapping[str, Any] | None, versions: Mapping[str, str] | None
+    ) -> DeliveryIdentity | None:
+        """The identity a batch recorded when it discovered its folder (its details'
+        `manifest` and `contract_versions`); None before that."""
+        fingerprint = manifest.get("fingerprint") if manifest is not None else None
         if not fingerprint:
             return None
-        versions = details.get("contract_versions")
         return cls(fingerprint, tuple(sorted((versions or {}).items())))
 
     @property

@@ -20,12 +20,11 @@ operational record); the stamp decides, read by whoever next settles it (a rerun
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
-from fleet_import.store.models import Batch, BatchStatus, FailureKind, warehouse_committed
+from fleet_import.store.details import HeldFacts
+from fleet_import.store.models import Batch, BatchStatus
 
 # Phases at or after which a running batch may have sent its slice COMMIT.
 _MAY_HAVE_COMMITTED = frozenset({"normalised", "normalized", "committed", "publishing"})
@@ -50,20 +49,21 @@ class HeldSince:
     succeeded: bool
 
 
-def held_content(details: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    return ((details.get("failure") or {}).get("held") or {}).get("content")
+def hold_of(batch: Batch) -> HeldFacts | None:
+    """What holds a held batch (breaches, content, new columns); None for any other."""
+    return batch.record.held if batch.status is BatchStatus.FAILED else None
 
 
 def is_held(batch: Batch) -> bool:
-    failure = batch.details.get("failure") or {}
-    return batch.status is BatchStatus.FAILED and failure.get("kind") == FailureKind.HELD
+    return hold_of(batch) is not None
 
 
 def review_state(batch: Batch, since: HeldSince | None = None) -> ReviewState | None:
     """None for a batch that was never held."""
     if not is_held(batch):
         return None
-    decision = (batch.details.get("review") or {}).get("decision")
+    review = batch.record.review
+    decision = review.decision if review is not None else None
     if decision == "approved":
         return ReviewState.APPROVED
     if decision == "rejected":
@@ -78,12 +78,12 @@ def review_state(batch: Batch, since: HeldSince | None = None) -> ReviewState | 
 def review_line(batch: Batch, since: HeldSince | None = None) -> str | None:
     """The review state in words, with who decided it or what overtook it, and what to do."""
     state = review_state(batch, since)
-    review = batch.details.get("review") or {}
+    review = batch.record.review
     if state is ReviewState.APPROVED:
-        by = review.get("batch_id")
+        by = review.batch_id if review is not None else None
         return "approved" + (f", loaded by batch {by}" if by else "")
     if state is ReviewState.REJECTED:
-        note = review.get("note")
+        note = review.note if review is not None else None
         return "rejected" + (f": {note}" if note else "")
     if state is ReviewState.OVERTAKEN:
         assert since is not None
@@ -102,28 +102,31 @@ def review_line(batch: Batch, since: HeldSince | None = None) -> str | None:
 def shown_status(batch: Batch, since: HeldSince | None = None) -> str:
     """The status an operator sees: held batches by their review state, superseded or
     expired publications by name, a commit recorded but not published as `committed`."""
-    details = batch.details
-    resumed = " (resumed)" if int(details.get("resumes", 0) or 0) else ""
+    record = batch.record
+    resumed = " (resumed)" if record.resumes else ""
     if batch.status is BatchStatus.FAILED:
-        if details.get("superseded_by"):
+        if record.superseded_by:
             return "superseded"
-        if details.get("publication_expired"):
+        if record.publication_expired:
             return "expired"
         state = review_state(batch, since)
         if state is not None:
             return f"held ({state})"
-        kind = (details.get("failure") or {}).get("kind")
-        return f"failed ({kind})" if kind else "failed"
+        return f"failed ({record.failure.kind})" if record.failure else "failed"
     if batch.status is BatchStatus.SUCCEEDED:
         return "succeeded" + resumed
-    return ("committed" if warehouse_committed(details) else "running") + resumed
+    return ("committed" if record.warehouse_committed else "running") + resumed
 
 
 def committed_answer(batch: Batch) -> str:
     """yes, no, or unknown until settled: never `no` for a batch that may have committed."""
-    details = batch.details
-    if warehouse_committed(details):
+    record = batch.record
+    if record.warehouse_committed:
         return "yes"
-    if batch.status is BatchStatus.RUNNING and details.get("phase") in _MAY_HAVE_COMMITTED:
+    if batch.status is BatchStatus.RUNNING and record.phase in _MAY_HAVE_COMMITTED:
         return COMMITTED_UNKNOWN
     return "no"
+
+
+def awaiting_review(batch: Batch, since: HeldSince | None = None) -> bool:
+    return review_state(batch, since) is ReviewState.AWAITING

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal
-
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from functools import cached_property
+from typing import Any
 
 from fleet_import.errors import DetailsInvalid
+from fleet_import.store.details import BatchDetails
 
 
 class SourceType(StrEnum):
@@ -34,63 +33,8 @@ class BatchStatus(StrEnum):
     SUCCEEDED = "succeeded"
 
 
-class FailureKind(StrEnum):
-    FAILED_PRE_COMMIT = "failed_pre_commit"
-    FAILED_PUBLICATION = "failed_publication"
-    ENQUEUE_FAILED = "enqueue_failed"
-    ABANDONED = "abandoned"  # its executor died or froze before commit; taken over
-    HELD = "held"  # a slice guard stopped it before commit: waits for review (importing.guards)
-
-
-Phase = Literal["reserved", "discovered", "normalised", "committed", "publishing", "published"]
 FLEET_MODE = "file_upload"
 FLEET_PIPELINE_STAGE = "fleet_s3_direct_to_curated"
-DETAILS_VERSION = 1
-
-
-class Failure(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    kind: FailureKind
-    error: str
-    at: str | None = None
-
-
-class BatchDetails(BaseModel):
-    """`ingestion_batches.details`, version 1. Unknown keys are kept so newer writers'
-    additions survive a round trip through an older reader."""
-
-    model_config = ConfigDict(extra="allow")
-
-    version: Literal[1] = DETAILS_VERSION
-    phase: Phase = "reserved"
-    manifest: dict[str, Any] | None = None
-    row_counts: dict[str, int] = {}
-    rejects: dict[str, Any] | None = None
-    warehouse_committed: bool = Field(
-        default=False, validation_alias=AliasChoices("warehouse_committed", "redshift_committed")
-    )
-    """The slice is committed in the warehouse (Redshift or PostgreSQL). Stored batches
-    written before the rename say `redshift_committed`; both read, the new one is written."""
-    publication: dict[str, Any] = {}
-    failure: Failure | None = None
-    superseded_by: str | None = None
-    publication_expired: bool = False
-
-    @classmethod
-    def parse(cls, raw: object) -> BatchDetails:
-        try:
-            return cls.model_validate(raw)
-        except ValidationError as exc:
-            raise DetailsInvalid(f"batch details do not parse: {exc}") from None
-
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_none=True)
-
-
-def warehouse_committed(details: Mapping[str, Any]) -> bool:
-    """`warehouse_committed` of raw batch details, read under its old name too."""
-    value = details.get("warehouse_committed", details.get("redshift_committed"))
-    return bool(value)
 
 
 @dataclass(frozen=True)
@@ -117,8 +61,9 @@ class Batch:
     def from_row(cls, row: dict[str, Any]) -> Batch:
         return cls(**{**row, "status": BatchStatus(row["status"])})
 
-    @property
-    def parsed_details(self) -> BatchDetails:
+    @cached_property
+    def record(self) -> BatchDetails:
+        """The details, typed: what every view and step reads of them."""
         return BatchDetails.parse(self.details)
 
 
@@ -220,7 +165,7 @@ def resume_refusal(batch: Batch, source_type: str, scope: str) -> str | None:
     if batch.status == BatchStatus.RUNNING:
         return f"batch {batch.id} is still running; its executor continues it"
     try:
-        details = batch.parsed_details
+        details = batch.record
     except DetailsInvalid as exc:
         return str(exc)
     if not details.warehouse_committed:

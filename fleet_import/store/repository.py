@@ -23,18 +23,17 @@ from fleet_import.errors import (
 from fleet_import.scope import SOURCE_SCOPE_MAX_LENGTH, Tenant
 from fleet_import.sqlfiles import load_queries
 from fleet_import.store.connection import ScopeTaken, SqlStore
+from fleet_import.store.details import BatchDetails, FailureKind
 from fleet_import.store.lineage_outbox import QUERIES as LINEAGE_QUERIES
 from fleet_import.store.lineage_outbox import LineageEvent, enqueue_params
 from fleet_import.store.models import (
     FLEET_MODE,
     FLEET_PIPELINE_STAGE,
     Batch,
-    BatchDetails,
     BatchNotRunning,
     BatchStatus,
     CachedFile,
     ContinueExisting,
-    FailureKind,
     LeaseAcquired,
     LeaseHeld,
     LeaseOutcome,

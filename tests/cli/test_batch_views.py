@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fleet_cli.batch_views import failure_history
 from fleet_import.importing.guards import approve_command
-from fleet_import.store.models import FailureKind
+from fleet_import.store.details import BatchDetails, FailureKind
 
 HELD = {
     "kind": FailureKind.HELD,
@@ -14,10 +14,10 @@ HELD = {
 
 
 def test_a_held_batch_says_how_to_approve_it_until_it_is_reviewed() -> None:
-    (waiting,) = failure_history({"failure": HELD})
+    (waiting,) = failure_history(BatchDetails.parse({"failure": HELD}))
     assert approve_command("b1") in waiting[1]
     (reviewed,) = failure_history(
-        {"failure": HELD, "review": {"decision": "approved", "batch_id": "b2"}}
+        BatchDetails.parse({"failure": HELD, "review": {"decision": "approved", "batch_id": "b2"}})
     )
     assert reviewed[0] == "failure" and "trips 400 -> 10 rows" in reviewed[1]
     assert "batches approve" not in reviewed[1]

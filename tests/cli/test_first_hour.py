@@ -20,7 +20,11 @@ import pytest
 from prefect.states import Completed
 
 from fleet_import.scope import Tenant, source_scope
-from fleet_import.store.models import Batch, FailureKind, Reserved
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import (
+    Batch,
+    Reserved,
+)
 from fleet_import.store.repository import BatchRepository
 from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 from tests import pgtools

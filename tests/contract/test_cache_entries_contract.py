@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import uuid
 
-from fleet_import.store.models import CachedFile, FailureKind, FileInUse
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import (
+    CachedFile,
+    FileInUse,
+)
 from tests.contract.batches import OTHER_SCOPE, StoreUnderTest, leased
 
 LANDING = "s3://fleet-landing/acme/fleet/2026-07-22/"

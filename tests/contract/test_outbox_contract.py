@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from fleet_import.store.models import BatchStatus, FailureKind, Reserved
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import (
+    BatchStatus,
+    Reserved,
+)
 from fleet_import.store.outbox import ClaimLost, StepStatus
 from tests.contract.batches import (
     ACME,

@@ -9,12 +9,12 @@ import uuid
 import pytest
 
 from fleet_import.errors import InvalidInput, LeaseLost
+from fleet_import.store.details import FailureKind
 from fleet_import.store.models import (
     BatchNotRunning,
     BatchStatus,
     CachedFile,
     ContinueExisting,
-    FailureKind,
     LeaseAcquired,
     LeaseHeld,
     NotResumable,
@@ -222,7 +222,7 @@ def test_failure_is_recorded_with_kind_error_time_and_facts(store: StoreUnderTes
     assert failure["kind"] == "abandoned" and failure["error"] == "bad\\x00byte"
     assert failure["previous_owner"] == "w0"
     assert failure["at"].endswith("Z") and failure["at"][:4].isdigit()
-    assert failed.parsed_details.failure.kind == FailureKind.ABANDONED
+    assert failed.record.failure.kind == FailureKind.ABANDONED
     assert isinstance(store.repo.reserve(ACME, SCOPE, "d2"), Reserved)  # scope freed
 
 

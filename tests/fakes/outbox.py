@@ -10,7 +10,8 @@ import uuid
 from collections.abc import Iterable, Sequence
 
 from fleet_import.errors import InvalidInput, LeaseLost
-from fleet_import.store.models import Batch, CachedFile, FileInUse, warehouse_committed
+from fleet_import.store.details import warehouse_committed
+from fleet_import.store.models import Batch, CachedFile, FileInUse
 from fleet_import.store.outbox import Backoff, ClaimLost, OutboxStep
 from tests.fakes.state import MemoryStore, Row, as_json, batch_of, cached_of, utc_text
 

@@ -21,16 +21,15 @@ from typing import Any
 
 from fleet_import.errors import InvalidInput
 from fleet_import.scope import SOURCE_SCOPE_MAX_LENGTH, Tenant
+from fleet_import.store.details import BatchDetails, FailureKind, warehouse_committed
 from fleet_import.store.models import (
     FLEET_MODE,
     FLEET_PIPELINE_STAGE,
     Batch,
-    BatchDetails,
     BatchNotRunning,
     BatchStatus,
     CachedFile,
     ContinueExisting,
-    FailureKind,
     LeaseAcquired,
     LeaseHeld,
     LeaseOutcome,
@@ -42,7 +41,6 @@ from fleet_import.store.models import (
     ScopeBusy,
     SourceType,
     resume_refusal,
-    warehouse_committed,
 )
 from fleet_import.store.repository import InvalidTransition
 from tests.fakes.state import (

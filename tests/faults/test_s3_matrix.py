@@ -52,7 +52,7 @@ from fleet_import.importing.resume import resume_batch
 from fleet_import.importing.runtime import Runtime, build_runtime
 from fleet_import.s3.client import S3Limits
 from fleet_import.scope import Tenant
-from fleet_import.store.models import FailureKind
+from fleet_import.store.details import FailureKind
 from tests.faults import httpwire
 from tests.faults.conftest import (
     LEASE_TTL_SECONDS,

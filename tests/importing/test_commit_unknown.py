@@ -18,7 +18,8 @@ from fleet_import.importing.resume import resume_batch
 from fleet_import.importing.settle import COMMIT_UNKNOWN_EVENT
 from fleet_import.retry import Backoff
 from fleet_import.scope import Tenant, source_scope
-from fleet_import.store.models import BatchStatus, FailureKind
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import BatchStatus
 from fleet_import.warehouse.base import CommitOutcomeUnknown, WarehouseError
 from tests.fakes.world import LEASE_TTL, World, memory_world
 

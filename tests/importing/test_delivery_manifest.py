@@ -17,7 +17,7 @@ from fleet_import.s3.delivery_manifest import (
 )
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant
-from fleet_import.store.models import FailureKind
+from fleet_import.store.details import FailureKind
 from tests.helpers import upload
 
 ACME = Tenant.named("acme")

@@ -20,7 +20,7 @@ from fleet_import.importing.driver import import_folder
 from fleet_import.importing.review import approve_held
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.scope import Tenant
-from fleet_import.store.models import FailureKind
+from fleet_import.store.details import FailureKind
 from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.warehouse.migration import migration_for, plan_tables
 from tests.helpers import curated, layout_admission, upload

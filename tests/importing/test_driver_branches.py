@@ -28,7 +28,12 @@ from fleet_import.retry import Backoff
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import discover
 from fleet_import.scope import Tenant, source_scope
-from fleet_import.store.models import BatchStatus, FailureKind, NotResumable, Reserved
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import (
+    BatchStatus,
+    NotResumable,
+    Reserved,
+)
 from fleet_import.store.outbox import StepStatus
 from fleet_import.warehouse.base import CommitOutcomeUnknown, WarehouseError
 from tests.fakes.s3 import client_error

@@ -14,7 +14,8 @@ from fleet_import.importing.driver import import_folder
 from fleet_import.importing.guards import HELD_EVENT, GuardOverride
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.scope import Tenant, split_folder
-from fleet_import.store.models import BatchStatus, FailureKind
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import BatchStatus
 from tests.helpers import slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot
 from tests.warehouse_helpers import WAREHOUSE_BACKENDS

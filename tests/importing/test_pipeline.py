@@ -20,7 +20,8 @@ from fleet_import.importing.driver import import_folder
 from fleet_import.retry import Backoff
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.scope import Tenant, source_scope, split_folder
-from fleet_import.store.models import BatchStatus, FailureKind
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import BatchStatus
 from tests.helpers import curated, slice_rows, upload
 from tests.s3fixtures import put_objects
 

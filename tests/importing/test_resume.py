@@ -12,7 +12,11 @@ from fleet_import.importing.resume import resume_batch
 from fleet_import.publication.publisher import Publisher
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.scope import Tenant, split_folder
-from fleet_import.store.models import BatchStatus, FailureKind, NotResumable
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import (
+    BatchStatus,
+    NotResumable,
+)
 from fleet_import.store.outbox import OutboxRepository, StepStatus
 from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 from tests.helpers import slice_rows, upload

@@ -18,7 +18,8 @@ from fleet_import.importing.review import (
 )
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.scope import Tenant
-from fleet_import.store.models import BatchStatus, FailureKind
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import BatchStatus
 from fleet_import.store.review_repository import ReviewRepository
 from tests.helpers import layout_admission, slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot

@@ -10,7 +10,11 @@ from fleet_import.importing.context import Failed, ImportContext
 from fleet_import.importing.leased_batch import LeasedBatch, Stamp, read_stamp
 from fleet_import.importing.settle import recover_or_fail
 from fleet_import.scope import Tenant, source_scope
-from fleet_import.store.models import BatchStatus, FailureKind, LeaseAcquired
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import (
+    BatchStatus,
+    LeaseAcquired,
+)
 from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
 # Nothing listens on port 1: every read of this warehouse fails as a dropped connection.

@@ -25,7 +25,8 @@ from fleet_import.importing.rollback import rollback_slice
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.scope import Tenant, source_scope
 from fleet_import.store.batch_state import ReviewState, review_state
-from fleet_import.store.models import BatchStatus, FailureKind
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import BatchStatus
 from fleet_import.store.review_repository import ReviewRepository
 from tests.helpers import curated, layout_admission, upload
 from tests.importing.guard_helpers import redeliver, retaining_ctx

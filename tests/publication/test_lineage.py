@@ -28,8 +28,9 @@ from fleet_import.publication.lineage_delivery import (
 )
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant, source_scope, split_folder
+from fleet_import.store.details import FailureKind
 from fleet_import.store.lineage_outbox import LineageOutbox
-from fleet_import.store.models import BatchStatus, FailureKind
+from fleet_import.store.models import BatchStatus
 from tests.helpers import upload
 from tests.lineage_receiver import VALIDATOR, Receiver
 

@@ -32,11 +32,11 @@ from fleet_import.publication.publisher import (
 )
 from fleet_import.s3.staging import StagingArea
 from fleet_import.scope import Tenant, source_scope
+from fleet_import.store.details import FailureKind
 from fleet_import.store.models import (
     Batch,
     BatchStatus,
     CachedFile,
-    FailureKind,
     LeaseAcquired,
     NotResumable,
     Reserved,

@@ -35,7 +35,11 @@ from fleet_import.sample_data import (
     trips_table,
 )
 from fleet_import.scope import Tenant, source_scope, split_folder
-from fleet_import.store.models import BatchStatus, FailureKind, Reserved
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import (
+    BatchStatus,
+    Reserved,
+)
 from tests.s3fixtures import put_objects
 
 CORPUS = Path(__file__).parent.parent / "data" / "bad"

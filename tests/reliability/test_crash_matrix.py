@@ -23,7 +23,11 @@ from fleet_import.importing.context import NotClaimed, NothingToDo, Skipped
 from fleet_import.importing.driver import import_folder
 from fleet_import.publication.publisher import BATCH_PUBLISHED_EVENT, DEFAULT_PUBLICATION_STEPS
 from fleet_import.scope import Tenant
-from fleet_import.store.models import BatchStatus, FailureKind, Reserved
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import (
+    BatchStatus,
+    Reserved,
+)
 from fleet_import.store.outbox import OutboxRepository, StepStatus
 from fleet_import.store.repository import BatchRepository
 from tests.reliability import soak_worker

@@ -24,7 +24,8 @@ from fleet_import.importing.guards import GuardOverride
 from fleet_import.publication.decisions import APPROVED_EVENT, ROLLED_BACK_EVENT
 from fleet_import.publication.retention import Retention, files_in_use
 from fleet_import.scope import Tenant
-from fleet_import.store.models import BatchStatus, FailureKind
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import BatchStatus
 from fleet_import.store.repository import BatchRepository
 from fleet_import.store.review_repository import ReviewRepository
 from tests.reliability import soak_worker
@@ -190,7 +191,7 @@ def retention_problems(database_url: str, s3, staging_bucket: str, owner: uuid.U
     kept file's staged output is missing; empty when they are."""
     retention = Retention(ReviewRepository(database_url))
     repo = BatchRepository(database_url)
-    kept = [*(files_in_use(repo.get(owner).details) or []), *retention.files_kept(owner)]
+    kept = [*(files_in_use(repo.get(owner)) or []), *retention.files_kept(owner)]
     problems = [
         f"batch {b.id} is retained while held, though it was reviewed"
         for b in retention.reviews.retained_batches(owner, retention.keep_seconds)

@@ -12,7 +12,12 @@ import pytest
 
 from benchmarks.contention import race
 from fleet_import.scope import Tenant, source_scope
-from fleet_import.store.models import FailureKind, Reserved, ReserveOutcome, ScopeBusy
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import (
+    Reserved,
+    ReserveOutcome,
+    ScopeBusy,
+)
 from fleet_import.store.repository import BatchRepository
 
 _CONTENDERS = 16

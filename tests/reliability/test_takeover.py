@@ -28,7 +28,8 @@ from fleet_import.intake.sweep import find_ready_folders, plan_sweep
 from fleet_import.publication.outcomes import Published
 from fleet_import.publication.publisher import DEFAULT_CLAIM_TTL_SECONDS
 from fleet_import.scope import Tenant, split_folder
-from fleet_import.store.models import BatchStatus, FailureKind
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import BatchStatus
 from fleet_import.store.outbox import OutboxRepository, StepStatus
 from fleet_import.store.repository import BatchRepository
 from fleet_import.store.sweep_repository import SweepRepository

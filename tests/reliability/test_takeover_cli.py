@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from fleet_import.sample_data import fleet_delivery, today_folder
-from fleet_import.store.models import BatchStatus, FailureKind
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import BatchStatus
 from fleet_import.store.repository import BatchRepository
 from tests.helpers import upload
 from tests.reliability.conftest import REPO, connect, invariant_violations

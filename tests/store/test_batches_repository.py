@@ -10,11 +10,11 @@ import pytest
 
 from fleet_import.errors import InvalidInput, LeaseLost, OperationalStoreError
 from fleet_import.scope import Tenant, source_scope
+from fleet_import.store.details import FailureKind
 from fleet_import.store.models import (
     BatchNotRunning,
     BatchStatus,
     ContinueExisting,
-    FailureKind,
     LeaseAcquired,
     LeaseHeld,
     NotResumable,
@@ -54,7 +54,7 @@ def test_reservation_writes_a_fleet_batch(repo: BatchRepository, acme: Tenant) -
     assert batch.pipeline_stage == "fleet_s3_direct_to_curated"
     assert batch.business_date is None and batch.is_current is False
     assert batch.source_scope == SCOPE and batch.delivery_key == "d1"
-    assert batch.parsed_details.phase == "reserved" and batch.details["version"] == 1
+    assert batch.record.phase == "reserved" and batch.details["version"] == 1
     assert repo.get(batch.id) == batch
 
 
@@ -174,7 +174,7 @@ def test_expired_lease_is_taken_over_and_the_old_owner_is_fenced(
             transition()
     after = repo.get(batch.id)
     assert after.status == BatchStatus.RUNNING and after.execution_lease_id == "new"
-    assert after.parsed_details.phase == "reserved"
+    assert after.record.phase == "reserved"
 
 
 def test_renewed_lease_is_not_taken(repo: BatchRepository, acme: Tenant) -> None:
@@ -222,7 +222,7 @@ def test_commit_records_details_and_enqueues_publication_together(
     committed = repo.mark_committed(
         batch.id, "w1", row_counts={"trips": 10}, publication_steps=["refresh", "notify", "retire"]
     )
-    details = committed.parsed_details
+    details = committed.record
     assert details.warehouse_committed and details.phase == "committed"
     assert details.row_counts == {"trips": 10}
     with psycopg.connect(database_url) as conn:
@@ -241,7 +241,7 @@ def test_cannot_succeed_before_commit(repo: BatchRepository, acme: Tenant) -> No
     succeeded = repo.mark_committed(batch.id, "w1", row_counts={})
     succeeded = repo.mark_succeeded(batch.id, "w1")
     assert succeeded.status == BatchStatus.SUCCEEDED
-    assert succeeded.parsed_details.phase == "published"
+    assert succeeded.record.phase == "published"
 
 
 def test_terminal_rows_are_never_rewritten(repo: BatchRepository, acme: Tenant) -> None:
@@ -369,7 +369,7 @@ def test_driver_errors_are_translated(pg_server_url: str) -> None:
 
 
 def test_details_stored_before_the_rename_read_as_warehouse_committed() -> None:
-    from fleet_import.store.models import BatchDetails, warehouse_committed
+    from fleet_import.store.details import BatchDetails, warehouse_committed
 
     assert BatchDetails.parse({"redshift_committed": True}).warehouse_committed
     assert BatchDetails.parse({"warehouse_committed": True}).warehouse_committed

@@ -8,7 +8,11 @@ import uuid
 
 from fleet_import.scope import Tenant, source_scope
 from fleet_import.store.batch_state import ReviewState, review_state
-from fleet_import.store.models import FailureKind, LeaseAcquired, Reserved
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import (
+    LeaseAcquired,
+    Reserved,
+)
 from fleet_import.store.repository import BatchRepository
 from fleet_import.store.review_repository import ReviewRepository
 

@@ -20,7 +20,8 @@ from fleet_import.intake.admission import admission
 from fleet_import.publication.refusal import refusal_of
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import source_scope
-from fleet_import.store.models import BatchStatus, FailureKind
+from fleet_import.store.details import FailureKind
+from fleet_import.store.models import BatchStatus
 from fleet_import.store.purges import TenantPurges
 from fleet_import.store.repository import BatchRepository
 from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT

@@ -18,7 +18,7 @@ from fleet_import.importing.review import approve_held
 from fleet_import.s3.staging import StagingArea
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant
-from fleet_import.store.models import FailureKind
+from fleet_import.store.details import FailureKind
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 from tests.helpers import layout_admission, upload
 from tests.redshift_emulator import RedshiftEmulator
