@@ -18,6 +18,10 @@ from fleet_import.errors import DetailsInvalid
 
 Phase = Literal["reserved", "discovered", "normalised", "committed", "publishing", "published"]
 DETAILS_VERSION = 1
+# What a reserved batch has always stored; the other fields appear as steps write them.
+_WRITTEN_FIRST = frozenset(
+    {"version", "phase", "row_counts", "warehouse_committed", "publication", "publication_expired"}
+)
 
 
 class FailureKind(StrEnum):
@@ -112,7 +116,8 @@ class BatchDetails(_Open):
     """`ingestion_batches.details`, version 1."""
 
     version: Literal[1] = DETAILS_VERSION
-    phase: Phase = "reserved"
+    phase: Phase | str = "reserved"
+    """One of `Phase`; any other text a row holds is shown as it is, never refused."""
     manifest: dict[str, Any] | None = None
     contract_versions: dict[str, str] | None = None
     row_counts: dict[str, int] = {}
@@ -173,7 +178,15 @@ class BatchDetails(_Open):
         return record.model_dump(mode="json", exclude_unset=True)
 
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_none=True)
+        """As a new batch is stored: the fields every batch has written from the start, and
+        those given; no other defaults, so the JSON is what earlier versions wrote."""
+        declared = type(self).model_fields
+        return {
+            key: value
+            for key, value in self.model_dump(mode="json").items()
+            if key not in declared
+            or (value is not None and (key in _WRITTEN_FIRST or key in self.model_fields_set))
+        }
 
     @property
     def held(self) -> HeldFacts | None:
