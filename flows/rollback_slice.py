@@ -1,28 +1,24 @@
 """rollback_slice: load an earlier succeeded batch's content into its slice again.
 
-Thin: the rules live in `fleet_import.importing.rollback` (which batch, whether its files
-are still retained, the pinned manifest); the load is the import's own steps as Prefect
-tasks (`PrefectSteps`).
+Thin: the operation is `fleet_import.importing.rollback.rollback_slice` (which batch,
+whether its files are still retained, the pinned manifest, the load), run by
+`flows.operation` with each step a Prefect task.
 """
 
 from __future__ import annotations
 
 import uuid
 
-from prefect import flow, get_run_logger
+from prefect import flow
 from prefect.states import State
 
-from fleet_import.errors import InvalidInput, LeaseLost
-from fleet_import.explain import explain
-from fleet_import.importing import driver as pipeline
-from fleet_import.importing.rollback import NotRolledBack, claim_rollback, plan_rollback
+from fleet_import.errors import InvalidInput
+from fleet_import.importing import rollback
 from fleet_import.intake.admission import admission
 from fleet_import.store.review_repository import ReviewRepository
-from fleet_import.tenants.binding import Refused
-from flows.common import lease_owner, runtime_for_flow, tag_flow_run
-from flows.import_s3_folder import PrefectSteps
-from flows.reporting import failed, fails_with_one_line, publish_artifacts, refused, state_for
-from flows.story import tell
+from flows.common import lease_owner, runtime_for_flow
+from flows.operation import FlowHost, run_operation
+from flows.reporting import failed, fails_with_one_line
 
 
 @flow(name="rollback-slice", flow_run_name="rollback/{tenant_id}", retries=0)
@@ -31,6 +27,7 @@ def rollback_slice(tenant_id: str, folder: str, to_batch_id: str | None = None) 
     """Roll a slice back: load an earlier succeeded batch's content again as a new batch,
     from its retained normalised files. NotRolledBack, with the reason, when they are gone;
     Refused (nothing written) when the tenant registry does not admit the tenant or folder.
+    The final line starts with which batch was loaded (and why that one, by default).
 
     Args:
         tenant_id: The tenant's slug, e.g. acme.
@@ -45,35 +42,19 @@ def rollback_slice(tenant_id: str, folder: str, to_batch_id: str | None = None) 
     rt = runtime_for_flow()
     reviews = ReviewRepository.from_settings(rt.settings)
     try:
-        plan = plan_rollback(
-            rt.ctx, reviews, tenant_id, folder, target, admission=admission(rt.settings)
+        return run_operation(
+            FlowHost(rt),
+            lambda steps, host: rollback.rollback_slice(
+                rt.ctx,
+                reviews,
+                tenant_id,
+                folder,
+                target,
+                admission=admission(rt.settings),
+                owner=lease_owner(),
+                steps=steps,
+                host=host,
+            ),
         )
     except InvalidInput as exc:
         return failed(f"invalid input: {exc}")
-    if isinstance(plan, Refused):
-        return refused(plan)
-    if isinstance(plan, NotRolledBack):
-        return failed(plan.reason, name="NotRolledBack")
-    tenant = plan.tenant
-    tag_flow_run(f"tenant:{tenant.tenant_id}", f"scope:{plan.scope}")
-    claimed = claim_rollback(rt.ctx, plan, lease_owner())
-    if not isinstance(claimed, pipeline.Claimed):
-        return state_for(claimed)
-    get_run_logger().info(
-        "batch %s rolls %s back to %s", claimed.batch_id, plan.scope, plan.target.id
-    )
-    steps = PrefectSteps()
-    try:
-        outcome = pipeline.import_batch(rt.ctx, tenant, claimed, steps)
-    except LeaseLost as exc:
-        tell(rt, [claimed.batch_id])
-        return failed(f"lost the lease on batch {claimed.batch_id}: {explain(exc)}")
-    publish_artifacts(rt, claimed.batch_id)
-    tell(rt, [claimed.batch_id])
-    return _saying(state_for(outcome, crash=steps.crash), plan.chosen)
-
-
-def _saying(state: State, chosen: str) -> State:
-    """The outcome's one line, after which batch was loaded (and why that one, by default):
-    the operator sees what the slice holds now without looking it up."""
-    return state.model_copy(update={"message": f"{chosen}; {state.message}"})

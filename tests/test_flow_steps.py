@@ -1,4 +1,4 @@
-"""The import flow's step runner (flows/import_s3_folder.PrefectSteps) under Prefect's test
+"""The import flow's step runner (flows/prefect_steps.PrefectSteps) under Prefect's test
 harness: what the core's CoreSteps promises holds for the flow's tasks too."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from fleet_import.errors import PreCommitError
 from fleet_import.importing.driver import Step
-from flows.import_s3_folder import PrefectSteps
+from flows.prefect_steps import PrefectSteps
 
 pytestmark = pytest.mark.slow
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import tempfile
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fleet_import.config import (
     DEFAULT_COMMIT_READBACK_SECONDS,
@@ -26,6 +26,7 @@ from fleet_import.publication.lineage_delivery import Lineage
 from fleet_import.publication.publisher import Publisher
 from fleet_import.retry import Backoff, spanning
 from fleet_import.s3.staging import StagingArea
+from fleet_import.scope import Tenant
 from fleet_import.store.details import FailureKind
 from fleet_import.store.repository import BatchRepository
 from fleet_import.warehouse.base import Warehouse
@@ -172,3 +173,40 @@ class CommitUnknown:
 ImportOutcome = (
     Skipped | NotClaimed | NothingToDo | AlreadyLoaded | Committed | Failed | CommitUnknown
 )
+
+
+class Host(Protocol):
+    """What the process running an operation (import, approve, rollback) shows of it as it
+    goes: the flows tag their run, tell the batch's story and show progress in the UI. The
+    operation is composed once, in the core; its host only watches."""
+
+    def admitted(self, tenant: Tenant, scope: str) -> None:
+        """The tenant may load this scope; nothing is claimed yet."""
+
+    def claim_ended(self, tenant: Tenant, scope: str, claim: Claimed | ImportOutcome) -> None:
+        """The claim's answer: a batch to load, or why there is no work."""
+
+    def loading(
+        self, claimed: Claimed, told: Sequence[uuid.UUID], headline: str | None = None
+    ) -> None:
+        """The batch is ours and its steps start. `told`: the batches whose views the
+        outcome changes (an approval's held batch too); `headline`: what the outcome's one
+        line starts with (a rollback says which batch it loads)."""
+
+
+class Unwatched:
+    """The core's own runs (the CLI's in-process paths, tests, benchmarks): nothing shown."""
+
+    def admitted(self, tenant: Tenant, scope: str) -> None:
+        pass
+
+    def claim_ended(self, tenant: Tenant, scope: str, claim: Claimed | ImportOutcome) -> None:
+        pass
+
+    def loading(
+        self, claimed: Claimed, told: Sequence[uuid.UUID], headline: str | None = None
+    ) -> None:
+        pass
+
+
+UNWATCHED = Unwatched()

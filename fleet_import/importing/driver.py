@@ -22,11 +22,13 @@ from fleet_import import failpoints
 from fleet_import.errors import LeaseLost, should_retry
 from fleet_import.importing.claim import claim, new_owner
 from fleet_import.importing.context import (
+    UNWATCHED,
     AlreadyLoaded,
     Claimed,
     Committed,
     CommitUnknown,
     Failed,
+    Host,
     ImportContext,
     ImportOutcome,
     NotClaimed,
@@ -61,12 +63,14 @@ from fleet_import.importing.settle import (
     recover_or_fail,
 )
 from fleet_import.publication.events import EventSink
+from fleet_import.publication.refusal import tell_refusal
 from fleet_import.retry import NO_RETRY, Backoff
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import DiscoveryError, Manifest, discover
 from fleet_import.scope import Tenant, folder_of_scope, source_scope
 from fleet_import.store.details import BatchDetails
 from fleet_import.store.heartbeat import leased, release_lease_quietly
+from fleet_import.tenants.binding import Admission, Refused
 
 __all__ = [  # what flows and tests use from here; each lives in the module named above
     "AlreadyLoaded",
@@ -102,6 +106,7 @@ __all__ = [  # what flows and tests use from here; each lives in the module name
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+IMPORT = "import-s3-folder"  # a refusal's `source`, as the flow is named
 
 
 @dataclass(frozen=True)
@@ -178,22 +183,39 @@ class _NotStarted(Exception):
 
 def import_folder(
     ctx: ImportContext,
-    tenant: Tenant,
+    tenant: Tenant | str,
     folder: str,
     delivery_key: str,
     *,
+    admission: Admission | None = None,
     owner: str | None = None,
     steps: StepRunner | None = None,
     force: bool = False,
     guard: GuardOverride | None = None,
-) -> ImportOutcome:
-    """`force` loads even content the slice already holds (see claim.already_loaded);
-    `guard` overrides the contracts' slice guards for this run (importing.guards)."""
+    host: Host = UNWATCHED,
+) -> ImportOutcome | Refused:
+    """One delivery, whole: the flow runs this with its steps as tasks. A tenant given by
+    id is admitted first (registry, folder binding): Refused, told, nothing written; a
+    `Tenant` is taken as admitted (tests, benchmarks). `force` loads even content the slice
+    already holds (see claim.already_loaded); `guard` overrides the contracts' slice guards
+    for this run (importing.guards)."""
     scope = source_scope(folder)  # invalid input is rejected before any row is written
+    if isinstance(tenant, str):
+        if admission is None:
+            raise TypeError("a tenant given by id needs the admission that admits it")
+        admitted = admission(tenant, folder)
+        if isinstance(admitted, Refused):  # before the scope is reserved: nothing is written
+            return tell_refusal(ctx.events, admitted, IMPORT)
+        tenant = admitted
+    host.admitted(tenant, scope)
     claimed = claim(ctx, tenant, scope, delivery_key, owner or new_owner(), force=force)
+    host.claim_ended(tenant, scope, claimed)
     if not isinstance(claimed, Claimed):
+        log.info("no work for this delivery: %s", claimed)
         return claimed
+    log.info("batch %s holds %s (lease %s)", claimed.batch_id, scope, claimed.owner)
     record_override(ctx, claimed, guard)  # issue #24
+    host.loading(claimed, [claimed.batch_id])
     return import_batch(ctx, tenant, claimed, steps or CoreSteps(ctx.normalize_workers))
 
 

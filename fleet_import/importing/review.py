@@ -19,13 +19,16 @@ in): a disabled tenant's held batch is `Refused`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from dataclasses import dataclass
 
 from fleet_import.errors import FleetImportError
 from fleet_import.importing.claim import claim, new_owner, slice_owner_batch
 from fleet_import.importing.context import (
+    UNWATCHED,
     Claimed,
+    Host,
     ImportContext,
     ImportOutcome,
 )
@@ -51,6 +54,8 @@ from fleet_import.store.models import (
 )
 from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.tenants.binding import Admission, Refused
+
+log = logging.getLogger(__name__)
 
 REJECTED_EVENT = "fleet.batch.rejected"
 APPROVAL_KEY_PREFIX = "approve:"
@@ -160,14 +165,20 @@ def approve_held(
     admission: Admission,
     owner: str | None = None,
     steps: StepRunner | None = None,
+    host: Host = UNWATCHED,
 ) -> ImportOutcome | NotApproved | Refused:
-    """Load the held batch's content as a new batch, its guards waived for that content."""
+    """Load the held batch's content as a new batch, its guards waived for that content:
+    the approve flow runs this with its steps as tasks."""
     approval = check_approval(ctx, held_id, admission=admission)
     if isinstance(approval, NotApproved | Refused):
         return approval
+    host.admitted(approval.tenant, approval.scope)
     claimed = claim_approval(ctx, approval, owner or new_owner())
+    host.claim_ended(approval.tenant, approval.scope, claimed)
     if not isinstance(claimed, Claimed):
         return claimed
+    log.info("batch %s approves held batch %s", claimed.batch_id, held_id)
+    host.loading(claimed, [claimed.batch_id, held_id])
     return import_batch(ctx, approval.tenant, claimed, steps or CoreSteps(ctx.normalize_workers))
 
 

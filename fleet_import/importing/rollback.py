@@ -18,12 +18,13 @@ the caller hands in): a rollback for a disabled tenant is `Refused`, nothing wri
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass
 
 from fleet_import.errors import FleetImportError
 from fleet_import.importing.claim import claim, new_owner
-from fleet_import.importing.context import Claimed, ImportContext, ImportOutcome
+from fleet_import.importing.context import UNWATCHED, Claimed, Host, ImportContext, ImportOutcome
 from fleet_import.importing.drift import effective_contracts
 from fleet_import.importing.driver import CoreSteps, StepRunner, import_batch
 from fleet_import.importing.guards import GuardOverride, record_override
@@ -36,6 +37,8 @@ from fleet_import.store.details import BatchDetails
 from fleet_import.store.models import Batch, BatchStatus
 from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.tenants.binding import Admission, Refused
+
+log = logging.getLogger(__name__)
 
 ROLLBACK = "rollback-slice"  # a refusal's `source`, as the flow is named
 
@@ -201,13 +204,18 @@ def rollback_slice(
     admission: Admission,
     owner: str | None = None,
     steps: StepRunner | None = None,
+    host: Host = UNWATCHED,
 ) -> ImportOutcome | NotRolledBack | Refused:
-    """Plan, claim and load a rollback in this process (the core's way; the flow maps the
-    same calls to tasks)."""
+    """Plan, claim and load a rollback: the rollback flow runs this with its steps as
+    tasks. The outcome's line starts with which batch it loads, and why that one."""
     plan = plan_rollback(ctx, reviews, tenant_id, folder, to, admission=admission)
     if isinstance(plan, NotRolledBack | Refused):
         return plan
+    host.admitted(plan.tenant, plan.scope)
     claimed = claim_rollback(ctx, plan, owner or new_owner())
+    host.claim_ended(plan.tenant, plan.scope, claimed)
     if not isinstance(claimed, Claimed):
         return claimed
+    log.info("batch %s rolls %s back to %s", claimed.batch_id, plan.scope, plan.target.id)
+    host.loading(claimed, [claimed.batch_id], headline=plan.chosen)
     return import_batch(ctx, plan.tenant, claimed, steps or CoreSteps(ctx.normalize_workers))

@@ -1,0 +1,103 @@
+"""What every flow that loads a slice (import, approve, rollback) does around the core's
+operation, once: the operation itself is composed in the core (`importing.driver.
+import_folder`, `importing.review.approve_held`, `importing.rollback.rollback_slice`); the
+flow gives it Prefect tasks as its steps and a `FlowHost` that shows it in the UI, then
+turns its outcome into the run's state and artifacts."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+
+from prefect.runtime import flow_run
+from prefect.states import State
+
+from fleet_import.errors import LeaseLost
+from fleet_import.explain import explain
+from fleet_import.importing import driver as pipeline
+from fleet_import.importing.context import Claimed, ImportOutcome, Progress
+from fleet_import.importing.driver import StepRunner
+from fleet_import.importing.review import NotApproved
+from fleet_import.importing.rollback import NotRolledBack
+from fleet_import.importing.runtime import Runtime
+from fleet_import.scope import Tenant
+from fleet_import.store.details import BatchDetails
+from fleet_import.tenants.binding import Refused
+from flows.common import tag_flow_run
+from flows.late_reports import tell_unreported_runs
+from flows.prefect_steps import PrefectSteps
+from flows.reporting import failed, publish_artifacts, refused, state_for
+from flows.story import tell
+
+Operation = Callable[
+    [StepRunner, "FlowHost"], ImportOutcome | Refused | NotApproved | NotRolledBack
+]
+
+
+class FlowHost:
+    """The run's view of the operation: tags, the batch's story, progress."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        *,
+        progress: Callable[[str], Progress] | None = None,
+        tell_unreported: bool = False,
+    ) -> None:
+        self.rt = rt
+        self._progress = progress
+        self._tell_unreported = tell_unreported
+        self.told: list[uuid.UUID] = []
+        self.headline: str | None = None
+
+    def admitted(self, tenant: Tenant, scope: str) -> None:
+        tag_flow_run(f"tenant:{tenant.tenant_id}", f"scope:{scope}")
+
+    def claim_ended(self, tenant: Tenant, scope: str, claim: Claimed | ImportOutcome) -> None:
+        if self._tell_unreported:
+            tell_unreported_runs(self.rt, tenant.tenant_id, scope)  # runs the API never heard end
+
+    def loading(
+        self, claimed: Claimed, told: Sequence[uuid.UUID], headline: str | None = None
+    ) -> None:
+        self.told, self.headline = list(told), headline
+        if self._progress is not None:
+            self.rt.ctx.progress = self._progress(claimed.scope)
+        _record_run(self.rt, claimed)
+        tell(self.rt, self.told)
+
+
+def run_operation(host: FlowHost, operation: Operation) -> State:
+    """Run the core's operation with Prefect tasks as its steps; its outcome as the run's
+    state, the batch's artifacts and story told whatever the outcome."""
+    steps = PrefectSteps()
+    try:
+        outcome = operation(steps, host)
+    except LeaseLost as exc:
+        tell(host.rt, host.told)
+        batch = f"batch {host.told[0]}" if host.told else "its batch"
+        return failed(f"lost the lease on {batch}: {explain(exc)}")
+    if isinstance(outcome, Refused):
+        return refused(outcome)
+    if isinstance(outcome, NotApproved):
+        return failed(outcome.reason, name="NotApproved")
+    if isinstance(outcome, NotRolledBack):
+        return failed(outcome.reason, name="NotRolledBack")
+    if host.told:
+        publish_artifacts(host.rt, host.told[0])
+        tell(host.rt, host.told)
+    state = state_for(outcome, crash=steps.crash)
+    if host.headline:
+        state = state.model_copy(update={"message": f"{host.headline}; {state.message}"})
+    return state
+
+
+def _record_run(rt: Runtime, claimed: pipeline.Claimed) -> None:
+    """The batch keeps the flow run that made it (a UI Retry is the same run; a later run
+    continuing a dead one's batch is not the one that made it), for the tenant's table and
+    the batch's story."""
+    run_id = flow_run.get_id()
+    batch = rt.ctx.repo.get(claimed.batch_id)
+    if run_id and batch is not None and batch.record.flow_run_id is None:
+        patch = BatchDetails.patch(flow_run_id=run_id)
+        rt.ctx.repo.update_details(claimed.batch_id, claimed.owner, patch)
