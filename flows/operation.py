@@ -57,12 +57,13 @@ class FlowHost:
         if self._tell_unreported:
             tell_unreported_runs(self.rt, tenant.tenant_id, scope)  # runs the API never heard end
 
+    def progress(self, scope: str) -> Progress | None:
+        return self._progress(scope) if self._progress is not None else None
+
     def loading(
         self, claimed: Claimed, told: Sequence[uuid.UUID], headline: str | None = None
     ) -> None:
         self.told, self.headline = list(told), headline
-        if self._progress is not None:
-            self.rt.ctx.progress = self._progress(claimed.scope)
         _record_run(self.rt, claimed)
         tell(self.rt, self.told)
 

@@ -186,6 +186,9 @@ class Host(Protocol):
     def claim_ended(self, tenant: Tenant, scope: str, claim: Claimed | ImportOutcome) -> None:
         """The claim's answer: a batch to load, or why there is no work."""
 
+    def progress(self, scope: str) -> Progress | None:
+        """Where the load of `scope` reports how far it got (None: the context's own)."""
+
     def loading(
         self, claimed: Claimed, told: Sequence[uuid.UUID], headline: str | None = None
     ) -> None:
@@ -202,6 +205,9 @@ class Unwatched:
 
     def claim_ended(self, tenant: Tenant, scope: str, claim: Claimed | ImportOutcome) -> None:
         pass
+
+    def progress(self, scope: str) -> Progress | None:
+        return None
 
     def loading(
         self, claimed: Claimed, told: Sequence[uuid.UUID], headline: str | None = None

@@ -216,6 +216,8 @@ def import_folder(
     log.info("batch %s holds %s (lease %s)", claimed.batch_id, scope, claimed.owner)
     record_override(ctx, claimed, guard)  # issue #24
     host.loading(claimed, [claimed.batch_id])
+    progress = host.progress(scope)
+    ctx = ctx if progress is None else replace(ctx, progress=progress)
     return import_batch(ctx, tenant, claimed, steps or CoreSteps(ctx.normalize_workers))
 
 

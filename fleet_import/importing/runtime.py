@@ -3,6 +3,7 @@ flows and the demo."""
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -196,8 +197,7 @@ def remote_context(settings: Settings) -> ImportContext:
     password = settings.redshift_password
     key = settings.model_dump_json() + (password.get_secret_value() if password else "")
     if key not in _REMOTE_CONTEXTS:
-        ctx = build_runtime(settings).ctx
-        ctx.remote = True
-        ctx.workdir = Path(tempfile.mkdtemp(prefix="fleet-import-remote-"))
+        workdir = Path(tempfile.mkdtemp(prefix="fleet-import-remote-"))
+        ctx = dataclasses.replace(build_runtime(settings).ctx, remote=True, workdir=workdir)
         _REMOTE_CONTEXTS[key] = ctx
     return _REMOTE_CONTEXTS[key]
