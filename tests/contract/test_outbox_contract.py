@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from fleet_import.retry import Backoff
 from fleet_import.store.models import BatchStatus, FailureKind, Reserved
 from fleet_import.store.outbox import ClaimLost, StepStatus
 from tests.contract.batches import (
@@ -21,12 +22,8 @@ from tests.contract.batches import (
 CLAIM_TTL = 30.0
 
 
-def _no_backoff(attempts: int) -> float:
-    return 0.0
-
-
-def _long_backoff(attempts: int) -> float:
-    return 3600.0
+_no_backoff = Backoff((0.0,))
+_long_backoff = Backoff((3600.0,), jitter=0.0)
 
 
 def test_steps_are_claimed_head_first_by_one_worker(store: StoreUnderTest) -> None:

@@ -494,7 +494,7 @@ def test_publication_failure_resumes_without_a_copy(
     from fleet_import.store.models import BatchStatus
     from tests.helpers import upload
 
-    publisher = Publisher(repo, outbox, redshift, events=lambda n, p: None, backoff=lambda a: 0.0)
+    publisher = Publisher(repo, outbox, redshift, events=lambda n, p: None, backoff=Backoff((0.0,)))
     calls: list[int] = []
     notify = publisher.steps["notify"]
 
