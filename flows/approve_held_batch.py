@@ -16,6 +16,7 @@ from prefect.states import State
 from fleet_import.errors import LeaseLost
 from fleet_import.explain import explain
 from fleet_import.importing import driver as pipeline
+from fleet_import.importing.context import Claimed
 from fleet_import.importing.review import NotApproved, check_approval, claim_approval
 from fleet_import.intake.admission import admission
 from fleet_import.tenants.binding import Refused
@@ -48,7 +49,7 @@ def approve_held_batch(batch_id: str) -> State:
         return failed(approval.reason, name="NotApproved")
     tag_flow_run(f"tenant:{approval.tenant.tenant_id}", f"scope:{approval.scope}")
     claimed = claim_approval(rt.ctx, approval, lease_owner())
-    if not isinstance(claimed, pipeline.Claimed):
+    if not isinstance(claimed, Claimed):
         return state_for(claimed)
     get_run_logger().info("batch %s approves held batch %s", claimed.batch_id, held_id)
     steps = PrefectSteps()

@@ -23,6 +23,8 @@ from prefect.states import State
 from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
 from fleet_import.explain import explain
 from fleet_import.importing import driver as pipeline
+from fleet_import.importing.claim import claim
+from fleet_import.importing.context import Claimed, Progress
 from fleet_import.importing.guards import GuardOverride, record_override
 from fleet_import.importing.runtime import Runtime
 from fleet_import.intake.admission import admit
@@ -140,7 +142,7 @@ def _cancel_after_failure(done: PrefectFuture[Any], futures: Sequence[PrefectFut
             wrapped.cancel()  # a queued item never starts; a running one carries on
 
 
-def _progress_artifact(scope: str) -> pipeline.Progress:
+def _progress_artifact(scope: str) -> Progress:
     """ctx.progress for the flow: the normalisation's fraction done as a progress artifact
     (called on the COPY's reader thread, which runs in the commit task's copied context)."""
     artifact_id = report(
@@ -219,9 +221,9 @@ def import_s3_folder(
     tag_flow_run(f"tenant:{tenant.tenant_id}", f"scope:{scope}")
     key = delivery_key or f"flow-run:{flow_run.get_id() or uuid.uuid4()}"
     rt = runtime_for_flow(settings=settings)
-    claimed = pipeline.claim(rt.ctx, tenant, scope, key, lease_owner(), force=force)
+    claimed = claim(rt.ctx, tenant, scope, key, lease_owner(), force=force)
     tell_unreported_runs(rt, tenant.tenant_id, scope)  # runs the API never heard end
-    if not isinstance(claimed, pipeline.Claimed):
+    if not isinstance(claimed, Claimed):
         logger.info("no work for this delivery: %s", claimed)
         return state_for(claimed)
     logger.info("batch %s holds %s (lease %s)", claimed.batch_id, scope, claimed.owner)
@@ -240,7 +242,7 @@ def import_s3_folder(
     return state_for(outcome, crash=steps.crash)
 
 
-def _record_run(rt: Runtime, claimed: pipeline.Claimed) -> None:
+def _record_run(rt: Runtime, claimed: Claimed) -> None:
     """The batch keeps the flow run that made it (a UI Retry is the same run; a later run
     continuing a dead one's batch is not the one that made it), for the tenant's table and
     the batch's story."""

@@ -15,6 +15,7 @@ from prefect.states import State
 from fleet_import.errors import InvalidInput, LeaseLost
 from fleet_import.explain import explain
 from fleet_import.importing import driver as pipeline
+from fleet_import.importing.context import Claimed
 from fleet_import.importing.rollback import NotRolledBack, claim_rollback, plan_rollback
 from fleet_import.intake.admission import admission
 from fleet_import.store.review_repository import ReviewRepository
@@ -57,7 +58,7 @@ def rollback_slice(tenant_id: str, folder: str, to_batch_id: str | None = None) 
     tenant = plan.tenant
     tag_flow_run(f"tenant:{tenant.tenant_id}", f"scope:{plan.scope}")
     claimed = claim_rollback(rt.ctx, plan, lease_owner())
-    if not isinstance(claimed, pipeline.Claimed):
+    if not isinstance(claimed, Claimed):
         return state_for(claimed)
     get_run_logger().info(
         "batch %s rolls %s back to %s", claimed.batch_id, plan.scope, plan.target.id

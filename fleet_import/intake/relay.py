@@ -40,7 +40,6 @@ from fleet_import.intake.notifications import (
     MalformedMessage,
     S3ObjectCreated,
     TestEvent,
-    event_id,
     parse_s3_notification,
 )
 from fleet_import.publication.events import EventSink
@@ -48,17 +47,7 @@ from fleet_import.retry import doubling
 from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT, Refused, bind
 from fleet_import.tenants.registry import TenantRegistry
 
-__all__ = [
-    "EVENT_NAME",
-    "MalformedMessage",
-    "Relay",
-    "RelayStats",
-    "S3ObjectCreated",
-    "TestEvent",
-    "event_id",
-    "parse_s3_notification",
-    "queue_region",
-]
+__all__ = ["EVENT_NAME", "Relay", "RelayStats", "queue_region"]
 
 logger = logging.getLogger(__name__)
 

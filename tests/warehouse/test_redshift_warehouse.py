@@ -16,8 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from fleet_import.contracts.fleet import FLEET_DATASETS, TRIPS, VEHICLES
+from fleet_import.errors import WarehouseError
 from fleet_import.retry import Backoff
-from fleet_import.warehouse.base import DatasetLoad, LoadFile, Warehouse, WarehouseError
+from fleet_import.warehouse.base import DatasetLoad, LoadFile, Warehouse
 from fleet_import.warehouse.redshift import slice_sql
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 from tests.redshift_emulator import RedshiftEmulator
