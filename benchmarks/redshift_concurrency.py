@@ -40,7 +40,8 @@ if str(REPO) not in sys.path:
 
 from fleet_import.config import DEFAULT_WAREHOUSE_LOAD_SLOTS  # noqa: E402
 from fleet_import.contracts.fleet import FLEET_DATASETS  # noqa: E402
-from fleet_import.warehouse.base import DatasetLoad, WarehouseError  # noqa: E402
+from fleet_import.errors import WarehouseError
+from fleet_import.warehouse.base import DatasetLoad
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse  # noqa: E402
 from tests.redshift_emulator import ISOLATION_LEVELS, RedshiftEmulator  # noqa: E402
 from tests.warehouse_helpers import fleet_loads  # noqa: E402

@@ -4,30 +4,34 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import uuid
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
+from fleet_cli.common import (
+    DatabaseOption,
+    JsonOption,
+    console,
+    fail,
+    full_batch_id,
+    report_state,
+    resolve_batch_id,
+    store_settings,
+)
 from fleet_cli.contracts_show import contracts_app
 from fleet_cli.doctor import doctor
 from fleet_cli.first_help import TOOL_HELP, InOrderOfUse
 from fleet_cli.flow_call import run_flow
 from fleet_cli.freshness import freshness
-from fleet_cli.guard import (
-    DEBUG_VARIABLE,
-    error_line,
-    foreseen_errors,
-    ready_to_run,
-    require_settings,
-)
+from fleet_cli.guard import DEBUG_VARIABLE, error_line, foreseen_errors, ready_to_run
+from fleet_cli.relay_command import relay
+from fleet_cli.review_commands import batches_approve, batches_reject, list_held, slices_app
 from fleet_cli.tables import tables_app
 from fleet_cli.tenants import tenants_app
-from fleet_import.checks.settings import OPERATIONAL
+from fleet_cli.worker_command import worker
 from fleet_import.store.models import BatchStatus
 
 if TYPE_CHECKING:
@@ -36,11 +40,12 @@ if TYPE_CHECKING:
     from fleet_import.config import Settings
     from fleet_import.store.batch_state import HeldSince
     from fleet_import.store.models import Batch
-    from fleet_import.store.repository import BatchRepository
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=TOOL_HELP, cls=InOrderOfUse)
 app.command("doctor")(doctor)
 app.command("freshness")(freshness)
+app.command("relay")(relay)
+app.command("worker")(worker)
 
 
 @app.callback()
@@ -66,44 +71,7 @@ app.add_typer(batches_app, name="batches")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(tables_app, name="tables")
 app.add_typer(contracts_app, name="contracts")
-
-# Whatever comes from data (keys, header names, rejected values, state and error messages)
-# reaches these consoles as `Text`, which rich never parses for markup or emoji: a file
-# named `trips [bold]x.csv` prints as it is named, and `[/bold]` raises no MarkupError.
-console = Console()
-err_console = Console(stderr=True)
-
-DatabaseOption = Annotated[
-    str | None,
-    typer.Option(
-        "--database-url",
-        envvar="FLEET_DATABASE_URL",
-        help="operational PostgreSQL URL",
-        show_envvar=True,
-    ),
-]
-
-
-# Hex digits, dashes allowed (a pasted piece of an id); four at least, as git asks of a
-# commit. All 32 are a full id, looked up as such.
-_ID_PREFIX = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{3,35}")
-_UUID_DIGITS = 32
-_AMBIGUOUS_SHOWN = 3
-
-
-def _database_url(value: str | None) -> str:
-    """The operational database's URL, the settings checked first (CONFIGURATION_ERROR)."""
-    return _store_settings(value).database_url
-
-
-def _store_settings(value: str | None) -> Settings:
-    """The operational database's settings (its URL, its reply bound), checked first."""
-    return require_settings(OPERATIONAL, database_url=value)
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    error_line(message)
-    return typer.Exit(code)
+app.add_typer(slices_app, name="slices")
 
 
 @db_app.command("upgrade")
@@ -119,20 +87,15 @@ def db_upgrade(
 
     from fleet_import.store import migrate
 
-    url = _database_url(database_url)
+    url = store_settings(database_url).database_url
     try:
         migrate.upgrade(url, revision)
     except SQLAlchemyError as exc:
         hint = ": check FLEET_DATABASE_URL (host:port)" if isinstance(exc, OperationalError) else ""
-        raise _fail(
+        raise fail(
             f"migration failed: {type(exc).__name__}: {getattr(exc, 'orig', exc)}{hint}"
         ) from None
     console.print(Text(f"operational database at revision {migrate.current(url)}"))
-
-
-JsonOption = Annotated[
-    bool, typer.Option("--json", help="print JSON (full ids, ISO times) and nothing else")
-]
 
 
 ListedStatus = StrEnum(  # type: ignore[misc]
@@ -155,11 +118,9 @@ def batches_list(
     Example: fleet-import batches list --tenant acme --status failed
     """
     if status == ListedStatus.HELD:  # issue #24: held batches that wait for review
-        from fleet_cli.review_commands import list_held
-
         list_held(tenant, limit, as_json, database_url)
         return
-    store = _store_settings(database_url)  # the settings first: refused before any import
+    store = store_settings(database_url)  # the settings first: refused before any import
     from fleet_cli.batch_views import batch_record, batches_table
     from fleet_import.store.repository import BatchRepository
 
@@ -185,36 +146,6 @@ def held_since(store: Settings, batches: Sequence[Batch]) -> dict[uuid.UUID, Hel
     return ReviewRepository.from_settings(store).held_since(held) if held else {}
 
 
-def parse_batch_id(value: str, expected: str = "a UUID") -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise _fail(f"{value!r} is not a batch id ({expected})", 2) from None  # a usage error
-
-
-def full_batch_id(value: str) -> uuid.UUID | None:
-    """A full id; None for a prefix, to look up (`resolve_batch_id`); anything else is a
-    usage error, said before any setting is read."""
-    if not _ID_PREFIX.fullmatch(value) or len(value.replace("-", "")) >= _UUID_DIGITS:
-        return parse_batch_id(value, "a UUID, or a unique prefix of at least 4 hex digits")
-    return None
-
-
-def resolve_batch_id(value: str, repo: BatchRepository) -> uuid.UUID:
-    """A full id, or a prefix (as `batches list` prints in 80 columns) naming one batch."""
-    full = full_batch_id(value)
-    if full is not None:
-        return full
-    matches = repo.ids_with_prefix(value, limit=_AMBIGUOUS_SHOWN + 1)
-    if not matches:
-        raise _fail(f"no batch id starts with {value!r}", 2)
-    if len(matches) > 1:
-        some = ", ".join(str(m) for m in matches[:_AMBIGUOUS_SHOWN])
-        more = ", ..." if len(matches) > _AMBIGUOUS_SHOWN else ""
-        raise _fail(f"{value!r} is ambiguous: batches {some}{more}; give more digits", 2)
-    return matches[0]
-
-
 @batches_app.command("show")
 def batches_show(
     batch_id: Annotated[str, typer.Argument(help="the batch id, or a unique prefix of it")],
@@ -225,7 +156,7 @@ def batches_show(
 
     Example: fleet-import batches show 1f0c3a9e
     """
-    store = _store_settings(database_url)
+    store = store_settings(database_url)
     from fleet_cli.batch_views import batch_detail_record, batch_views
     from fleet_import.store.lineage_outbox import LineageOutbox
     from fleet_import.store.outbox import OutboxRepository
@@ -239,7 +170,7 @@ def batches_show(
         lineage = LineageOutbox.from_settings(store).of_batch(parsed) if batch else []
         since = held_since(store, [batch] if batch else []).get(parsed)
     if batch is None:
-        raise _fail(f"no batch {batch_id}")
+        raise fail(f"no batch {batch_id}")
     if as_json:
         typer.echo(json.dumps(batch_detail_record(batch, steps, lineage, since), indent=2))
         return
@@ -294,7 +225,7 @@ def run(
                 no_guard=no_guard, min_rows_ratio=min_rows_ratio, return_state=True,
             )
         )
-    _report(state)
+    report_state(state)
 
 
 @app.command("resume")
@@ -322,7 +253,7 @@ def resume(
 
         parsed = full or resolve_batch_id(batch_id, BatchRepository.from_settings(settings))
         state = run_flow(lambda: resume_publication(batch_id=str(parsed), return_state=True))
-    _report(state)
+    report_state(state)
 
 
 def _refuse_malformed(tenant: str, folder: str) -> None:
@@ -342,16 +273,6 @@ def _refuse_malformed(tenant: str, folder: str) -> None:
         error_line(problem)
     if problems:
         raise typer.Exit(2)
-
-
-def _report(state) -> None:
-    """Print the final state line (one line, for scripts) and exit with its code."""
-    from flows.reporting import ExitCode, exit_code_for
-
-    code = exit_code_for(state)
-    colour = {ExitCode.SUCCEEDED: "green", ExitCode.FAILED: "red"}.get(code, "yellow")
-    console.print(Text.assemble((state.name, colour), ": ", state.message or ""), soft_wrap=True)
-    raise typer.Exit(int(code))
 
 
 @app.command("demo")
@@ -374,5 +295,6 @@ def demo(
     raise typer.Exit(run_demo(fresh=fresh))
 
 
-# Registered last: they use this module's app, options and helpers (issue #24).
-from fleet_cli import relay_command, review_commands, worker_command  # noqa: E402,F401
+# After `list` and `show`, the order `batches --help` lists them in (review_commands.py).
+batches_app.command("approve")(batches_approve)
+batches_app.command("reject")(batches_reject)

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from fleet_cli.cli import _fail, app, console, err_console
+from fleet_cli.common import console, err_console, fail
 from fleet_cli.guard import CONFIGURATION_ERROR, error_line, prefect_ready, require_settings
 from fleet_import.checks.settings import RELAY
 from fleet_import.config import Settings
@@ -15,7 +15,6 @@ from fleet_import.errors import FleetImportError
 from fleet_import.intake.landing import DEFAULT_PATTERN
 
 
-@app.command("relay")
 def relay(
     queue_url: Annotated[
         str,
@@ -108,7 +107,7 @@ def relay(
         layout = LandingLayout(prefix=landing_prefix, pattern=folder_pattern)
         registry = registry_in_force(Settings().tenants)
     except FleetImportError as exc:
-        raise _fail(str(exc), 2) from None
+        raise fail(str(exc), 2) from None
     sqs = boto3.client(
         "sqs", endpoint_url=endpoint_url, region_name=region or queue_region(queue_url)
     )
@@ -149,7 +148,7 @@ def relay(
         except KeyboardInterrupt:
             stats = relay_.totals
         except Exception as exc:  # --once: a receive error is the answer
-            raise _fail(f"relay failed: {type(exc).__name__}: {exc}") from None
+            raise fail(f"relay failed: {type(exc).__name__}: {exc}") from None
     console.print(Text(f"relay: {stats}"))
     # The interpreter's last collections walk every object Prefect and botocore made (about
     # 0.4 s here, far more on a busy host); frozen objects are skipped, so a stop stays quick.

@@ -10,16 +10,14 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from fleet_cli.cli import (
+from fleet_cli.common import (
     DatabaseOption,
     JsonOption,
-    _fail,
-    _report,
-    _store_settings,
-    app,
-    batches_app,
     console,
+    fail,
+    report_state,
     resolve_batch_id,
+    store_settings,
 )
 from fleet_cli.flow_call import run_flow
 from fleet_cli.guard import foreseen_errors, ready_to_run, require_settings
@@ -30,7 +28,6 @@ from fleet_import.scope import validate_tenant_id
 slices_app = typer.Typer(
     no_args_is_help=True, help="Curated slices: `fleet-import slices list`, roll one back."
 )
-app.add_typer(slices_app, name="slices")
 
 
 def list_held(tenant: str | None, limit: int, as_json: bool, database_url: str | None) -> None:
@@ -43,12 +40,12 @@ def list_held(tenant: str | None, limit: int, as_json: bool, database_url: str |
     from fleet_import.store.batch_state import ReviewState, hold_of, review_line, review_state
     from fleet_import.store.review_repository import ReviewRepository
 
-    store = ReviewRepository.from_settings(_store_settings(database_url))
+    store = ReviewRepository.from_settings(store_settings(database_url))
     try:
         batches = store.held_batches(tenant, limit)
         since = store.held_since(batch.id for batch in batches)
     except FleetImportError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if as_json:
         records = [batch_record(batch, since.get(batch.id)) for batch in batches]
         typer.echo(json.dumps(records, indent=2))
@@ -78,7 +75,6 @@ def list_held(tenant: str | None, limit: int, as_json: bool, database_url: str |
             )
 
 
-@batches_app.command("approve")
 def batches_approve(
     batch_id: Annotated[str, typer.Argument(help="the held batch, or a unique prefix of it")],
     database_url: DatabaseOption = None,
@@ -102,10 +98,9 @@ def batches_approve(
 
         parsed = resolve_batch_id(batch_id, BatchRepository.from_settings(settings))
         state = run_flow(lambda: approve_held_batch(batch_id=str(parsed), return_state=True))
-    _report(state)
+    report_state(state)
 
 
-@batches_app.command("reject")
 def batches_reject(
     batch_id: Annotated[str, typer.Argument(help="the held batch, or a unique prefix of it")],
     note: Annotated[str, typer.Option(help="why, kept on the batch")] = "",
@@ -126,7 +121,7 @@ def batches_reject(
         rt = runtime_for_flow()
         outcome = reject_held(rt.ctx, ReviewRepository.from_settings(settings), parsed, note)
     if isinstance(outcome, NotApproved):
-        raise _fail(outcome.reason)
+        raise fail(outcome.reason)
     console.print(Text(f"batch {parsed} rejected: the slice keeps what it holds"))
 
 
@@ -168,7 +163,7 @@ def slices_rollback(
                 tenant_id=tenant, folder=folder, to_batch_id=target, return_state=True
             )
         )
-    _report(state)
+    report_state(state)
 
 
 @slices_app.command("list")
@@ -186,7 +181,7 @@ def slices_list(
         try:
             validate_tenant_id(tenant)
         except InvalidInput as exc:
-            raise _fail(str(exc), 2) from None
+            raise fail(str(exc), 2) from None
     settings = require_settings({Uses.DATABASE, Uses.WAREHOUSE, Uses.S3})
     from fleet_cli.slice_views import (
         NO_KNOWN_DATABASE,
@@ -199,7 +194,7 @@ def slices_list(
     with foreseen_errors():
         slices = read_slices(settings, tenant)
     if slices is None:
-        raise _fail(NO_KNOWN_DATABASE, 2)
+        raise fail(NO_KNOWN_DATABASE, 2)
     if as_json:
         typer.echo(json.dumps([slice_record(s) for s in slices], indent=2))
     elif slices:

@@ -31,7 +31,6 @@ from typing import Annotated, Any
 
 import typer
 
-from fleet_cli.cli import app
 from fleet_cli.guard import CONFIGURATION_ERROR, error_line, prefect_ready
 from fleet_cli.run_client import SERVER_VARIABLE
 
@@ -203,7 +202,6 @@ def _stop_on_signals(cancel: Callable[[], None], hooks: StopHooks) -> None:
         signal.signal(each, stop)
 
 
-@app.command("worker")
 def worker(
     pool: Annotated[
         str,

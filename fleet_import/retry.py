@@ -1,7 +1,8 @@
 """The one retry rule: a fixed ladder of delays, each stretched by up to `jitter` at random,
 so that workers that failed together do not retry together. Every retry loop of the core
-(the driver's steps, the slice load, the Redshift transactions) and the flow's Prefect task
-retries take their delays from a `Backoff`; only transient errors are retried."""
+(the driver's steps, the slice load, the Redshift transactions, the commit's read-back, the
+outboxes' steps, the relay's polling) and the flow's Prefect task retries take their delays
+from a `Backoff`; only transient errors are retried."""
 
 from __future__ import annotations
 
@@ -33,6 +34,12 @@ class Backoff:
         """The wait before retry number `retry` (0-based), jitter included."""
         return self.delays[retry] * (1 + random.random() * self.jitter)
 
+    def after(self, failures: int) -> float:
+        """The wait after `failures` failures in a row, the ladder's last delay once past
+        its end: for what is retried without end (an outbox's step, the relay's polling),
+        where `retries` bounds nothing. Needs at least one delay."""
+        return self.pause(min(max(failures, 1), len(self.delays)) - 1)
+
     def wait(self, retry: int, what: str, error: BaseException, log: logging.Logger) -> None:
         """Log why, then sleep before retry number `retry`."""
         seconds = self.pause(retry)
@@ -59,6 +66,16 @@ class Backoff:
 
 
 NO_RETRY = Backoff(())
+
+def doubling(first: float, cap: float, *, jitter: float = 0.0) -> Backoff:
+    """Delays doubling from `first` up to `cap`, the cap the last: read with `after`, the
+    wait of a retry without end (no jitter by default: it waits for a service, not a
+    conflict between workers)."""
+    delays = [first]
+    while 0 < delays[-1] < cap:
+        delays.append(min(delays[-1] * 2, cap))
+    return Backoff(tuple(delays), jitter=jitter)
+
 
 _SPANNING_FIRST = 1.0
 _SPANNING_CAP = 10.0

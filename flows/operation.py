@@ -14,7 +14,6 @@ from prefect.states import State
 
 from fleet_import.errors import LeaseLost
 from fleet_import.explain import explain
-from fleet_import.importing import driver as pipeline
 from fleet_import.importing.context import Claimed, ImportOutcome, Progress
 from fleet_import.importing.driver import StepRunner
 from fleet_import.importing.review import NotApproved
@@ -93,7 +92,7 @@ def run_operation(host: FlowHost, operation: Operation) -> State:
     return state
 
 
-def _record_run(rt: Runtime, claimed: pipeline.Claimed) -> None:
+def _record_run(rt: Runtime, claimed: Claimed) -> None:
     """The batch keeps the flow run that made it (a UI Retry is the same run; a later run
     continuing a dead one's batch is not the one that made it), for the tenant's table and
     the batch's story."""

@@ -12,7 +12,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture
 
 from fleet_import.errors import FleetImportError
-from fleet_import.importing import driver as pipeline
+from fleet_import.importing.driver import Step
 from flows.common import (
     TASK_RETRIES,
     TASK_RETRY_DELAYS,
@@ -36,7 +36,7 @@ class PrefectSteps:
         self._tasks: dict[tuple[str, Callable[..., Any]], Task[..., Any]] = {}
         self.crash: BaseException | None = None
 
-    def _task(self, step: pipeline.Step, fn: Callable[..., T]) -> Task[..., T]:
+    def _task(self, step: Step, fn: Callable[..., T]) -> Task[..., T]:
         key = (step.name, fn)
         if key not in self._tasks:
             retries: dict[str, Any] = {}
@@ -58,12 +58,12 @@ class PrefectSteps:
             )
         return self._tasks[key]
 
-    def run(self, step: pipeline.Step, fn: Callable[..., T], *args: Any) -> T:
+    def run(self, step: Step, fn: Callable[..., T], *args: Any) -> T:
         # The state, not the call's value: a task that returned a Failed state would hand
         # back that state; its result() raises the step's exception.
         return self._raised(self._task(step, fn)(*args, return_state=True).result)
 
-    def map(self, step: pipeline.Step, fn: Callable[..., T], args: Sequence[tuple]) -> Iterator[T]:
+    def map(self, step: Step, fn: Callable[..., T], args: Sequence[tuple]) -> Iterator[T]:
         """As under CoreSteps, once an item failed the items not yet started never start:
         the run ends when the ones under way do (an S3 that stopped answering costs one
         call's bound, not one per file the task runner still had queued)."""

@@ -18,7 +18,7 @@ from prefect.states import Completed, Failed, State
 
 from fleet_import.errors import FleetImportError, should_retry
 from fleet_import.explain import explain
-from fleet_import.importing import driver as pipeline
+from fleet_import.importing import context
 from fleet_import.importing.runtime import Runtime
 from fleet_import.store.details import FailureKind, Summary
 from fleet_import.tenants.binding import Refused
@@ -183,8 +183,8 @@ def quiet_business_failures() -> None:
 quiet_business_failures()
 
 
-def state_for(outcome: pipeline.ImportOutcome, crash: BaseException | None = None) -> State:
-    if isinstance(outcome, pipeline.Committed):
+def state_for(outcome: context.ImportOutcome, crash: BaseException | None = None) -> State:
+    if isinstance(outcome, context.Committed):
         rows = ", ".join(f"{n:,} {dataset}" for dataset, n in outcome.row_counts.items())
         if outcome.published:
             return Completed(message=f"batch {outcome.batch_id} succeeded: {rows}")
@@ -196,7 +196,7 @@ def state_for(outcome: pipeline.ImportOutcome, crash: BaseException | None = Non
                 f"`fleet-import resume {outcome.batch_id}` finishes it"
             ),
         )
-    if isinstance(outcome, pipeline.CommitUnknown):
+    if isinstance(outcome, context.CommitUnknown):
         check = outcome.next_step or "check the warehouse, FLEET_WAREHOUSE_URL"
         return failed(
             f"batch {outcome.batch_id}: whether its slice committed is unknown ({outcome.error}); "
@@ -205,9 +205,9 @@ def state_for(outcome: pipeline.ImportOutcome, crash: BaseException | None = Non
             f"warehouse answers ({check})",
             name="CommitUnknown",
         )
-    if isinstance(outcome, pipeline.Failed) and outcome.kind == FailureKind.HELD:
+    if isinstance(outcome, context.Failed) and outcome.kind == FailureKind.HELD:
         return failed(outcome.error, name="Held")
-    if isinstance(outcome, pipeline.Failed):
+    if isinstance(outcome, context.Failed):
         # Both ways in: a shell with the CLI, or the UI's resume-publication deployment.
         hint = (
             f" (resumable: fleet-import resume {outcome.batch_id}, or run the "
@@ -216,23 +216,23 @@ def state_for(outcome: pipeline.ImportOutcome, crash: BaseException | None = Non
             else ""
         )
         return failed(f"{outcome.kind}{hint}: {outcome.error}", crash=crash)
-    if isinstance(outcome, pipeline.NotClaimed):
+    if isinstance(outcome, context.NotClaimed):
         message = f"batch {outcome.batch_id} is executed by {outcome.holder}"
         return Completed(name="NotClaimed", message=message)
-    if isinstance(outcome, pipeline.Skipped):
+    if isinstance(outcome, context.Skipped):
         message = f"{outcome.scope} is held by batch {outcome.holder_batch_id}; skipped"
         return Completed(name="Skipped", message=message)
-    if isinstance(outcome, pipeline.NothingToDo):
+    if isinstance(outcome, context.NothingToDo):
         message = f"batch {outcome.batch_id} is already {outcome.status}: nothing to do"
         return Completed(name="Skipped", message=message)
-    if isinstance(outcome, pipeline.AlreadyLoaded) and outcome.finished_abandoned:
+    if isinstance(outcome, context.AlreadyLoaded) and outcome.finished_abandoned:
         message = (
             f"took over abandoned batch {outcome.owner_batch_id} (it committed before its "
             f"run died) and published it: {outcome.scope} holds this content now; nothing "
             "more to load (force reloads it)"
         )
         return Completed(name="AlreadyLoaded", message=message)
-    if isinstance(outcome, pipeline.AlreadyLoaded):
+    if isinstance(outcome, context.AlreadyLoaded):
         message = (
             f"{outcome.scope} already holds this content, loaded by batch "
             f"{outcome.owner_batch_id}: nothing to do (force reloads it)"

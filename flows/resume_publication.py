@@ -7,7 +7,7 @@ import uuid
 from prefect import flow, get_run_logger
 from prefect.states import State
 
-from fleet_import.importing import driver as pipeline
+from fleet_import.importing.context import Failed
 from fleet_import.importing.resume import resume_batch
 from fleet_import.intake.admission import admission
 from fleet_import.store.models import NotResumable
@@ -42,7 +42,7 @@ def resume_publication(batch_id: str) -> State:
         return failed(outcome.reason, name="NotResumable")
     publish_artifacts(rt, parsed)
     tell(rt, [parsed])
-    if isinstance(outcome, pipeline.Failed) and outcome.expired:
+    if isinstance(outcome, Failed) and outcome.expired:
         # Found only after the batch was running (it died after its commit, or a newer
         # batch committed during the resume): refused all the same.
         return failed(outcome.error, name="NotResumable")

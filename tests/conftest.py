@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from fleet_import.retry import Backoff
 from fleet_import.scope import Tenant
 from fleet_import.store.repository import BatchRepository
 from tests import pgtools
@@ -207,7 +208,7 @@ def publishing_ctx(import_ctx, outbox):
         import_ctx.warehouse,
         events=import_ctx.events,
         staging=import_ctx.staging,
-        backoff=lambda attempts: 0.0,
+        backoff=Backoff((0.0,)),
     )
     return import_ctx
 

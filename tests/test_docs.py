@@ -35,6 +35,9 @@ PATH_EXTENSIONS = (
 )  # fmt: skip
 MODULE_ROOTS = ("fleet_import", "fleet_cli", "flows", "blocks")
 FORBIDDEN = ("../shared", "DESIGN.md", "NOTES.md", "STYLE.md")
+OUTSIDE = re.compile(r"\bDESIGN\b|\.\./shared|\b(NOTES|STYLE)\.md\b")
+"""In a source file: a `DESIGN` cited as a document, the shared notes (prose may say
+"the design")."""
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.DOTALL)
@@ -360,6 +363,25 @@ def test_nothing_refers_outside_the_repository() -> None:
         for bad in FORBIDDEN
         if bad.lower() in line.lower()
     ]
+    assert not found, "\n".join(found)
+
+
+def test_no_source_refers_outside_the_repository() -> None:
+    """Docstrings and comments state their rule; none points at a page the repository does
+    not have (a `DESIGN` section, the shared notes)."""
+    sources = [
+        path
+        for top in TOP_DIRS
+        for path in sorted((REPO / top).rglob("*"))
+        if path.suffix in PATH_EXTENSIONS and path.is_file() and path != Path(__file__)
+    ] + [REPO / name for name in TOP_FILES]
+    found = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()[:80]}"
+        for path in sources
+        for n, line in enumerate(path.read_text("utf-8").splitlines(), start=1)
+        if OUTSIDE.search(line)
+    ]
+    assert len(sources) > 300
     assert not found, "\n".join(found)
 
 

@@ -24,13 +24,13 @@ from fleet_import.errors import (
     FleetImportError,
     OperationalStoreError,
     TransientError,
+    WarehouseError,
     should_retry,
 )
 from fleet_import.s3.client import s3_client
 from fleet_import.s3.sources import DiscoveryError, TransientDiscoveryError, discover
 from fleet_import.s3.staging import StagingArea, StagingError, TransientStagingError
 from fleet_import.store.connection import SqlStore
-from fleet_import.warehouse.base import WarehouseError
 from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 from fleet_import.warehouse.redshift import driver
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
@@ -424,6 +424,4 @@ def _retried_below(error: FleetImportError) -> FleetImportError:
     ids=lambda value: repr(value)[:40] if isinstance(value, Exception) else str(value),
 )
 def test_the_flows_retry_what_the_kind_calls_transient(error: Exception, retried: bool) -> None:
-    from flows.common import should_retry
-
     assert should_retry(error) is retried

@@ -22,9 +22,9 @@ from fleet_import.errors import (
     OperationalStoreError,
     PreCommitError,
     TransientError,
+    WarehouseError,
     error_of_kind,
 )
-from fleet_import.warehouse.base import WarehouseError
 
 TRANSIENT, TERMINAL = ErrorKind.TRANSIENT, ErrorKind.TERMINAL
 CONFIGURATION, LEASE_LOST = ErrorKind.CONFIGURATION, ErrorKind.LEASE_LOST

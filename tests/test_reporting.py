@@ -14,7 +14,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from prefect.states import Cancelled, Completed, Crashed, Failed, Running, State
 
-from fleet_import.importing import driver as pipeline
+from fleet_import.importing import context
 from fleet_import.store.details import FailureKind
 from flows import reporting
 from flows.reporting import EXIT_CODES, ExitCode, escape_markdown, exit_code_for, state_for
@@ -57,13 +57,13 @@ def test_no_state_takes_the_usage_error_code() -> None:
 
 
 OUTCOMES: list[Any] = [
-    pipeline.Committed(BATCH, "fleet_s3:s3://b/a/", {"trips": 3}, {}, published=True),
-    pipeline.Committed(BATCH, "fleet_s3:s3://b/a/", {"trips": 3}, {}),
-    pipeline.Failed(BATCH, FailureKind.FAILED_PRE_COMMIT, "trips.csv: bad"),
-    pipeline.NotClaimed(BATCH, "worker-2", dt.datetime.now(dt.UTC)),
-    pipeline.Skipped("fleet_s3:s3://b/a/", BATCH),
-    pipeline.NothingToDo(BATCH, "succeeded"),
-    pipeline.AlreadyLoaded("fleet_s3:s3://b/a/", BATCH),
+    context.Committed(BATCH, "fleet_s3:s3://b/a/", {"trips": 3}, {}, published=True),
+    context.Committed(BATCH, "fleet_s3:s3://b/a/", {"trips": 3}, {}),
+    context.Failed(BATCH, FailureKind.FAILED_PRE_COMMIT, "trips.csv: bad"),
+    context.NotClaimed(BATCH, "worker-2", dt.datetime.now(dt.UTC)),
+    context.Skipped("fleet_s3:s3://b/a/", BATCH),
+    context.NothingToDo(BATCH, "succeeded"),
+    context.AlreadyLoaded("fleet_s3:s3://b/a/", BATCH),
 ]
 
 
@@ -162,18 +162,18 @@ def test_artifacts_show_hostile_rejects_and_failure_verbatim(monkeypatch) -> Non
 def test_the_resume_hint_follows_the_outcome_not_its_text() -> None:
     """An S3 `ExpiredToken` in a failed step's error leaves the batch resumable; an expired
     publication is not, whatever its message says."""
-    resumable = pipeline.Failed(
+    resumable = context.Failed(
         BATCH, FailureKind.FAILED_PUBLICATION, "notify: ExpiredToken", resumable=True
     )
     assert f"resumable: fleet-import resume {BATCH}" in state_for(resumable).message
     # ... and the way in for someone in the UI rather than a shell.
     assert f"resume-publication deployment with batch_id={BATCH}" in state_for(resumable).message
-    expired = pipeline.Failed(BATCH, FailureKind.FAILED_PUBLICATION, "a newer batch", expired=True)
+    expired = context.Failed(BATCH, FailureKind.FAILED_PUBLICATION, "a newer batch", expired=True)
     assert "resumable" not in state_for(expired).message
 
 
 def test_already_loaded_names_the_owner_and_has_its_own_code() -> None:
-    state = state_for(pipeline.AlreadyLoaded("fleet_s3:s3://b/a/", BATCH))
+    state = state_for(context.AlreadyLoaded("fleet_s3:s3://b/a/", BATCH))
     assert state.name == "AlreadyLoaded" and str(BATCH) in state.message
     assert exit_code_for(state) == ExitCode.ALREADY_LOADED == 5
 
@@ -244,9 +244,9 @@ def test_the_story_shows_a_failure_verbatim_and_links_the_runs(monkeypatch) -> N
 
 def test_a_takeover_that_published_the_abandoned_batch_says_so_in_its_final_line() -> None:
     """Exit 5 either way; the line must not read as though nothing happened."""
-    plain = state_for(pipeline.AlreadyLoaded("fleet_s3:s3://b/a/", BATCH))
+    plain = state_for(context.AlreadyLoaded("fleet_s3:s3://b/a/", BATCH))
     took_over = state_for(
-        pipeline.AlreadyLoaded("fleet_s3:s3://b/a/", BATCH, finished_abandoned=True)
+        context.AlreadyLoaded("fleet_s3:s3://b/a/", BATCH, finished_abandoned=True)
     )
     assert exit_code_for(took_over) == exit_code_for(plain) == 5
     assert f"took over abandoned batch {BATCH}" in took_over.message

@@ -30,7 +30,8 @@ from fleet_import.intake.completion import folder_completion
 from fleet_import.intake.landing import LandingFolder, LandingLayout
 from fleet_import.publication.events import EventSink, emit_quietly
 from fleet_import.s3.client import Children, S3Client, list_children
-from fleet_import.s3.sources import DiscoveryError, _s3_errors
+from fleet_import.s3.errors import s3_errors
+from fleet_import.s3.sources import DiscoveryError
 from fleet_import.scope import SOURCE_SCOPE_PREFIX, split_folder
 from fleet_import.store.freshness_repository import (
     FreshnessRepository,
@@ -324,7 +325,7 @@ class _Listings:
 
     def __call__(self, key_prefix: str) -> Children:
         if key_prefix not in self._children:
-            with _s3_errors(f"list s3://{self.bucket}/{key_prefix}", DiscoveryError):
+            with s3_errors(f"cannot list s3://{self.bucket}/{key_prefix}", DiscoveryError):
                 self._children[key_prefix] = list_children(self.s3, self.bucket, key_prefix)
         return self._children[key_prefix]
 

@@ -23,18 +23,12 @@ from fleet_import.errors import LeaseLost, should_retry
 from fleet_import.importing.claim import claim, new_owner
 from fleet_import.importing.context import (
     UNWATCHED,
-    AlreadyLoaded,
     Claimed,
     Committed,
-    CommitUnknown,
     Failed,
     Host,
     ImportContext,
     ImportOutcome,
-    NotClaimed,
-    NothingToDo,
-    Progress,
-    Skipped,
 )
 from fleet_import.importing.drift import settle_drift, with_effective_contracts
 from fleet_import.importing.guards import (
@@ -48,13 +42,7 @@ from fleet_import.importing.guards import (
 from fleet_import.importing.jobs import NormaliseJob, run_normalise_job
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.load import load_step
-from fleet_import.importing.normalized_files import (
-    NormalizedEntry,
-    bucket_of,
-    localised,
-    normalize_object,
-    normalize_one,
-)
+from fleet_import.importing.normalized_files import NormalizedEntry, bucket_of, localised
 from fleet_import.importing.pinned import pinned_manifest
 from fleet_import.importing.settle import (
     StampUnreadable,
@@ -62,47 +50,14 @@ from fleet_import.importing.settle import (
     recover_committed,
     recover_or_fail,
 )
-from fleet_import.publication.events import EventSink
 from fleet_import.publication.refusal import tell_refusal
 from fleet_import.retry import NO_RETRY, Backoff
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import DiscoveryError, Manifest, discover
 from fleet_import.scope import Tenant, folder_of_scope, source_scope
 from fleet_import.store.details import BatchDetails
-from fleet_import.store.heartbeat import leased, release_lease_quietly
+from fleet_import.store.heartbeat import leased
 from fleet_import.tenants.binding import Admission, Refused
-
-__all__ = [  # what flows and tests use from here; each lives in the module named above
-    "AlreadyLoaded",
-    "Claimed",
-    "CommitUnknown",
-    "Committed",
-    "CoreSteps",
-    "EventSink",
-    "Failed",
-    "ImportContext",
-    "ImportOutcome",
-    "LeasedBatch",
-    "NormalizedEntry",
-    "NotClaimed",
-    "NothingToDo",
-    "Progress",
-    "STEPS",
-    "Skipped",
-    "StepRunner",
-    "claim",
-    "commit_step",
-    "discover_step",
-    "import_batch",
-    "import_folder",
-    "load_step",
-    "new_owner",
-    "normalize_object",
-    "normalize_one",
-    "publish_step",
-    "recover_committed",
-    "release_lease_quietly",
-]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -20,7 +20,6 @@ from fleet_import.contracts.model import DEFAULT_MIN_ROWS_RATIO
 from fleet_import.errors import FleetImportError, InvalidInput, PreCommitError
 from fleet_import.importing.context import Claimed, Failed, ImportContext
 from fleet_import.importing.leased_batch import LeasedBatch
-from fleet_import.publication.events import emit_quietly, event_payload
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.delivery_manifest import (
     MANIFEST_NAME,
@@ -275,16 +274,5 @@ def hold_batch(batch: LeasedBatch, held: SliceHeld) -> Failed:
             **held.facts(),
         }
     }
-    batch.ctx.repo.mark_failed(batch.batch_id, batch.owner, FailureKind.HELD, error, facts)
-    payload = event_payload(
-        batch.tenant_id,
-        batch.scope,
-        batch.batch_id,
-        kind=str(FailureKind.HELD),
-        error=error,
-        breaches=facts["held"]["breaches"],
-        **held.facts(),
-        approve=approve,
-    )
-    emit_quietly(batch.ctx.events, HELD_EVENT, payload)
-    return Failed(batch.batch_id, FailureKind.HELD, error)
+    told = {"breaches": facts["held"]["breaches"], **held.facts(), "approve": approve}
+    return batch.fail(FailureKind.HELD, error, facts, event=HELD_EVENT, told=told)

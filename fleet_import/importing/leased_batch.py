@@ -18,7 +18,12 @@ from typing import Any
 from fleet_import import failpoints
 from fleet_import.errors import FleetImportError
 from fleet_import.importing.context import Committed, Failed, ImportContext, ImportOutcome
-from fleet_import.publication.events import event_payload, expired_publication, fail_and_tell
+from fleet_import.publication.events import (
+    BATCH_FAILED_EVENT,
+    event_payload,
+    expired_publication,
+    fail_and_tell,
+)
 from fleet_import.publication.outcomes import PublicationExpired, PublicationFailed, Published
 from fleet_import.scope import Tenant
 from fleet_import.store.details import FailureKind
@@ -150,9 +155,18 @@ class LeasedBatch:
             log.warning("the OpenLineage events of batch %s were not built: %s", self.batch_id, exc)
             return []
 
-    def fail(self, kind: FailureKind, error: str, facts: Mapping[str, Any] | None = None) -> Failed:
-        """Fail the batch as `kind` (facts kept in its failure record and told), and tell.
-        A batch whose slice reached the warehouse gets its OpenLineage FAIL events."""
+    def fail(
+        self,
+        kind: FailureKind,
+        error: str,
+        facts: Mapping[str, Any] | None = None,
+        *,
+        event: str = BATCH_FAILED_EVENT,
+        told: Mapping[str, Any] | None = None,
+    ) -> Failed:
+        """Fail the batch as `kind` (facts kept in its failure record), and tell it as
+        `event` with `told` (by default the facts). A batch whose slice reached the
+        warehouse gets its OpenLineage FAIL events."""
         lineage = self._failed_lineage(kind, error)
         fail_and_tell(
             self.ctx.events,
@@ -161,7 +175,8 @@ class LeasedBatch:
             ),
             kind,
             error,
-            **dict(facts or {}),
+            event=event,
+            **dict((facts if told is None else told) or {}),
         )
         if lineage and self.ctx.lineage is not None:
             self.ctx.lineage.delivery.deliver_quietly(self.owner, self.batch_id)

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from fleet_import import failpoints
 from fleet_import.contracts.model import ContractSet, DatasetContract
+from fleet_import.errors import WarehouseError
 from fleet_import.importing.context import Committed, CommitUnknown
 from fleet_import.importing.drift import ignored_columns, tell_drift
 from fleet_import.importing.guards import check_slice_guards
@@ -41,7 +42,6 @@ from fleet_import.warehouse.base import (
     CommitOutcomeUnknown,
     LoadFile,
     SliceCommit,
-    WarehouseError,
     WarehouseSession,
 )
 

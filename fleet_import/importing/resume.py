@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 
+from fleet_import.errors import WarehouseError
 from fleet_import.importing.claim import new_owner
 from fleet_import.importing.context import (
     Failed,
@@ -34,7 +35,6 @@ from fleet_import.store.models import (
 )
 from fleet_import.store.outbox import OutboxRepository
 from fleet_import.tenants.binding import Admission, Refused
-from fleet_import.warehouse.base import WarehouseError
 
 RESUME = "resume-publication"  # a refusal's `source`, as the flow is named
 

@@ -19,14 +19,14 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from fleet_import.errors import FleetImportError, PreCommitError
+from fleet_import.errors import FleetImportError, PreCommitError, WarehouseError
 from fleet_import.explain import advise, with_next_step
 from fleet_import.importing.context import Committed, CommitUnknown, Failed
 from fleet_import.importing.leased_batch import LeasedBatch, Stamp
 from fleet_import.publication.events import event_payload
 from fleet_import.store.details import BatchDetails, FailureKind
 from fleet_import.store.models import Batch
-from fleet_import.warehouse.base import CommitOutcomeUnknown, WarehouseError, WarehouseSession
+from fleet_import.warehouse.base import CommitOutcomeUnknown, WarehouseSession
 
 log = logging.getLogger(__name__)
 

@@ -40,32 +40,22 @@ from fleet_import.intake.notifications import (
     MalformedMessage,
     S3ObjectCreated,
     TestEvent,
-    event_id,
     parse_s3_notification,
 )
 from fleet_import.publication.events import EventSink
+from fleet_import.retry import doubling
 from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT, Refused, bind
 from fleet_import.tenants.registry import TenantRegistry
 
-__all__ = [
-    "EVENT_NAME",
-    "MalformedMessage",
-    "Relay",
-    "RelayStats",
-    "S3ObjectCreated",
-    "TestEvent",
-    "event_id",
-    "parse_s3_notification",
-    "queue_region",
-]
+__all__ = ["EVENT_NAME", "Relay", "RelayStats", "queue_region"]
 
 logger = logging.getLogger(__name__)
 
 EVENT_NAME = "aws.s3.object.created"
 DEFAULT_WAIT_SECONDS = 20  # the SQS maximum: fewest empty receives
 DEFAULT_MAX_MESSAGES = 10  # the SQS maximum per receive
-_BACKOFF_INITIAL_SECONDS = 1.0
-_BACKOFF_MAX_SECONDS = 60.0
+_POLL_BACKOFF = doubling(1.0, 60.0)
+"""The wait after failed polls in a row (SQS or the event API down): 1, 2, 4... s, at most 60 s."""
 # run_forever looks at `stop` this often, then lets a message in hand finish for this long.
 _STOP_CHECK_SECONDS = 0.1
 _STOP_GRACE_SECONDS = 0.2
@@ -316,25 +306,26 @@ class Relay:
         return self.totals
 
     def _poll_until(self, stop: threading.Event) -> None:
-        backoff = _BACKOFF_INITIAL_SECONDS
+        failures = 0  # failed polls in a row
         while not stop.is_set():
             try:
                 stats = self.poll_once(stop)
             except Exception as exc:  # never crash: SQS down, credentials expired, a bug
+                failures += 1
+                pause = _POLL_BACKOFF.after(failures)
                 logger.error(
                     "receiving from %s failed (%s: %s); retrying in %.0f s",
                     self.queue_url,
                     type(exc).__name__,
                     exc,
-                    backoff,
+                    pause,
                     exc_info=not isinstance(exc, (BotoCoreError, ClientError)),
                 )
-                stop.wait(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX_SECONDS)
+                stop.wait(pause)
                 continue
             if stats.emit_failures and not stats.emitted:
                 # The event API is down: don't spin through the rest of the queue.
-                stop.wait(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX_SECONDS)
+                failures += 1
+                stop.wait(_POLL_BACKOFF.after(failures))
             else:
-                backoff = _BACKOFF_INITIAL_SECONDS
+                failures = 0

@@ -48,7 +48,8 @@ from fleet_import.intake.landing import (
 from fleet_import.publication.events import EventSink
 from fleet_import.s3.client import Children, S3Client, list_children
 from fleet_import.s3.delivery import DeliveryIdentity
-from fleet_import.s3.sources import DiscoveryError, _s3_errors, discover
+from fleet_import.s3.errors import s3_errors
+from fleet_import.s3.sources import DiscoveryError, discover
 from fleet_import.scope import source_scope
 from fleet_import.store.details import FailureKind
 from fleet_import.store.sweep_repository import FolderBatches, SweepRepository
@@ -169,7 +170,7 @@ class _Lister:
 
     def __call__(self, key_prefix: str) -> Children:
         self.calls += 1
-        with _s3_errors(f"list s3://{self.bucket}/{key_prefix}", DiscoveryError):
+        with s3_errors(f"cannot list s3://{self.bucket}/{key_prefix}", DiscoveryError):
             return list_children(self.s3, self.bucket, key_prefix)
 
 

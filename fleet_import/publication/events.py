@@ -37,22 +37,29 @@ def emit_quietly(events: EventSink, name: str, payload: Mapping[str, Any]) -> No
 
 
 def fail_and_tell(
-    events: EventSink, mark: Callable[[], Batch], kind: FailureKind, error: str, **told: Any
+    events: EventSink,
+    mark: Callable[[], Batch],
+    kind: FailureKind,
+    error: str,
+    *,
+    event: str = BATCH_FAILED_EVENT,
+    **told: Any,
 ) -> Batch:
-    """Fail a batch, then emit `fleet.batch.failed` with `kind`, `error` and `told`.
+    """Fail a batch, then emit `event` (`fleet.batch.failed`, or `fleet.batch.held` for a
+    batch held for review) with `kind`, `error` and `told`.
 
     `mark` commits the transition (`BatchRepository.mark_failed`, or
     `OutboxRepository.mark_publication_expired`); it raises (LeaseLost) when it cannot, and
     then nothing is told. The event follows the commit and a failed emit is logged, never
     raised: the store already says the batch failed, and an error escaping here would make
     the caller treat a settled batch as one that failed to settle (and mask the failure it
-    records). Every path that fails a batch (pre-commit, abandoned, failed or expired
+    records). Every path that fails a batch (pre-commit, held, abandoned, failed or expired
     publication) goes through here, so all of them tell alike."""
     failed = mark()
     payload = event_payload(
         failed.tenant_id, failed.source_scope, failed.id, kind=str(kind), error=error, **told
     )
-    emit_quietly(events, BATCH_FAILED_EVENT, payload)
+    emit_quietly(events, event, payload)
     return failed
 
 

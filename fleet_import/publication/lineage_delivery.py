@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlsplit
 
 from fleet_import.errors import ConfigurationError
 from fleet_import.explain import with_next_step
+from fleet_import.retry import Backoff, doubling
 
 if TYPE_CHECKING:  # the settings check imports this module: it must not load the store
     from fleet_import.store.lineage_outbox import LineageOutbox
@@ -31,15 +32,10 @@ HTTP_ENDPOINT = "api/v1/lineage"
 DEFAULT_CLAIM_TTL_SECONDS = 60.0
 DEFAULT_LIMIT = 200
 _HTTP_TIMEOUT_SECONDS = 5.0
-_BACKOFF_BASE_SECONDS = 5.0
-_BACKOFF_CAP_SECONDS = 600.0
+LINEAGE_BACKOFF = doubling(5.0, 600.0)
+"""The wait before an event that failed is sent again: 5, 10, 20... s, at most 600 s."""
 
 Emit = Callable[[Mapping[str, Any]], None]
-
-
-def lineage_backoff(attempts: int) -> float:
-    """Seconds before sending again an event that failed `attempts` times: 5, 10... <= 600."""
-    return min(_BACKOFF_CAP_SECONDS, _BACKOFF_BASE_SECONDS * 2 ** max(0, attempts - 1))
 
 
 def transport_problem(target: str) -> str | None:
@@ -112,7 +108,7 @@ class LineageDelivery:
         outbox: LineageOutbox,
         emit: Emit,
         *,
-        backoff: Callable[[int], float] = lineage_backoff,
+        backoff: Backoff = LINEAGE_BACKOFF,
         claim_ttl: float = DEFAULT_CLAIM_TTL_SECONDS,
     ) -> None:
         self._outbox, self._emit = outbox, emit

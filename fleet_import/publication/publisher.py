@@ -41,6 +41,7 @@ from fleet_import.publication.outcomes import (
 from fleet_import.publication.refusal import refusal_of, refuse_publication
 from fleet_import.publication.retention import Retention, files_in_use
 from fleet_import.publication.success import succeed_across_outage
+from fleet_import.retry import Backoff, doubling
 from fleet_import.store.details import BatchDetails, FailureKind
 from fleet_import.store.heartbeat import Heartbeat, leased
 from fleet_import.store.models import (
@@ -60,8 +61,8 @@ DEFAULT_MAX_ATTEMPTS = 5
 # Longer than any step should take: a claim outliving its worker blocks the batch this long.
 DEFAULT_CLAIM_TTL_SECONDS = 60.0
 DEFAULT_DRAIN_LIMIT = 50
-_BACKOFF_BASE_SECONDS = 5.0
-_BACKOFF_CAP_SECONDS = 600.0
+PUBLICATION_BACKOFF = doubling(5.0, 600.0)
+"""The wait before a failed step runs again: 5, 10, 20... s, at most 600 s."""
 
 SLICE_PUBLISHED_EVENT = "fleet.slice.published"
 BATCH_PUBLISHED_EVENT = "fleet.batch.published"
@@ -74,11 +75,6 @@ def published_event_id(batch_id: uuid.UUID) -> uuid.UUID:
     notify step that runs again (its completion was lost) repeats the event, not the news.
     Prefect stores one event per id; consumers can drop repeats by it too."""
     return uuid.uuid5(_EVENT_ID_NAMESPACE, f"{SLICE_PUBLISHED_EVENT}/{batch_id}")
-
-
-def exponential_backoff(attempts: int) -> float:
-    """Seconds before retrying a step that has failed `attempts` times: 5, 10, 20... <= 600."""
-    return min(_BACKOFF_CAP_SECONDS, _BACKOFF_BASE_SECONDS * 2 ** max(0, attempts - 1))
 
 
 class SliceStamps(Protocol):
@@ -126,7 +122,7 @@ class Publisher:
         run_warehouse_sql: Callable[[str], None] | None = None,
         staging: Staging | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        backoff: Callable[[int], float] = exponential_backoff,
+        backoff: Backoff = PUBLICATION_BACKOFF,
         claim_ttl: float = DEFAULT_CLAIM_TTL_SECONDS,
         retention: Retention | None = None,
     ) -> None:

@@ -2,7 +2,7 @@
 
 Discovery lists one delivery folder and the sweep walks the landing zone folder by folder;
 both need every page of a `Delimiter="/"` listing, so both use `list_children`. Errors are
-translated by each caller (sources._s3_errors), which knows what it was doing and what a
+translated by each caller (`s3.errors.s3_errors`), which knows what it was doing and what a
 refusal means there, so botocore errors leave this module as they are.
 """
 

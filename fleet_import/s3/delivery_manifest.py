@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet_import.errors import PreCommitError
-from fleet_import.s3.sources import Manifest, _s3_errors
+from fleet_import.s3.errors import s3_errors
+from fleet_import.s3.sources import Manifest
 from fleet_import.scope import split_folder
 
 MANIFEST_NAME = "_manifest.json"
@@ -141,7 +142,7 @@ def read_listed_manifest(
     key = prefix + name
     if key not in keys:
         return None
-    with _s3_errors(f"read the delivery manifest {key}", DeliveryManifestMismatch):
+    with s3_errors(f"cannot read the delivery manifest {key}", DeliveryManifestMismatch):
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     try:
         raw = json.loads(body)

@@ -3,9 +3,9 @@
 Discovery turns a folder into a `Manifest` (key, size, etag per file) whose fingerprint says
 whether a delivery was already loaded. Reads pin the etag recorded in the manifest, so a file
 replaced between discovery and normalisation fails the batch instead of mixing two deliveries.
-Every botocore error is translated here, of the kind the classification table (error_table)
-gives its code, into a pre-commit error (terminal or configuration) or a transient
-(retryable) one; no botocore exception leaves this module.
+Every S3 call runs inside `s3.errors.s3_errors`, so a botocore error leaves as a pre-commit
+error (terminal or configuration) or a transient (retryable) one; no botocore exception
+leaves this module.
 """
 
 from __future__ import annotations
@@ -16,27 +16,22 @@ import io
 import json
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from fleet_import.contracts.model import FORMAT_SUFFIXES, ContractError, ContractSet, file_format
-from fleet_import.error_table import classify, client_error_code, s3_no_answer
 from fleet_import.errors import (
     DetailsInvalid,
     ErrorKind,
     PreCommitError,
     TransientError,
-    error_of_kind,
     transient_variant_of,
 )
-from fleet_import.explain import S3_NO_ANSWER
 from fleet_import.s3.client import Children, S3Client, list_children
+from fleet_import.s3.errors import s3_errors
 from fleet_import.scope import canonical_folder, split_folder
 
 _COPY_CHUNK_BYTES = 1024 * 1024
@@ -44,15 +39,6 @@ _COPY_CHUNK_BYTES = 1024 * 1024
 # an unreadable message (or an oversized Prefect state message).
 _MAX_NAMES_IN_MESSAGE = 20
 _MANIFEST_VERSION = 1
-
-_REASONS = {
-    "NoSuchBucket": "the bucket does not exist",
-    "AccessDenied": "access denied",
-    "AllAccessDisabled": "access to the bucket is disabled",
-    "NoSuchKey": "the object no longer exists",
-    "PreconditionFailed": "the object was replaced after discovery (its etag changed)",
-    "InvalidObjectState": "the object is archived and must be restored first",
-}
 
 
 @dataclass(frozen=True)
@@ -186,31 +172,6 @@ class TransientDiscoveryError(DiscoveryError, TransientError):
     default_kind = ErrorKind.TRANSIENT
 
 
-@contextmanager
-def _s3_errors(action: str, terminal: type[PreCommitError]) -> Iterator[None]:
-    """The one place botocore errors become ours: a `terminal` (terminal or configuration),
-    or its transient variant (a TransientError too), as the classification table sorts them
-    by code, never by text. botocore has retried it already (s3.client): marked `retried`."""
-    try:
-        yield
-    except ClientError as exc:
-        code, status = client_error_code(exc)
-        kind = classify(exc)
-        if kind is ErrorKind.TRANSIENT:
-            message = f"S3 answered {code or 'an error'} (HTTP {status}) after retries"
-        else:
-            reason = _REASONS.get(code, f"S3 refused the request (HTTP {status})")
-            message = f"{reason} ({code or status})"
-        error = error_of_kind(kind, f"cannot {action}: {message}", terminal, code=code or None)
-        error.retried = True
-        raise error from exc
-    except BotoCoreError as exc:
-        what = f"{S3_NO_ANSWER} ({exc})" if s3_no_answer(exc) else str(exc)
-        error = error_of_kind(classify(exc), f"cannot {action}: {what}", terminal)
-        error.retried = True
-        raise error from exc
-
-
 def _names(names: Sequence[str]) -> str:
     shown = ", ".join(repr(name) for name in names[:_MAX_NAMES_IN_MESSAGE])
     more = len(names) - _MAX_NAMES_IN_MESSAGE
@@ -227,7 +188,7 @@ def discover(
     canonical = canonical_folder(folder)
     bucket, prefix = split_folder(canonical)
     if listing is None:
-        with _s3_errors(f"list {canonical}", DiscoveryError):
+        with s3_errors(f"cannot list {canonical}", DiscoveryError):
             listing = list_children(s3, bucket, prefix)
     contents, sub_folders = listing
 
@@ -333,7 +294,7 @@ class _VerifiedBody(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        with _s3_errors(self._action, PreCommitError):
+        with s3_errors(f"cannot {self._action}", PreCommitError):
             chunk = self._body.read(len(view))
         size = len(chunk)
         view[:size] = chunk
@@ -361,7 +322,7 @@ class _VerifiedBody(io.RawIOBase):
 def open_object(s3: S3Client, obj: SourceObject, bucket: str) -> BinaryIO:
     """A stream of exactly the content discovery saw (pinned by etag), for sequential readers."""
     action = f"read s3://{bucket}/{obj.key}"
-    with _s3_errors(action, PreCommitError):
+    with s3_errors(f"cannot {action}", PreCommitError):
         response = s3.get_object(Bucket=bucket, Key=obj.key, IfMatch=f'"{obj.etag}"')
     body = response["Body"]
     if response.get("ContentLength") != obj.size:

@@ -8,19 +8,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from boto3.exceptions import S3UploadFailedError
-from botocore.exceptions import BotoCoreError, ClientError
-
-from fleet_import.error_table import classify, s3_error_code, s3_no_answer
 from fleet_import.errors import (
     ErrorKind,
     FleetImportError,
     TransientError,
-    error_of_kind,
     transient_variant_of,
 )
-from fleet_import.explain import S3_NO_ANSWER
 from fleet_import.s3.client import TRANSFER_CONFIG
+from fleet_import.s3.errors import s3_errors
 
 
 class StagingError(FleetImportError):
@@ -107,16 +102,7 @@ class StagingArea:
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """The boundary: what boto3 and botocore raise leaves as TransientStagingError or
-        StagingError, of the kind the classification table gives it; transfers take
-        TRANSFER_CONFIG, so that botocore's attempts are the only ones."""
-        try:
+        StagingError (s3.errors); transfers take TRANSFER_CONFIG, so that botocore's attempts
+        are the only ones."""
+        with s3_errors(f"staging {what} failed in {self._uri}", StagingError, brief=True):
             return fn(*args, **kwargs)
-        except (ClientError, BotoCoreError, S3UploadFailedError) as exc:
-            code = s3_error_code(exc)
-            reason = code or type(exc).__name__
-            if s3_no_answer(exc):
-                reason = f"{S3_NO_ANSWER} ({reason})"
-            message = f"staging {what} failed in {self._uri}: {reason}"
-            error = error_of_kind(classify(exc), message, StagingError, code=code)
-            error.retried = True  # by botocore, the one layer that retries S3 (s3.client)
-            raise error from None

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from fleet_import.retry import Backoff
 from fleet_import.sqlfiles import load_queries
 from fleet_import.store.connection import SqlStore
 
@@ -85,14 +86,14 @@ class LineageOutbox(SqlStore):
         return self._one("delivered", {"id": row_id, "worker": worker}) is not None
 
     def failed(
-        self, row: LineageRow, worker: str, error: str, backoff: Callable[[int], float]
+        self, row: LineageRow, worker: str, error: str, backoff: Backoff
     ) -> None:
-        """Give the event back, due again after `backoff(attempts)` seconds."""
+        """Give the event back, due again after `backoff.after(attempts)`."""
         params = {
             "id": row.id,
             "worker": worker,
             "error": error[:_MAX_ERROR_LENGTH],
-            "delay": float(backoff(row.attempts + 1)),
+            "delay": backoff.after(row.attempts + 1),
         }
         self._one("failed", params)
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from fleet_import.errors import InvalidInput, LeaseLost
+from fleet_import.retry import Backoff
 from fleet_import.sqlfiles import load_queries
 from fleet_import.store.connection import SqlStore
 from fleet_import.store.models import Batch, CachedFile, FileInUse
@@ -25,8 +26,6 @@ QUERIES = load_queries("fleet_import.store", "outbox.sql")
 _MAX_WORKER_LENGTH = 100  # publication_outbox.claimed_by is varchar(100)
 # Enough of a traceback's last line to act on; the full error belongs in the worker's log.
 _MAX_ERROR_LENGTH = 2000
-
-Backoff = Callable[[int], float]
 
 
 class ClaimLost(LeaseLost):
@@ -102,7 +101,7 @@ class OutboxRepository(SqlStore):
     def fail(
         self, step_id: int, worker: str, error: str, max_attempts: int, backoff: Backoff
     ) -> OutboxStep:
-        """Count a failed attempt: back to pending after `backoff(attempts)` seconds, or dead
+        """Count a failed attempt: back to pending after `backoff.after(attempts)`, or dead
         once `max_attempts` attempts have failed."""
         params: dict[str, Any] = {"step_id": step_id, "worker": worker}
         with self._transaction() as conn:
@@ -113,7 +112,7 @@ class OutboxRepository(SqlStore):
                 params |= {
                     "attempts": attempts,
                     "dead": dead,
-                    "delay": 0.0 if dead else max(0.0, float(backoff(attempts))),
+                    "delay": 0.0 if dead else max(0.0, backoff.after(attempts)),
                     "error": error[:_MAX_ERROR_LENGTH],
                 }
                 row = conn.execute(QUERIES["fail"], params).fetchone()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Self, TypeVar
 
 from fleet_import.contracts.model import DatasetContract
+from fleet_import.errors import WarehouseError
 from fleet_import.warehouse.base import (
     DatasetLoad,
     Fence,
@@ -20,7 +21,6 @@ from fleet_import.warehouse.base import (
     SessionSink,
     SliceCommit,
     SliceWriter,
-    WarehouseError,
     check_loads,
 )
 from fleet_import.warehouse.shape import TableMigrationNeeded

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from fleet_import.contracts.model import DatasetContract
-from fleet_import.warehouse.base import STAMP_COLUMNS, WarehouseError
+from fleet_import.errors import WarehouseError
+from fleet_import.warehouse.base import STAMP_COLUMNS
 from fleet_import.warehouse.sql import SQL_TYPES, quote_identifier, table_name
 
 _STRING_TYPES = ("text", "character varying")

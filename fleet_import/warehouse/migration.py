@@ -24,7 +24,8 @@ from typing import Any, Protocol
 
 from fleet_import import failpoints
 from fleet_import.contracts.model import Column, DatasetContract
-from fleet_import.warehouse.base import STAMP_COLUMNS, Warehouse, WarehouseError
+from fleet_import.errors import WarehouseError
+from fleet_import.warehouse.base import STAMP_COLUMNS, Warehouse
 from fleet_import.warehouse.committer import Cursor, run
 from fleet_import.warehouse.postgres.migration import PostgresMigration
 from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse

@@ -17,7 +17,8 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from fleet_import.contracts.model import Column, DatasetContract
-from fleet_import.warehouse.base import STAMP_COLUMNS, WarehouseError
+from fleet_import.errors import WarehouseError
+from fleet_import.warehouse.base import STAMP_COLUMNS
 from fleet_import.warehouse.sql import quote_identifier
 
 How = Literal["in place", "deep copy", "refused"]

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from fleet_import.retry import Backoff
 from fleet_import.store.details import FailureKind
-from fleet_import.store.models import (
-    BatchStatus,
-    Reserved,
-)
+from fleet_import.store.models import BatchStatus, Reserved
 from fleet_import.store.outbox import ClaimLost, StepStatus
 from tests.contract.batches import (
     ACME,
@@ -25,12 +23,8 @@ from tests.contract.batches import (
 CLAIM_TTL = 30.0
 
 
-def _no_backoff(attempts: int) -> float:
-    return 0.0
-
-
-def _long_backoff(attempts: int) -> float:
-    return 3600.0
+_no_backoff = Backoff((0.0,))
+_long_backoff = Backoff((3600.0,), jitter=0.0)
 
 
 def test_steps_are_claimed_head_first_by_one_worker(store: StoreUnderTest) -> None:

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pytest
 
 from fleet_import.contracts.fleet import FLEET_DATASETS
-from fleet_import.warehouse.base import WarehouseError, WarehouseSession
+from fleet_import.errors import WarehouseError
+from fleet_import.warehouse.base import WarehouseSession
 from fleet_import.warehouse.shape import TableMigrationNeeded
 from tests.warehouse_helpers import ACME, FLOAT_FUEL, SCOPE, fleet_loads, write_normalised
 

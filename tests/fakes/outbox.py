@@ -10,9 +10,10 @@ import uuid
 from collections.abc import Iterable, Sequence
 
 from fleet_import.errors import InvalidInput, LeaseLost
+from fleet_import.retry import Backoff
 from fleet_import.store.details import warehouse_committed
 from fleet_import.store.models import Batch, CachedFile, FileInUse
-from fleet_import.store.outbox import Backoff, ClaimLost, OutboxStep
+from fleet_import.store.outbox import ClaimLost, OutboxStep
 from tests.fakes.state import MemoryStore, Row, as_json, batch_of, cached_of, utc_text
 
 _MAX_WORKER_LENGTH = 100
@@ -89,7 +90,7 @@ class MemoryOutboxRepository:
             row = self._claimed(step_id, worker)
             attempts = int(row["attempts"]) + 1
             dead = attempts >= max_attempts
-            delay = 0.0 if dead else max(0.0, float(backoff(attempts)))
+            delay = 0.0 if dead else max(0.0, backoff.after(attempts))
             now = self.store.clock.now()
             row.update(
                 status="dead" if dead else "pending",

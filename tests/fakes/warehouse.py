@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fleet_import.contracts.model import DatasetContract
-from fleet_import.errors import ErrorKind
+from fleet_import.errors import ErrorKind, WarehouseError
 from fleet_import.warehouse.base import (
     SOURCE_LINE_COLUMN,
     DatasetLoad,
@@ -31,7 +31,6 @@ from fleet_import.warehouse.base import (
     Progress,
     SessionSink,
     SliceCommit,
-    WarehouseError,
     WarehouseSession,
     check_contract,
     check_loads,

@@ -10,6 +10,7 @@ from typing import Any
 
 from fleet_import.importing.context import ImportContext
 from fleet_import.publication.publisher import DEFAULT_MAX_ATTEMPTS, Publisher
+from fleet_import.retry import Backoff
 from fleet_import.s3.staging import StagingArea
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import split_folder
@@ -65,7 +66,7 @@ def memory_world(
         warehouse,
         events=record,
         staging=staging,
-        backoff=lambda attempts: 0.0,
+        backoff=Backoff((0.0,)),
         max_attempts=max_attempts,
     )
     ctx = ImportContext(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fleet_import.retry import Backoff
 from fleet_import.scope import split_folder
 from tests.helpers import curated, upload
 
@@ -39,7 +40,7 @@ def retaining_ctx(import_ctx, outbox, reviews, keep_seconds: float):
         import_ctx.warehouse,
         events=import_ctx.events,
         staging=import_ctx.staging,
-        backoff=lambda attempts: 0.0,
+        backoff=Backoff((0.0,)),
         retention=Retention(reviews, keep_seconds=keep_seconds),
     )
     return import_ctx

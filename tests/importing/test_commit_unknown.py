@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_import.errors import ErrorKind
+from fleet_import.errors import ErrorKind, WarehouseError
 from fleet_import.importing.claim import settle_abandoned_batches
 from fleet_import.importing.context import AlreadyLoaded, Committed, CommitUnknown, Failed
 from fleet_import.importing.driver import import_folder
@@ -20,7 +20,7 @@ from fleet_import.retry import Backoff
 from fleet_import.scope import Tenant, source_scope
 from fleet_import.store.details import FailureKind
 from fleet_import.store.models import BatchStatus
-from fleet_import.warehouse.base import CommitOutcomeUnknown, WarehouseError
+from fleet_import.warehouse.base import CommitOutcomeUnknown
 from tests.fakes.world import LEASE_TTL, World, memory_world
 
 ACME = Tenant.named("acme")

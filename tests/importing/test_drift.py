@@ -251,7 +251,8 @@ def test_the_sweep_reads_an_evolved_folder_as_its_imports_do(
     from functools import partial
 
     from fleet_import.importing.drift import effective_contracts
-    from fleet_import.intake.sweep import Marker, find_ready_folders, plan_sweep
+    from fleet_import.intake.completion import Marker
+    from fleet_import.intake.sweep import find_ready_folders, plan_sweep
     from fleet_import.store.sweep_repository import SweepRepository
 
     ctx = trips_under(import_ctx, on_new_columns="evolve")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_import.errors import ErrorKind, LeaseLost, OperationalStoreError
+from fleet_import.errors import ErrorKind, LeaseLost, OperationalStoreError, WarehouseError
 from fleet_import.importing.claim import settle_abandoned_batches
 from fleet_import.importing.context import (
     AlreadyLoaded,
@@ -35,7 +35,7 @@ from fleet_import.store.models import (
     Reserved,
 )
 from fleet_import.store.outbox import StepStatus
-from fleet_import.warehouse.base import CommitOutcomeUnknown, WarehouseError
+from fleet_import.warehouse.base import CommitOutcomeUnknown
 from tests.fakes.s3 import client_error
 from tests.fakes.world import LEASE_TTL, World, memory_world
 

@@ -10,6 +10,7 @@ from fleet_import.importing.context import Committed, Failed, ImportContext
 from fleet_import.importing.driver import import_folder
 from fleet_import.importing.resume import resume_batch
 from fleet_import.publication.publisher import Publisher
+from fleet_import.retry import Backoff
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.scope import Tenant, split_folder
 from fleet_import.store.details import FailureKind
@@ -36,7 +37,7 @@ def counting_warehouse(ctx: ImportContext, database_url: str) -> PostgresWarehou
         warehouse,
         events=ctx.events,
         staging=ctx.staging,
-        backoff=lambda attempts: 0.0,
+        backoff=Backoff((0.0,)),
     )
     ctx.publisher.steps.update(patched_steps)  # keep a test's failing step in place
     return warehouse

@@ -26,6 +26,7 @@ from fleet_import.publication.lineage_delivery import (
     LineageNaming,
     transport_emit,
 )
+from fleet_import.retry import Backoff
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant, source_scope, split_folder
 from fleet_import.store.details import FailureKind
@@ -50,7 +51,7 @@ def receiver() -> Iterator[Receiver]:
 def lineage_ctx(publishing_ctx: ImportContext, database_url: str, receiver: Receiver):
     """publishing_ctx with OpenLineage sent to the receiver, retried with no backoff."""
     delivery = LineageDelivery(
-        LineageOutbox(database_url), transport_emit(receiver.url), backoff=lambda attempts: 0.0
+        LineageOutbox(database_url), transport_emit(receiver.url), backoff=Backoff((0.0,))
     )
     naming = LineageNaming("fleet-import", "postgres://127.0.0.1:5432", "warehouse")
     publishing_ctx.lineage = Lineage(naming, delivery)

@@ -30,6 +30,7 @@ from fleet_import.publication.publisher import (
     StepHandler,
     published_event_id,
 )
+from fleet_import.retry import Backoff
 from fleet_import.s3.staging import StagingArea
 from fleet_import.scope import Tenant, source_scope
 from fleet_import.store.details import FailureKind
@@ -49,7 +50,7 @@ from tests.processes import results_of
 
 FOLDER = "s3://fleet-landing/acme/fleet/2026-07-22/"
 SCOPE = source_scope(FOLDER)
-NO_BACKOFF: Callable[[int], float] = lambda attempts: 0.0  # noqa: E731
+NO_BACKOFF = Backoff((0.0,))
 RACE_DEADLINE_SECONDS = 20.0
 HANDLER_SECONDS = 0.01  # long enough for racing drains to overlap inside a step
 
@@ -358,7 +359,7 @@ def test_a_step_in_backoff_is_deferred_not_waited_for(
 ) -> None:
     recorder = Recorder(tables)
     recorder.fail["notify"] = 1
-    publisher = make_publisher(tables, recorder=recorder, backoff=lambda attempts: 3600.0)
+    publisher = make_publisher(tables, recorder=recorder, backoff=Backoff((3600.0,), jitter=0.0))
     batch = committed(repo, slices)
 
     assert isinstance(publisher.publish_batch(batch.id, "importer", "importer"), PublicationFailed)
@@ -431,7 +432,7 @@ def test_claims_take_only_the_head_step(
 
     notify = outbox.claim_next(batch.id, "b", 60)
     assert notify is not None and notify.step == "notify"
-    waiting = outbox.fail(notify.id, "b", "smtp down", 5, lambda attempts: 0.4)
+    waiting = outbox.fail(notify.id, "b", "smtp down", 5, Backoff((0.4,), jitter=0.0))
     assert waiting.status == StepStatus.PENDING and waiting.attempts == 1
     assert outbox.claim_next(batch.id, "c", 60) is None  # in backoff; retire is not next either
     time.sleep(0.5)

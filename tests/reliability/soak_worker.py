@@ -27,6 +27,7 @@ from fleet_import.importing.context import ImportContext
 from fleet_import.importing.driver import import_folder
 from fleet_import.publication.publisher import Publisher
 from fleet_import.publication.retention import Retention
+from fleet_import.retry import Backoff
 from fleet_import.s3.client import s3_client
 from fleet_import.s3.staging import StagingArea
 from fleet_import.scope import Tenant
@@ -64,7 +65,7 @@ def build(config: Mapping[str, Any]) -> tuple[ImportContext, Publisher]:
         refresh_sql=refresh_sql,
         run_warehouse_sql=warehouse.execute if refresh_sql else None,
         staging=staging,
-        backoff=lambda attempts: 0.0,
+        backoff=Backoff((0.0,)),
         # Claims end with the lease they were made under; "claim_ttl" may set it apart.
         claim_ttl=float(config.get("claim_ttl", ttl)),
         # "retain": keep earlier successes' files for rollbacks, as the runtime does.

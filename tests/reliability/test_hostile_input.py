@@ -16,6 +16,7 @@ from psycopg import sql
 from fleet_import.contracts.files import contract_from_dict, load_contracts
 from fleet_import.contracts.fleet import FLEET_DATASETS
 from fleet_import.contracts.model import ContractError
+from fleet_import.errors import WarehouseError
 from fleet_import.importing.context import Committed, ImportContext
 from fleet_import.importing.driver import import_folder
 from fleet_import.sample_data import fleet_delivery, today_folder
@@ -23,7 +24,6 @@ from fleet_import.scope import InvalidFolder, InvalidTenant, ScopeTooLong, Tenan
 from fleet_import.store.details import FailureKind
 from fleet_import.store.models import Reserved
 from fleet_import.store.repository import BatchRepository
-from fleet_import.warehouse.base import WarehouseError
 from tests.cli.run_cli import Ran, invoke_with_test_settings
 from tests.helpers import upload
 

@@ -66,7 +66,7 @@ def test_direct_children_only_without_the_placeholder_object(
 
 
 def test_errors_reach_the_caller_untranslated(client: Any) -> None:
-    """Each caller translates with its own words (sources._s3_errors); the lister does not."""
+    """Each caller translates with its own words (s3.errors.s3_errors); the lister does not."""
     with Stubber(client) as stub:
         stub.add_client_error("list_objects_v2", service_error_code="AccessDenied")
         with pytest.raises(ClientError):

@@ -14,7 +14,8 @@ import psycopg
 import pytest
 
 from fleet_import.config import Settings
-from fleet_import.importing.driver import Committed, import_folder
+from fleet_import.importing.context import Committed
+from fleet_import.importing.driver import import_folder
 from fleet_import.importing.resume import resume_batch
 from fleet_import.importing.runtime import build_runtime
 from fleet_import.intake.admission import admit

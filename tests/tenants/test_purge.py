@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from fleet_cli.cli import app
 from fleet_import.config import Settings
-from fleet_import.importing.driver import Committed, import_folder
+from fleet_import.importing.context import Committed
+from fleet_import.importing.driver import import_folder
 from fleet_import.importing.runtime import build_runtime
 from fleet_import.intake.admission import admit
 from fleet_import.sample_data import fleet_delivery, today_folder

@@ -17,8 +17,9 @@ import pytest
 
 from fleet_import.contracts.fleet import FUEL_TRANSACTIONS
 from fleet_import.contracts.model import Column, DatasetContract
+from fleet_import.errors import WarehouseError
 from fleet_import.normalize.file import normalize_file
-from fleet_import.warehouse.base import DatasetLoad, LoadFile, Warehouse, WarehouseError
+from fleet_import.warehouse.base import DatasetLoad, LoadFile, Warehouse
 from fleet_import.warehouse.postgres.binary_copy import SIGNATURE, TRAILER, CopyEncoder
 from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 from fleet_import.warehouse.redshift import ddl as redshift_ddl

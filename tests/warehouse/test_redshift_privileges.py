@@ -11,8 +11,7 @@ import pytest
 import redshift_connector
 
 from fleet_import.contracts.fleet import FLEET_DATASETS
-from fleet_import.errors import ErrorKind
-from fleet_import.warehouse.base import WarehouseError
+from fleet_import.errors import ErrorKind, WarehouseError
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 from tests.redshift_emulator import RedshiftEmulator
 from tests.redshift_grants import LOADER

@@ -11,8 +11,8 @@ from sqlglot import exp
 
 from fleet_import.contracts.fleet import FLEET_DATASETS, TRIPS, VEHICLES
 from fleet_import.contracts.model import VARCHAR_MAX_BYTES, Column, DatasetContract
+from fleet_import.errors import WarehouseError
 from fleet_import.warehouse import sql as shared
-from fleet_import.warehouse.base import WarehouseError
 from fleet_import.warehouse.redshift import ddl, driver, slice_sql
 from fleet_import.warehouse.redshift.ddl import DIALECT
 

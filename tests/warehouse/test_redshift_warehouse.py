@@ -16,8 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from fleet_import.contracts.fleet import FLEET_DATASETS, TRIPS, VEHICLES
+from fleet_import.errors import WarehouseError
 from fleet_import.retry import Backoff
-from fleet_import.warehouse.base import DatasetLoad, LoadFile, Warehouse, WarehouseError
+from fleet_import.warehouse.base import DatasetLoad, LoadFile, Warehouse
 from fleet_import.warehouse.redshift import slice_sql
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 from tests.redshift_emulator import RedshiftEmulator
@@ -494,7 +495,7 @@ def test_publication_failure_resumes_without_a_copy(
     from fleet_import.store.models import BatchStatus
     from tests.helpers import upload
 
-    publisher = Publisher(repo, outbox, redshift, events=lambda n, p: None, backoff=lambda a: 0.0)
+    publisher = Publisher(repo, outbox, redshift, events=lambda n, p: None, backoff=Backoff((0.0,)))
     calls: list[int] = []
     notify = publisher.steps["notify"]
 

@@ -14,8 +14,9 @@ import pytest
 
 from fleet_import.contracts.fleet import VEHICLES
 from fleet_import.contracts.model import VARCHAR_MAX_BYTES, Column, DatasetContract
+from fleet_import.errors import WarehouseError
 from fleet_import.normalize.rows import Reject
-from fleet_import.warehouse.base import DatasetLoad, LoadFile, WarehouseError
+from fleet_import.warehouse.base import DatasetLoad, LoadFile
 from fleet_import.warehouse.redshift.warehouse import RedshiftWarehouse
 from tests.normalize_helpers import output, run
 from tests.redshift_emulator import RedshiftEmulator

@@ -22,13 +22,8 @@ from hypothesis import strategies as st
 from fleet_import.config import libpq_url
 from fleet_import.contracts.fleet import FLEET_DATASETS, FUEL_TRANSACTIONS, TRIPS, VEHICLES
 from fleet_import.contracts.model import Column, DatasetContract
-from fleet_import.warehouse.base import (
-    DatasetLoad,
-    LoadFile,
-    SliceCommit,
-    Warehouse,
-    WarehouseError,
-)
+from fleet_import.errors import WarehouseError
+from fleet_import.warehouse.base import DatasetLoad, LoadFile, SliceCommit, Warehouse
 from fleet_import.warehouse.postgres import writer as postgres_writer
 from fleet_import.warehouse.postgres.ddl import create_index_sql, create_table_sql, index_name
 from fleet_import.warehouse.postgres.slice_sql import copy_sql

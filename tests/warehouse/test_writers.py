@@ -15,9 +15,9 @@ import pytest
 
 from fleet_import.config import libpq_url
 from fleet_import.contracts.fleet import FLEET_DATASETS, TRIPS
+from fleet_import.errors import WarehouseError
 from fleet_import.retry import Backoff
 from fleet_import.s3.staging import StagingArea
-from fleet_import.warehouse.base import WarehouseError
 from fleet_import.warehouse.committer import SliceRequest, WriterCounters
 from fleet_import.warehouse.postgres import driver as postgres_driver
 from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse

@@ -16,7 +16,7 @@ from fleet_import.bounded_connection import (
     server_address,
 )
 from fleet_import.error_table import psycopg_kind
-from fleet_import.warehouse.base import WarehouseError
+from fleet_import.errors import WarehouseError
 from fleet_import.warehouse.postgres.binary_copy import EncodeError, SourceError
 
 WAREHOUSE_URL = "FLEET_WAREHOUSE_URL"

@@ -16,12 +16,12 @@ import psycopg
 import pyarrow as pa
 
 from fleet_import.contracts.model import DatasetContract
+from fleet_import.errors import WarehouseError
 from fleet_import.warehouse.base import (
     SOURCE_LINE_COLUMN,
     CommitOutcomeUnknown,
     LoadFile,
     SliceCommit,
-    WarehouseError,
     WarehouseSession,
 )
 from fleet_import.warehouse.committer import OpenSlice, SliceRequest, WriterCounters, run

@@ -20,8 +20,8 @@ from fleet_import.bounded_connection import (
     KEEPALIVE_INTERVAL_SECONDS,
 )
 from fleet_import.error_table import classify, client_error_code, network_kind, sqlstate_kind
-from fleet_import.errors import ErrorKind
-from fleet_import.warehouse.base import CommitOutcomeUnknown, WarehouseError, WarehouseSession
+from fleet_import.errors import ErrorKind, WarehouseError
+from fleet_import.warehouse.base import CommitOutcomeUnknown, WarehouseSession
 from fleet_import.warehouse.sql import Statement
 
 log = logging.getLogger(__name__)

@@ -17,15 +17,10 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 from fleet_import.contracts.model import Column, DatasetContract
-from fleet_import.errors import ErrorKind
+from fleet_import.errors import ErrorKind, WarehouseError
 from fleet_import.retry import NO_RETRY, Backoff
 from fleet_import.s3.staging import StagingArea
-from fleet_import.warehouse.base import (
-    SliceWriter,
-    WarehouseError,
-    WarehouseSession,
-    check_contract,
-)
+from fleet_import.warehouse.base import SliceWriter, WarehouseSession, check_contract
 from fleet_import.warehouse.committer import (
     Cursor,
     SliceCommitter,

@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from fleet_import import failpoints
 from fleet_import.contracts.model import DatasetContract
+from fleet_import.errors import WarehouseError
 from fleet_import.retry import Backoff
 from fleet_import.s3.staging import StagingArea, StagingError
 from fleet_import.warehouse.base import (
@@ -44,7 +45,6 @@ from fleet_import.warehouse.base import (
     CommitOutcomeUnknown,
     LoadFile,
     SliceCommit,
-    WarehouseError,
 )
 from fleet_import.warehouse.committer import (
     Cursor,
