@@ -335,8 +335,12 @@ class MemoryBatchRepository:
     def store_cached_file(self, cached: CachedFile, batch_id: uuid.UUID | None) -> None:
         with self.store.transaction("store_cached_file"):
             key = (cached.source_key, cached.etag, cached.contract_version)
+            known = self.store.cache_rows.get(key)
+            # ON CONFLICT replaces every column but the dataset: the key names one file.
+            dataset = cached.dataset if known is None else known["dataset"]
             self.store.cache_rows[key] = {
                 **copy.deepcopy(cached.__dict__),
+                "dataset": dataset,
                 "details": as_json(cached.details),
                 "created_by_batch": batch_id,
                 "created_at": self.store.clock.now(),
