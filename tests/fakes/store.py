@@ -45,6 +45,7 @@ from fleet_import.store.models import (
     warehouse_committed,
 )
 from fleet_import.store.repository import InvalidTransition
+from tests.fakes.review import record_review_row
 from tests.fakes.state import (
     MemoryStore,
     Row,
@@ -241,6 +242,9 @@ class MemoryBatchRepository:
             details = {**(patch or {}), "row_counts": dict(row_counts)}
             details |= {"phase": "committed", "warehouse_committed": True}
             batch = self._patch("mark_committed", batch_id, owner, details=details)
+            approves = batch.details.get("approves")
+            if approves:  # an approval's commit decides the held batch, in this transaction
+                record_review_row(self.store, uuid.UUID(approves), "approved", batch_id)
             now = self.store.clock.now()
             known = {step["step"] for step in self.store.steps_of(batch_id)}
             for seq, step in enumerate(publication_steps, start=1):
