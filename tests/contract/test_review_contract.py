@@ -158,3 +158,27 @@ def test_a_default_rollback_never_goes_back_to_what_a_rollback_removed(
     store.repo.mark_failed(failed.id, "w9", FailureKind.FAILED_PRE_COMMIT, "x")
     assert candidates(None) == [third, rollback, first]
     assert store.reviews.rollback_candidates("globex", scope, None) == []
+
+
+def test_a_rollback_to_a_rollback_shows_the_content_that_one_loaded(
+    store: StoreUnderTest,
+) -> None:
+    """Content is followed through rollbacks to rollbacks: a slice rolled back to a batch
+    that was itself a rollback shows the content that batch loaded, and no batch of that
+    content is a candidate (one level only chose `first` again: the same rows, reloaded)."""
+    first, second = _succeeded(store, "d1"), _succeeded(store, "d2")
+    scope = store.repo.get(first).source_scope
+
+    def candidates(owner: uuid.UUID) -> list[uuid.UUID]:
+        return [b.id for b in store.reviews.rollback_candidates("acme", scope, owner)]
+
+    back = _succeeded(
+        store, "r1", extra={"rolled_back_to": str(first), "rollback_replaced": str(second)}
+    )
+    third = _succeeded(store, "d3")
+    again = _succeeded(
+        store, "r2", extra={"rolled_back_to": str(back), "rollback_replaced": str(third)}
+    )
+    assert candidates(again) == []
+    fourth = _succeeded(store, "d4")
+    assert candidates(fourth) == [again, back, first]

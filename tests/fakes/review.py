@@ -161,12 +161,23 @@ class MemoryReviewRepository:
                 if row["tenant_id"] == tenant_id and row["source_scope"] == scope
             ]
 
-            def content_id(row: Row) -> uuid.UUID:
-                """A batch's content: its own, or for a rollback the batch it loaded."""
-                target = row["details"].get("rolled_back_to")
-                return uuid.UUID(target) if target is not None else row["id"]
-
             by_id = {row["id"]: row for row in scoped}
+
+            def content_id(row: Row) -> uuid.UUID | None:
+                """A batch's content: its own, or for a rollback that of the batch it rolled
+                back to, followed through rollbacks to rollbacks (None in a cycle, which the
+                SQL's recursion never leaves)."""
+                seen = {row["id"]}
+                while (target := row["details"].get("rolled_back_to")) is not None:
+                    loaded = by_id.get(uuid.UUID(target))
+                    if loaded is None:
+                        return uuid.UUID(target)
+                    if loaded["id"] in seen:
+                        return None
+                    seen.add(loaded["id"])
+                    row = loaded
+                return row["id"]
+
             hidden = {
                 content_id(by_id[uuid.UUID(replaced)])
                 for row in scoped
@@ -176,11 +187,13 @@ class MemoryReviewRepository:
             }
             if owner in by_id:
                 hidden.add(content_id(by_id[owner]))
+            hidden.discard(None)
             candidates = [
                 row
                 for row in scoped
                 if row["status"] == "succeeded"
                 and row["id"] != owner
+                and content_id(row) is not None
                 and content_id(row) not in hidden
             ]
             return [batch_of(row) for row in _newest_first(candidates)[: int(limit)]]
