@@ -63,33 +63,48 @@ ORDER BY created_at DESC, id
 
 -- rollback_candidates --
 -- Earlier successes of the scope, newest first: what a rollback loads by default (if their
--- files are still retained). A batch's content is its own, or for a rollback the batch it
--- rolled back to. Left out: the slice's owner (`owner`), a batch whose content the slice
--- shows now (the owner's), and one whose content a succeeded rollback of the scope replaced:
--- an operator removed that on purpose, so only naming it (`--to`) loads it again.
-WITH scoped AS (
+-- files are still retained). A batch's content is its own, or for a rollback that of the
+-- batch it rolled back to, followed through rollbacks to rollbacks down to the batch that
+-- first loaded it. Left out: the slice's owner (`owner`), every batch whose content the
+-- slice shows now (the owner's), and one whose content a succeeded rollback of the scope
+-- replaced: an operator removed that on purpose, so only naming it (`--to`) loads it again.
+WITH RECURSIVE scoped AS (
     SELECT b.id,
            b.status,
            b.details ->> 'rollback_replaced' AS replaced,
-           coalesce((b.details ->> 'rolled_back_to')::uuid, b.id) AS content_id
+           (b.details ->> 'rolled_back_to')::uuid AS rolled_back_to
     FROM ingestion_batches AS b
     WHERE b.tenant_id = %(tenant_id)s
       AND b.source_scope = %(source_scope)s
 ),
+chain AS (
+    -- Each batch, and each batch whose content it loaded again (UNION: a cycle ends).
+    SELECT id, id AS loaded, rolled_back_to FROM scoped
+    UNION
+    SELECT chain.id, s.id, s.rolled_back_to
+    FROM chain
+    JOIN scoped AS s ON s.id = chain.rolled_back_to
+),
+contents AS (
+    SELECT id, coalesce(rolled_back_to, loaded) AS content_id
+    FROM chain
+    WHERE rolled_back_to IS NULL OR rolled_back_to NOT IN (SELECT id FROM scoped)
+),
 hidden AS (
     SELECT removed.content_id
     FROM scoped AS rollback
-    JOIN scoped AS removed ON removed.id = rollback.replaced::uuid
+    JOIN contents AS removed ON removed.id = rollback.replaced::uuid
     WHERE rollback.status = 'succeeded'
     UNION
-    SELECT content_id FROM scoped WHERE id = %(owner)s::uuid
+    SELECT content_id FROM contents WHERE id = %(owner)s::uuid
 )
 SELECT b.*
 FROM ingestion_batches AS b
 JOIN scoped AS s ON s.id = b.id
+JOIN contents AS c ON c.id = b.id
 WHERE s.status = 'succeeded'
   AND s.id IS DISTINCT FROM %(owner)s::uuid
-  AND s.content_id NOT IN (SELECT content_id FROM hidden)
+  AND c.content_id NOT IN (SELECT content_id FROM hidden)
 ORDER BY b.created_at DESC, b.id
 LIMIT %(limit)s
 

@@ -24,6 +24,7 @@ class StoreUnderTest:
     repo: Any
     outbox: Any
     wait: Callable[[float], None]
+    reviews: Any
 
 
 def reserved(store: StoreUnderTest, key: str = "d1", scope: str = SCOPE):

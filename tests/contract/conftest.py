@@ -14,6 +14,7 @@ import pytest
 
 from tests.contract.batches import StoreUnderTest
 from tests.fakes.outbox import MemoryOutboxRepository
+from tests.fakes.review import MemoryReviewRepository
 from tests.fakes.state import MemoryStore
 from tests.fakes.store import MemoryBatchRepository
 from tests.fakes.warehouse import MemoryWarehouse
@@ -26,15 +27,23 @@ def store(request: pytest.FixtureRequest) -> StoreUnderTest:
     if request.param == "postgres":
         from fleet_import.store.outbox import OutboxRepository
         from fleet_import.store.repository import BatchRepository
+        from fleet_import.store.review_repository import ReviewRepository
 
         url = request.getfixturevalue("database_url")
-        return StoreUnderTest("postgres", BatchRepository(url), OutboxRepository(url), time.sleep)
+        return StoreUnderTest(
+            "postgres",
+            BatchRepository(url),
+            OutboxRepository(url),
+            time.sleep,
+            ReviewRepository(url),
+        )
     memory = MemoryStore()
     return StoreUnderTest(
         "memory",
         MemoryBatchRepository(memory),
         MemoryOutboxRepository(memory),
         memory.clock.advance,
+        MemoryReviewRepository(memory),
     )
 
 

@@ -329,3 +329,16 @@ def test_cached_files_are_stored_replaced_and_forgotten(store: StoreUnderTest) -
     assert store.repo.cached_file("s3://b/k.csv", "e1", "v1") == newer
     store.repo.forget_cached_file("s3://b/k.csv", "e1", "v1")
     assert store.repo.cached_file("s3://b/k.csv", "e1", "v1") is None
+
+
+def test_a_cached_file_stored_again_keeps_its_dataset(store: StoreUnderTest) -> None:
+    """The cache's key (source key, etag, contract version) names one file read one way: a
+    second store of it replaces what reading it produced, never which dataset it is (the
+    SQL's ON CONFLICT updates every column but `dataset`)."""
+    entry = CachedFile("s3://b/k.csv", "e1", "v1", "trips", "file:///o.parquet", 5, 1, {"r": 1})
+    store.repo.store_cached_file(entry, None)
+    other = CachedFile("s3://b/k.csv", "e1", "v1", "vehicles", "file:///p.parquet", 6, 0, {})
+    store.repo.store_cached_file(other, None)
+    assert store.repo.cached_file("s3://b/k.csv", "e1", "v1") == CachedFile(
+        "s3://b/k.csv", "e1", "v1", "trips", "file:///p.parquet", 6, 0, {}
+    )

@@ -43,6 +43,7 @@ from fleet_import.store.models import (
     resume_refusal,
 )
 from fleet_import.store.repository import InvalidTransition
+from tests.fakes.review import record_review_row
 from tests.fakes.state import (
     MemoryStore,
     Row,
@@ -239,6 +240,9 @@ class MemoryBatchRepository:
             details = {**(patch or {}), "row_counts": dict(row_counts)}
             details |= {"phase": "committed", "warehouse_committed": True}
             batch = self._patch("mark_committed", batch_id, owner, details=details)
+            approves = batch.details.get("approves")
+            if approves:  # an approval's commit decides the held batch, in this transaction
+                record_review_row(self.store, uuid.UUID(approves), "approved", batch_id)
             now = self.store.clock.now()
             known = {step["step"] for step in self.store.steps_of(batch_id)}
             for seq, step in enumerate(publication_steps, start=1):
@@ -333,8 +337,12 @@ class MemoryBatchRepository:
     def store_cached_file(self, cached: CachedFile, batch_id: uuid.UUID | None) -> None:
         with self.store.transaction("store_cached_file"):
             key = (cached.source_key, cached.etag, cached.contract_version)
+            known = self.store.cache_rows.get(key)
+            # ON CONFLICT replaces every column but the dataset: the key names one file.
+            dataset = cached.dataset if known is None else known["dataset"]
             self.store.cache_rows[key] = {
                 **copy.deepcopy(cached.__dict__),
+                "dataset": dataset,
                 "details": as_json(cached.details),
                 "created_by_batch": batch_id,
                 "created_at": self.store.clock.now(),

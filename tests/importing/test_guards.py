@@ -1,7 +1,11 @@
 """Slice guards (issue #24): a redelivery that would empty or shrink a slice is held for
-review before its commit; moto's S3 server, a real PostgreSQL for both databases."""
+review before its commit; moto's S3 server, a real PostgreSQL for both databases. The rule
+itself (each count, ratio, override and approval) also on the fakes, in milliseconds."""
 
 from __future__ import annotations
+
+import datetime as dt
+import uuid
 
 import pytest
 
@@ -9,13 +13,25 @@ from fleet_import.contracts.files import contract_from_dict
 from fleet_import.contracts.fleet import TRIPS
 from fleet_import.contracts.model import ContractError, ContractSet
 from fleet_import.errors import InvalidInput
-from fleet_import.importing.context import Committed, Failed, ImportContext
+from fleet_import.importing.context import Claimed, Committed, Failed, ImportContext
 from fleet_import.importing.driver import import_folder
-from fleet_import.importing.guards import HELD_EVENT, GuardOverride
+from fleet_import.importing.guards import (
+    HELD_EVENT,
+    ApprovedContentChanged,
+    GuardOverride,
+    SliceHeld,
+    check_slice_guards,
+    content_of,
+    record_override,
+)
+from fleet_import.importing.leased_batch import LeasedBatch
+from fleet_import.s3.sources import discover
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
-from fleet_import.scope import Tenant, split_folder
+from fleet_import.scope import Tenant, source_scope, split_folder
 from fleet_import.store.details import FailureKind
 from fleet_import.store.models import BatchStatus
+from tests.fakes.warehouse import RegistryRow
+from tests.fakes.world import memory_world
 from tests.helpers import slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot
 from tests.warehouse_helpers import WAREHOUSE_BACKENDS
@@ -177,3 +193,116 @@ def test_guard_settings_are_validated_and_leave_the_contract_version_alone() -> 
         contract_from_dict({**raw, "allow_empty": "sometimes"})
     with pytest.raises(InvalidInput, match="min_rows_ratio"):
         GuardOverride(min_rows_ratio=-0.1)
+
+
+# -- the rule itself, on the fakes (no server): what each count and override decides ---------
+
+
+def _judged(
+    tmp_path,
+    current: dict[str, int],
+    new: dict[str, int],
+    override: GuardOverride | None = None,
+    allow_empty: frozenset[str] = frozenset(),
+) -> list[dict] | str:
+    """The breaches check_slice_guards finds for a slice of `current` rows per dataset and
+    a new one of `new` (none: it passes), or ApprovedContentChanged's message."""
+    world = memory_world(tmp_path)
+    world.ctx.contracts = ContractSet(
+        c.model_copy(update={"allow_empty": True}) if c.name in allow_empty else c
+        for c in world.ctx.contracts.values()
+    )
+    folder = world.deliver()
+    scope = source_scope(folder)
+    reserved = world.repo.reserve(ACME, scope, "d1")
+    batch_id = reserved.batch.id
+    world.repo.acquire_lease(batch_id, "w1", 30.0)
+    claimed = Claimed(batch_id, scope, "w1")
+    record_override(world.ctx, claimed, override)
+    earlier = uuid.uuid4()
+    world.warehouse.registry[("acme", scope)] = {
+        dataset: RegistryRow(dataset, f"fleet_{dataset}", earlier, rows, dt.datetime.now(dt.UTC))
+        for dataset, rows in current.items()
+    }
+    listing = discover(world.s3, folder, world.ctx.contracts)
+    leased = LeasedBatch(world.ctx, ACME, batch_id, scope, "w1")
+    try:
+        check_slice_guards(leased, listing, {"rows_to_load": new, "files": []})
+    except SliceHeld as held:
+        return [breach.to_json() for breach in held.breaches]
+    except ApprovedContentChanged as changed:
+        return str(changed)
+    return []
+
+
+def _breach(dataset: str, current: int, new: int, rule: str) -> dict:
+    return {"dataset": dataset, "current_rows": current, "new_rows": new, "rule": rule}
+
+
+@pytest.mark.parametrize(
+    ("current", "new", "allow_empty", "rule"),
+    [
+        (400, 200, False, None),  # down to exactly min_rows_ratio x current: loads
+        (400, 199, False, "min_rows_ratio 0.5"),
+        (401, 200, False, "min_rows_ratio 0.5"),  # 200.5 needed
+        (400, 0, False, "allow_empty false"),  # emptied: named as such, not as a ratio
+        (400, 0, True, None),
+        (400, 1, True, "min_rows_ratio 0.5"),  # allowed empty, not allowed to shrink
+        (0, 0, False, None),  # nothing to lose
+        (1, 1, False, None),
+        (1, 0, False, "allow_empty false"),
+        (400, 5000, False, None),
+    ],
+)
+def test_a_slice_may_shrink_to_its_ratio_and_empty_only_if_allowed(
+    tmp_path, current: int, new: int, allow_empty: bool, rule: str | None
+) -> None:
+    allowed = frozenset({"trips"}) if allow_empty else frozenset()
+    judged = _judged(tmp_path, {"trips": current}, {"trips": new}, allow_empty=allowed)
+    assert judged == ([_breach("trips", current, new, rule)] if rule else [])
+
+
+def test_every_breach_is_named_in_dataset_order_and_missing_ones_count_as_emptied(
+    tmp_path,
+) -> None:
+    current = {"vehicles": 20, "trips": 400, "fuel_transactions": 80}
+    assert _judged(tmp_path, current, {"trips": 10, "fuel_transactions": 80}) == [
+        _breach("trips", 400, 10, "min_rows_ratio 0.5"),
+        _breach("vehicles", 20, 0, "allow_empty false"),
+    ]
+    # A dataset the old slice did not have is not judged: nothing to lose.
+    assert _judged(tmp_path, {"trips": 400}, {"trips": 400, "vehicles": 0}) == []
+
+
+def test_an_override_sets_the_ratio_or_waives_the_guards(tmp_path) -> None:
+    ratio = GuardOverride(min_rows_ratio=0.25, reason="t")
+    assert _judged(tmp_path, {"trips": 400}, {"trips": 100}, ratio) == []
+    assert _judged(tmp_path, {"trips": 400}, {"trips": 99}, ratio) == [
+        _breach("trips", 400, 99, "min_rows_ratio 0.25")
+    ]
+    assert _judged(tmp_path, {"trips": 400}, {"trips": 0}, ratio) == [
+        _breach("trips", 400, 0, "allow_empty false")
+    ]
+    waived = GuardOverride(waived=True, reason="t")
+    assert _judged(tmp_path, {"trips": 400}, {"trips": 0}, waived) == []
+
+
+def test_an_approval_waives_the_guards_for_its_content_only(tmp_path) -> None:
+    probe = memory_world(tmp_path / "probe")
+    listing = discover(probe.s3, probe.deliver(), probe.ctx.contracts)
+    content = content_of(probe.ctx, listing)  # what the same delivery is, in any world
+    approval = GuardOverride(waived=True, content=content, reason="approval of held batch h")
+    assert _judged(tmp_path / "a", {"trips": 400}, {"trips": 0}, approval) == []
+    other = {**content, "fingerprint": "0" * 64}
+    refused = _judged(tmp_path / "b", {"trips": 400}, {"trips": 0}, approval_for(other))
+    assert refused == (
+        "approval of held batch h was given for other content: the folder changed since "
+        f"(fingerprint {content['fingerprint']}, approved {'0' * 64}); nothing was loaded"
+    )
+    versions = {**content, "contract_versions": {"trips": "other"}}
+    changed = _judged(tmp_path / "c", {"trips": 4}, {"trips": 4}, approval_for(versions))
+    assert isinstance(changed, str) and "was given for other content" in changed
+
+
+def approval_for(content: dict) -> GuardOverride:
+    return GuardOverride(waived=True, content=content, reason="approval of held batch h")

@@ -112,7 +112,7 @@ def test_default_rollbacks_walk_back_and_never_forward_to_what_a_rollback_remove
     """Each default rollback goes one delivery further back: the content the slice shows and
     every content a rollback removed are skipped (the second of two rollbacks chose the
     removed batch again, the newest success not owning the slice). A new delivery after
-    them rolls back to what the slice showed before it."""
+    them rolls back to what the slice showed before it, and then no further."""
     ctx = retaining_ctx(import_ctx, outbox, reviews, keep_seconds=3600)
     folder = today_folder(landing_bucket, "acme")
 
@@ -146,5 +146,9 @@ def test_default_rollbacks_walk_back_and_never_forward_to_what_a_rollback_remove
     after_new = rollback()  # back to what the slice showed: oldest's content, via `second`
     assert isinstance(after_new, Committed) and trips_now() == 300
     assert ctx.repo.get(after_new.batch_id).details["rolled_back_to"] == str(second.batch_id)
+    # The slice shows oldest's content through two rollbacks: no batch of it is loaded again
+    # (one level only chose `oldest` itself; found by test_slice_sequences on the fakes).
+    nothing_new = rollback()
+    assert isinstance(nothing_new, NotRolledBack) and "--to" in nothing_new.reason, nothing_new
     named = rollback_slice(ctx, reviews, "acme", folder, to=truncated.batch_id, admission=ADMIT)
     assert isinstance(named, Committed) and trips_now() == 10  # named: loaded again
