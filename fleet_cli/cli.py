@@ -25,6 +25,7 @@ from fleet_cli.guard import (
     ready_to_run,
     require_settings,
 )
+from fleet_cli.metrics_commands import costs, metrics_app
 from fleet_cli.tables import tables_app
 from fleet_cli.tenants import tenants_app
 from fleet_import.checks.settings import OPERATIONAL
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=TOOL_HELP, cls=InOrderOfUse)
 app.command("doctor")(doctor)
 app.command("freshness")(freshness)
+app.command("costs")(costs)
 
 
 @app.callback()
@@ -66,6 +68,7 @@ app.add_typer(batches_app, name="batches")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(tables_app, name="tables")
 app.add_typer(contracts_app, name="contracts")
+app.add_typer(metrics_app, name="metrics")
 
 # Whatever comes from data (keys, header names, rejected values, state and error messages)
 # reaches these consoles as `Text`, which rich never parses for markup or emoji: a file
