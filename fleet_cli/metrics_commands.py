@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -21,6 +23,43 @@ if TYPE_CHECKING:
 _console = Console()
 _JOIN_SECONDS = 1.0
 """How often the serving command wakes to notice Ctrl-C."""
+
+MetricsPortOption = Annotated[
+    int | None,
+    typer.Option(
+        "--metrics-port",
+        envvar="FLEET_METRICS_PORT",
+        show_envvar=True,
+        help="also serve the fleet's metrics on this port (what `fleet-import metrics serve`"
+        " serves)",
+    ),
+]
+
+
+@contextmanager
+def serving_metrics(port: int | None, addr: str = "0.0.0.0") -> Iterator[int | None]:
+    """The metrics endpoint beside a long-running command (the relay, a worker) while it
+    runs, when `port` is given: the port it listens on, or None."""
+    if port is None:
+        yield None
+        return
+    from fleet_import.monitoring.endpoint import start_endpoint, store_collector
+
+    settings = require_settings(OPERATIONAL)
+    with foreseen_errors():
+        collector = store_collector(settings)
+    try:
+        server, thread = start_endpoint(collector, port, addr)
+    except OSError as exc:
+        error_line(f"cannot listen on {addr}:{port}: {exc.strerror}: choose another --metrics-port")
+        raise typer.Exit(1) from None
+    try:
+        yield server.server_port
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(_JOIN_SECONDS)
+
 
 metrics_app = typer.Typer(
     no_args_is_help=True,
