@@ -11,10 +11,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.monitoring.prometheus_tools import REQUIRE_PROMETHEUS_ENV, executable
+from tests.monitoring.prometheus_tools import (
+    REQUIRE_PROMETHEUS_ENV,
+    RULES,
+    dashboard_exprs,
+    executable,
+)
 
-RULES_DIR = Path(__file__).resolve().parents[2] / "deployments" / "prometheus"
-RULES = RULES_DIR / "fleet-import-rules.yml"
+RULES_DIR = RULES.parent
 RULE_TESTS = RULES_DIR / "fleet-import-rules.test.yml"
 
 
@@ -68,3 +72,21 @@ def test_a_missing_promtool_fails_when_required(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.delenv(REQUIRE_PROMETHEUS_ENV)
     with pytest.raises(pytest.skip.Exception):
         executable("promtool")
+
+
+def test_every_dashboard_panel_is_valid_promql(tmp_path: Path) -> None:
+    """The Grafana dashboard's queries, checked as recording rules (no server needed); the
+    e2e scrape test runs each against a real Prometheus."""
+    exprs = dashboard_exprs()
+    assert exprs
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [{"record": f"panel:{n}", "expr": e} for n, e in enumerate(exprs)],
+            }
+        ]
+    }
+    (tmp_path / "panels.yml").write_text(yaml.safe_dump(rules))
+    checked = promtool("check", "rules", "panels.yml", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
