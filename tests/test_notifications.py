@@ -19,7 +19,7 @@ import pytest
 from blocks.notifications import NOTICES
 from tests.prefect_server import PrefectServer, prefect_server, run
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.server, pytest.mark.timeout(600)]
 
 _WAIT_SECONDS = 120.0
 _QUIET_SECONDS = 10.0
