@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 _console = Console()
 _JOIN_SECONDS = 1.0
-"""How often the serving command wakes to notice Ctrl-C."""
+"""How long stopping waits for the endpoint's thread."""
 
 MetricsPortOption = Annotated[
     int | None,
@@ -37,9 +38,12 @@ MetricsPortOption = Annotated[
 
 
 @contextmanager
-def serving_metrics(port: int | None, addr: str = "0.0.0.0") -> Iterator[int | None]:
-    """The metrics endpoint beside a long-running command (the relay, a worker) while it
-    runs, when `port` is given: the port it listens on, or None."""
+def serving_metrics(
+    port: int | None, addr: str = "0.0.0.0", option: str = "--metrics-port"
+) -> Iterator[int | None]:
+    """The metrics endpoint while the block runs (`metrics serve`, or beside the relay or a
+    worker), when `port` is given: the port it listens on, or None. A port that cannot be
+    bound is one line naming `option`, exit 1."""
     if port is None:
         yield None
         return
@@ -51,7 +55,7 @@ def serving_metrics(port: int | None, addr: str = "0.0.0.0") -> Iterator[int | N
     try:
         server, thread = start_endpoint(collector, port, addr)
     except OSError as exc:
-        error_line(f"cannot listen on {addr}:{port}: {exc.strerror}: choose another --metrics-port")
+        error_line(f"cannot listen on {addr}:{port}: {exc.strerror}: choose another {option}")
         raise typer.Exit(1) from None
     try:
         yield server.server_port
@@ -81,22 +85,10 @@ def serve(
 
     Example: fleet-import metrics serve --port 9464
     """
-    from fleet_import.monitoring.endpoint import start_endpoint, store_collector
-
-    settings = require_settings(OPERATIONAL)
-    with foreseen_errors():
-        collector = store_collector(settings)
-    try:
-        server, thread = start_endpoint(collector, port, addr)
-    except OSError as exc:
-        error_line(f"cannot listen on {addr}:{port}: {exc.strerror}: choose another --port")
-        raise typer.Exit(1) from None
-    typer.echo(f"serving the fleet's metrics on http://{addr}:{server.server_port}/metrics")
-    try:
-        while thread.is_alive():
-            thread.join(_JOIN_SECONDS)
-    except KeyboardInterrupt:
-        server.shutdown()
+    with serving_metrics(port, addr, option="--port") as bound:
+        typer.echo(f"serving the fleet's metrics on http://{addr}:{bound}/metrics")
+        with suppress(KeyboardInterrupt):
+            threading.Event().wait()
 
 
 def costs(

@@ -112,47 +112,53 @@ class StoreCollector(Collector):
 
     def _aged(self, name: str, what: str, batches: list[AgedBatch]) -> Iterator[Metric]:
         """`{name}` (how many) and `{name}_oldest_age_seconds`, per tenant label."""
-        count: dict[str, int] = defaultdict(int)
-        oldest: dict[str, float] = defaultdict(float)
-        for aged in batches:
-            label = self._tenant(aged.batch.tenant_id)
-            count[label] += 1
-            oldest[label] = max(oldest[label], aged.age_seconds)
-        how_many = GaugeMetricFamily(f"{PREFIX}_{name}", what, labels=["tenant"])
-        age = GaugeMetricFamily(
-            f"{PREFIX}_{name}_oldest_age_seconds",
-            f"seconds since the oldest of the {what} got there",
-            labels=["tenant"],
+        yield from self._per_tenant(
+            (f"{PREFIX}_{name}", what),
+            (
+                f"{PREFIX}_{name}_oldest_age_seconds",
+                f"seconds since the oldest of the {what} got there",
+            ),
+            ((aged.batch.tenant_id, 1, aged.age_seconds) for aged in batches),
         )
-        for label in sorted(count):
-            how_many.add_metric([label], count[label])
-            age.add_metric([label], oldest[label])
-        yield how_many
-        yield age
 
     def _leases(self, snapshot: StoreSnapshot) -> Iterator[Metric]:
+        yield from self._per_tenant(
+            (
+                f"{PREFIX}_expired_leases",
+                "running batches whose execution lease expired (worker dead or frozen, not"
+                " taken over yet)",
+            ),
+            (
+                f"{PREFIX}_expired_leases_oldest_seconds",
+                "seconds since the oldest of those leases expired",
+            ),
+            (
+                (row["tenant_id"], int(row["batches"]), float(row["oldest_seconds"]))
+                for row in snapshot.expired_leases
+            ),
+        )
+
+    def _per_tenant(
+        self,
+        counted: tuple[str, str],
+        aged: tuple[str, str],
+        items: Iterable[tuple[str, int, float]],
+    ) -> Iterator[Metric]:
+        """A count and the oldest age per tenant label, from (tenant, count, age) items: the
+        tenants the registry does not name summed under one label, their oldest kept."""
         count: dict[str, int] = defaultdict(int)
         oldest: dict[str, float] = defaultdict(float)
-        for row in snapshot.expired_leases:
-            label = self._tenant(row["tenant_id"])
-            count[label] += int(row["batches"])
-            oldest[label] = max(oldest[label], float(row["oldest_seconds"]))
-        expired = GaugeMetricFamily(
-            f"{PREFIX}_expired_leases",
-            "running batches whose execution lease expired (worker dead or frozen, not taken"
-            " over yet)",
-            labels=["tenant"],
-        )
-        age = GaugeMetricFamily(
-            f"{PREFIX}_expired_leases_oldest_seconds",
-            "seconds since the oldest of those leases expired",
-            labels=["tenant"],
-        )
+        for tenant_id, how_many, age in items:
+            label = self._tenant(tenant_id)
+            count[label] += how_many
+            oldest[label] = max(oldest[label], age)
+        count_family = GaugeMetricFamily(*counted, labels=["tenant"])
+        age_family = GaugeMetricFamily(*aged, labels=["tenant"])
         for label in sorted(count):
-            expired.add_metric([label], count[label])
-            age.add_metric([label], oldest[label])
-        yield expired
-        yield age
+            count_family.add_metric([label], count[label])
+            age_family.add_metric([label], oldest[label])
+        yield count_family
+        yield age_family
 
     def _latency(self, snapshot: StoreSnapshot) -> Metric:
         latency = snapshot.latencies

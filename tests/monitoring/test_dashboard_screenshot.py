@@ -13,7 +13,6 @@ import shutil
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -26,8 +25,7 @@ from fleet_import.store.freshness_repository import FreshnessRepository, StoredV
 from tests.helpers import upload
 from tests.monitoring.prometheus_tools import DASHBOARD, prometheus_stack, wait_for
 from tests.monitoring.test_collector import _failed_publication, _held, _leased
-from tests.ui.browser import chromium_executable, playwright_sync_api
-from tests.ui.test_run_pages import CHROMIUM, CHROMIUM_ARGS
+from tests.ui.browser import CHROMIUM, chromium_executable, chromium_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -55,8 +53,7 @@ def graph_url(prometheus_url: str) -> str:
 def test_the_dashboard_panels_graphed_from_a_real_prometheus(
     repo, database_url: str, import_ctx, s3, landing_bucket: str, tmp_path: Path
 ) -> None:
-    executable = chromium_executable(CHROMIUM)
-    sync_api: Any = playwright_sync_api()
+    chromium_executable(CHROMIUM)  # skip (or fail, when required) before the setup
     acme, globex = Tenant.named("acme"), Tenant.named("globex")
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, fleet_delivery(bad_rows=True))
@@ -86,23 +83,15 @@ def test_the_dashboard_panels_graphed_from_a_real_prometheus(
         upload(s3, later, fleet_delivery(trips=400))
         assert isinstance(import_folder(import_ctx, globex, later, "dashboard-2"), Committed)
         time.sleep(_HISTORY_SECONDS / 2)
-        with sync_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path=executable, headless=True, args=CHROMIUM_ARGS
-            )
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.set_default_timeout(_PAGE_TIMEOUT_MS)
-                page.goto(graph_url(stack.prometheus_url))
-                page.wait_for_selector(".graph_area svg path.path", state="attached")
-                page.wait_for_timeout(1000)  # the last graphs' lines
-                # The navigation bar is fixed: it would cover a graph in a full-page shot.
-                page.add_style_tag(content=".navbar { position: static !important; }")
-                body = page.inner_text("body")
-                shot = tmp_path / "fleet-metrics.png"
-                page.screenshot(path=str(shot), full_page=True)
-            finally:
-                browser.close()
+        with chromium_page(_PAGE_TIMEOUT_MS) as page:
+            page.goto(graph_url(stack.prometheus_url))
+            page.wait_for_selector(".graph_area svg path.path", state="attached")
+            page.wait_for_timeout(1000)  # the last graphs' lines
+            # The navigation bar is fixed: it would cover a graph in a full-page shot.
+            page.add_style_tag(content=".navbar { position: static !important; }")
+            body = page.inner_text("body")
+            shot = tmp_path / "fleet-metrics.png"
+            page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
     assert 'tenant="globex"' in body and 'dataset="trips"' in body, body[:3000]
     assert "Error" not in body, body[:3000]
