@@ -22,6 +22,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from fleet_import.errors import OperationalStoreError
 from fleet_import.store.batch_state import ReviewState, review_state
@@ -255,6 +256,7 @@ def _resumable(aged: AgedBatch) -> bool:
 
 
 def _bound(seconds: float) -> str:
-    return f"{seconds:g}"
+    """An `le` label as prometheus-client's own histograms write it (`60.0`)."""
+    return floatToGoString(seconds)
 
 

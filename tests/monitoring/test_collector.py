@@ -11,6 +11,8 @@ import urllib.request
 import uuid
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleet_import.importing.context import Committed
@@ -135,6 +137,8 @@ def test_the_states_that_matter_scraped_from_a_real_store(
     # One success: one delivery-to-publish observation, in every bucket up to +Inf.
     assert value(series, "fleet_import_delivery_to_publish_seconds_count") == 1
     assert value(series, "fleet_import_delivery_to_publish_seconds_bucket", le="+Inf") == 1
+    assert value(series, "fleet_import_delivery_to_publish_seconds_bucket", le="60.0") == 1
+    assert 0 < value(series, "fleet_import_delivery_to_publish_seconds_sum") < 60
 
     gates = "fleet_import_gate_findings_total"
     assert value(series, gates, severity="error", rule="min_rows_ratio") == 1
@@ -167,6 +171,16 @@ def test_tenants_the_registry_does_not_name_share_one_label(
     assert value(series, "fleet_import_held_batches", tenant=OTHER_TENANTS) == 3
     assert value(series, "fleet_import_held_batches", tenant="acme") == 1
     assert len(series["fleet_import_held_batches"]) == 2
+
+
+@given(
+    registered=st.frozensets(st.from_regex(r"[a-z]{1,8}", fullmatch=True), max_size=5),
+    seen=st.lists(st.from_regex(r"[a-z]{1,8}", fullmatch=True), max_size=50),
+)
+def test_tenant_labels_never_outnumber_the_registry(registered, seen) -> None:
+    labels = {TenantLabels(registered)(tenant) for tenant in seen}
+    assert labels <= registered | {OTHER_TENANTS}
+    assert len(labels) <= len(registered) + 1
 
 
 def test_a_store_that_does_not_answer_is_a_zero_not_an_error() -> None:
