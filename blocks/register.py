@@ -6,7 +6,9 @@
 Either also creates (or re-sizes) the global concurrency limit on warehouse loads, sized by
 FLEET_WAREHOUSE_LOAD_SLOTS, and the work pool's backfill queue (blocks.limits), and creates
 (or updates) the automation that marks a flow run whose heartbeats stopped Crashed
-(blocks.zombies; --zombie-after SECONDS, default 90).
+(blocks.zombies; --zombie-after SECONDS, default 90). With --notify TYPE/NAME, also the
+automations that send a held batch, a failed publication and a late tenant to that saved
+notification block (blocks.notifications).
 
 Re-runnable: type registration is idempotent and documents are saved with overwrite=True.
 The Prefect API is the one PREFECT_API_URL (or the active profile) points at.
@@ -50,6 +52,7 @@ from blocks.fleet_blocks import (
     describe_error,
 )
 from blocks.limits import ensure_limits
+from blocks.notifications import ensure_notifications
 from blocks.zombies import (
     DEFAULT_ZOMBIE_AFTER_SECONDS,
     MIN_ZOMBIE_AFTER_SECONDS,
@@ -155,6 +158,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "heartbeat (at least two heartbeats: prefect.yaml sets one every 30 s; default "
         f"{DEFAULT_ZOMBIE_AFTER_SECONDS})",
     )
+    parser.add_argument(
+        "--notify",
+        metavar="TYPE/NAME",
+        help="create (or update) the automations that notify through this saved notification "
+        "block (e.g. slack-webhook/ops) of a held batch, a failed publication and a late "
+        "tenant (blocks.notifications)",
+    )
     args = parser.parse_args(argv)
     if args.zombie_after < MIN_ZOMBIE_AFTER_SECONDS:
         parser.error(f"--zombie-after must be at least {MIN_ZOMBIE_AFTER_SECONDS} seconds")
@@ -187,6 +197,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in ensure_limits(settings):
         print(line)
     print(ensure_zombie_automation(args.zombie_after))
+    if args.notify:
+        try:
+            for line in ensure_notifications(args.notify):
+                print(line)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_CONFIG_ERROR
     for document in save_documents(blocks):
         print(f"saved block document {document}")
     if not args.from_env:

@@ -27,6 +27,7 @@ from fleet_cli.first_help import TOOL_HELP, InOrderOfUse
 from fleet_cli.flow_call import run_flow
 from fleet_cli.freshness import freshness
 from fleet_cli.guard import DEBUG_VARIABLE, error_line, foreseen_errors, ready_to_run
+from fleet_cli.metrics_commands import costs, metrics_app
 from fleet_cli.relay_command import relay
 from fleet_cli.review_commands import batches_approve, batches_reject, list_held, slices_app
 from fleet_cli.tables import tables_app
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=TOOL_HELP, cls=InOrderOfUse)
 app.command("doctor")(doctor)
 app.command("freshness")(freshness)
+app.command("costs")(costs)
 app.command("relay")(relay)
 app.command("worker")(worker)
 
@@ -71,6 +73,7 @@ app.add_typer(batches_app, name="batches")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(tables_app, name="tables")
 app.add_typer(contracts_app, name="contracts")
+app.add_typer(metrics_app, name="metrics")
 app.add_typer(slices_app, name="slices")
 
 

@@ -18,7 +18,7 @@ configured, `fleet-import demo` shows it all on embedded services.
 # The order a new user needs them in, not the alphabet's.
 COMMAND_ORDER = (
     "doctor", "db", "run", "batches", "slices", "resume", "tenants", "contracts", "tables",
-    "freshness", "relay", "worker", "demo",
+    "freshness", "metrics", "costs", "relay", "worker", "demo",
 )
 
 

@@ -43,7 +43,7 @@ def freshness(
     """
     from fleet_import.freshness.runtime import freshness_runtime
 
-    now = _moment(at)
+    now = parse_moment(at)
     settings = require_settings(FRESHNESS)
     with foreseen_errors():
         runtime = freshness_runtime(settings)
@@ -80,13 +80,14 @@ def _row(verdict: Verdict) -> list[Text]:
     ]
 
 
-def _moment(at: str | None) -> dt.datetime:
+def parse_moment(at: str | None, option: str = "--at") -> dt.datetime:
+    """An ISO 8601 time given as `option`, in UTC (UTC when it names no zone); now if None."""
     if at is None:
         return dt.datetime.now(dt.UTC)
     try:
         moment = dt.datetime.fromisoformat(at)
     except ValueError:
-        error_line(f"--at {at!r}: expected an ISO 8601 time like 2026-07-22T06:30+02:00")
+        error_line(f"{option} {at!r}: expected an ISO 8601 time like 2026-07-22T06:30+02:00")
         raise typer.Exit(2) from None
     return (moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)).astimezone(dt.UTC)
 

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from fleet_cli.common import console, err_console, fail
 from fleet_cli.guard import CONFIGURATION_ERROR, error_line, prefect_ready, require_settings
+from fleet_cli.metrics_commands import MetricsPortOption, serving_metrics
 from fleet_import.checks.settings import RELAY
 from fleet_import.config import Settings
 from fleet_import.errors import FleetImportError
@@ -68,6 +69,7 @@ def relay(
     ] = DEFAULT_PATTERN,
     wait_seconds: Annotated[int, typer.Option(min=0, max=20, help="SQS long-poll wait")] = 20,
     once: Annotated[bool, typer.Option("--once", help="one receive, then exit")] = False,
+    metrics_port: MetricsPortOption = None,
 ) -> None:
     """Relay S3 notifications from SQS as aws.s3.object.created Prefect events (Ctrl-C stops).
 
@@ -131,6 +133,7 @@ def relay(
     with contextlib.ExitStack() as cleanup:
         for signum in (signal.SIGINT, signal.SIGTERM):
             cleanup.callback(signal.signal, signum, signal.signal(signum, handler))
+        cleanup.enter_context(serving_metrics(metrics_port))
         emit = cleanup.enter_context(PrefectEventEmitter())
         relay_ = Relay(
             sqs,

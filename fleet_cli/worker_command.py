@@ -32,6 +32,7 @@ from typing import Annotated, Any
 import typer
 
 from fleet_cli.guard import CONFIGURATION_ERROR, error_line, prefect_ready
+from fleet_cli.metrics_commands import MetricsPortOption, serving_metrics
 from fleet_cli.run_client import SERVER_VARIABLE
 
 DEFAULT_POOL = "fleet-process-pool"
@@ -221,6 +222,7 @@ def worker(
             help="fork each flow run from a process with Prefect and the flows imported",
         ),
     ] = True,
+    metrics_port: MetricsPortOption = None,
 ) -> None:
     """Run a process worker for the fleet-import deployments (SIGTERM or Ctrl-C stops it).
 
@@ -247,6 +249,7 @@ def worker(
     options = {"work_pool_name": pool, "name": name, "work_queues": work_queue, "limit": limit}
     hooks = StopHooks()
     with (
+        serving_metrics(metrics_port),
         run_server(hooks) if preload else nullcontext() as server,
         suppress(KeyboardInterrupt),  # a Ctrl-C before the worker's own handlers are set
     ):

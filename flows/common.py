@@ -28,6 +28,7 @@ from fleet_import.errors import should_retry
 from fleet_import.importing.driver import STEP_BACKOFF
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.runtime import Runtime, build_runtime
+from fleet_import.publication.events import BATCH_FAILED_EVENT
 from flows.api_reports import PrefectApiGone, api_unreachable, describe_outage, report
 
 log = logging.getLogger(__name__)
@@ -149,7 +150,8 @@ def prefect_event_sink(name: str, payload: Mapping[str, Any]) -> None:
     batch, such as a `fleet.delivery.skipped` one, on its folder), related to the flow run.
     A freshness event (`fleet.tenant.*`, which names a tenant and a dataset, no batch) is on
     `fleet.freshness.{tenant}.{dataset}`, so an automation counts each of them alone.
-    A payload's `event_id` becomes the event's id (Prefect keeps one event per id)."""
+    A failed batch's resource carries its failure kind (`fleet.failure`). A payload's
+    `event_id` becomes the event's id (Prefect keeps one event per id)."""
     if "dataset" in payload and "batch_id" not in payload:
         tenant, dataset = payload.get("tenant_id"), payload["dataset"]
         resource = {
@@ -171,6 +173,10 @@ def prefect_event_sink(name: str, payload: Mapping[str, Any]) -> None:
         }
     if payload.get("tenant_id") is not None:
         resource["fleet.tenant"] = str(payload["tenant_id"])
+    if name == BATCH_FAILED_EVENT and payload.get("kind") is not None:
+        # Triggers match resources, not payloads: the notifications tell failed
+        # publications apart by this label (blocks.notifications).
+        resource["fleet.failure"] = str(payload["kind"])
     if payload.get("folder") is not None:
         resource["fleet.folder"] = str(payload["folder"])
     try:

@@ -14,6 +14,8 @@ _LAYOUT = re.compile(
 )
 _ENCODE = re.compile(r"\s+ENCODE\s+\w+", re.IGNORECASE)
 _ALTER_ENCODE = re.compile(r"(\bALTER\s+(?:COLUMN\s+)?\S+\s+)ENCODE\s+\w+", re.IGNORECASE)
+_QUERY_GROUP = re.compile(r"^(\s*(?:SET|RESET|SHOW)\s+)query_group\b", re.IGNORECASE)
+"""Redshift's query_group: PostgreSQL knows no such setting, but keeps any dotted one."""
 _SORTKEY = re.compile(r"\bSORTKEY\s*\((?P<columns>[^)]*)\)", re.IGNORECASE)
 _CREATE_TABLE = re.compile(
     r"^\s*CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?"
@@ -24,10 +26,12 @@ _CREATE_TABLE = re.compile(
 
 def to_postgres(sql: str) -> str:
     """Redshift-only syntax in `sql` in PostgreSQL's words (see the module docstring):
-    GETDATE(), the layout attributes, ENCODE clauses (an ALTER COLUMN ... ENCODE becomes a
+    GETDATE(), query_group (a custom setting, `redshift.query_group`), the layout attributes,
+    ENCODE clauses (an ALTER COLUMN ... ENCODE becomes a
     harmless ALTER COLUMN, recorded by the session as the column's encoding). A
     table's SORTKEY lets Redshift skip the blocks outside a slice (zone maps); PostgreSQL
     needs an index on those columns to do the same, created with the table."""
+    sql = _QUERY_GROUP.sub(r"\1redshift.query_group", sql)
     if re.match(r"^\s*ALTER\s+TABLE\b", sql, re.IGNORECASE):
         # A column's compression is Redshift's alone: PostgreSQL only takes the table lock.
         sql = _ALTER_ENCODE.sub(r"\1SET STATISTICS -1", sql)

@@ -105,7 +105,8 @@ def load_step(
                 backoff.wait(retry, f"slice load of {scope}", exc, log)
     failpoints.hit("after_warehouse_commit")
     _report_ignored(batch, arrivals.loaded)
-    summary["seconds"] = {"load": round(time.monotonic() - started, 3)}
+    load_seconds = round(time.monotonic() - started, 3)
+    summary["seconds"] = {**summary.get("seconds", {}), "load": load_seconds}
     return batch.record_commit(recovered=False, row_counts=commit.row_counts, summary=summary)
 
 
@@ -204,10 +205,16 @@ def _load_slice_once(
         # The lease's fence (store.heartbeat): before each warehouse step and the COMMIT.
         fence=batch.check_lease,
     ) as writer:
+        # Our own timings, which `fleet-import costs` and the metrics read (Redshift's own are
+        # in SYS_QUERY_HISTORY under the batch's query_group). A dataset's COPY pulls its
+        # files as they are normalised, so its time includes waiting for them.
+        copy_seconds: Counter[str] = Counter()
         for dataset, group in groupby(arrivals, key=_dataset_of):
+            copy_started = time.monotonic()
             writer.load_files(
                 ctx.contracts[dataset], (LoadFile(entry.file.parquet_path) for entry in group)
             )
+            copy_seconds[dataset] += time.monotonic() - copy_started
         failpoints.hit("after_staging_rows")
         # Arrow's allocator keeps freed pages for reuse; what follows allocates
         # differently, so hand them back and keep the peak bounded by batch size.
@@ -221,7 +228,13 @@ def _load_slice_once(
         batch.renew_lease_now()
         mark_commit_attempted(batch)  # from here on, a lost answer leaves the outcome unknown
         failpoints.hit("before_warehouse_commit")
-        return writer.commit(), summary
+        commit_started = time.monotonic()
+        commit = writer.commit()
+        summary["seconds"] = {
+            "copy": {dataset: round(seconds, 3) for dataset, seconds in copy_seconds.items()},
+            "commit": round(time.monotonic() - commit_started, 3),
+        }
+        return commit, summary
 
 
 def judge_rejects(
@@ -275,6 +288,7 @@ def judge_rejects(
                 "rejects": entry.file.reject_count + duplicates_in[entry.file.source_key],
                 "cache_hit": entry.cache_hit,
                 "seconds": round(entry.seconds, 3),
+                "bytes": _staged_bytes(entry.file),
                 # Columns found by an alias (a renamed export): column -> header found.
                 **({"aliases": entry.file.aliases} if entry.file.aliases else {}),
                 # Columns the contract does not name (issue #25): name -> type.
@@ -329,6 +343,14 @@ def _report_ignored(batch: LeasedBatch, entries: Sequence[NormalizedEntry]) -> N
 def _record_session(batch: LeasedBatch, session: WarehouseSession) -> None:
     """Before the slice locks anything: a successor that takes the batch over ends it."""
     batch.update_details(BatchDetails.patch(warehouse_session=session.to_json()))
+
+
+def _staged_bytes(file: NormalizedFile) -> int:
+    """The normalised Parquet's size: what the batch staged for the warehouse to read."""
+    try:
+        return file.parquet_path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _dataset_of(entry: NormalizedEntry) -> str:

@@ -59,6 +59,8 @@ class FileLoaded(_Open):
     rejects: int = 0
     cache_hit: bool = False
     seconds: float = 0.0
+    bytes: int | None = None
+    """The staged normalised file's size."""
     aliases: dict[str, str] = {}
     """Columns found by an alias (a renamed export): column -> the header found."""
     extra_columns: dict[str, str] = {}
@@ -69,8 +71,8 @@ class Summary(_Open):
     files: list[FileLoaded] = []
     cache_hits: int = 0
     rows_to_load: dict[str, int] = {}
-    seconds: dict[str, float] = {}
-    """Where the time went: `load`, `commit`, ..."""
+    seconds: dict[str, Any] = {}
+    """Where the time went: `load` (seconds), `copy` (seconds per dataset), ..."""
     recovered_from_stamp: bool = False
 
 

@@ -13,7 +13,7 @@ COMMANDS = (
     "doctor", "db upgrade", "run", "batches list", "batches show", "batches approve",
     "batches reject", "slices list", "slices rollback", "resume",
     "tenants list", "tenants show", "tenants purge", "contracts show", "tables migrate",
-    "freshness", "relay", "worker", "demo",
+    "freshness", "metrics serve", "costs", "relay", "worker", "demo",
 )
 
 
@@ -29,7 +29,7 @@ def test_the_top_help_says_what_the_tool_does_and_lists_commands_in_order_of_use
     listed = re.findall(r"^│ (\w+) ", text.split("Commands")[1], flags=re.MULTILINE)
     assert listed == [
         "doctor", "db", "run", "batches", "slices", "resume", "tenants", "contracts", "tables",
-        "freshness", "relay", "worker", "demo",
+        "freshness", "metrics", "costs", "relay", "worker", "demo",
     ]
 
 

@@ -7,11 +7,22 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import pytest
 
 REQUIRE_BROWSER_ENV = "FLEET_REQUIRE_BROWSER"
+CHROMIUM = os.environ.get("FLEET_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def missing_browser(reason: str) -> NoReturn:
@@ -35,3 +46,20 @@ def playwright_sync_api() -> Any:
         return importlib.import_module("playwright.sync_api")
     except ImportError as exc:
         missing_browser(f"no playwright to drive Chromium ({exc})")
+
+
+@contextmanager
+def chromium_page(timeout_ms: int, width: int = 1400, height: int = 1000) -> Iterator[Any]:
+    """A page of Debian's headless Chromium driven by Playwright, closed after."""
+    executable = chromium_executable(CHROMIUM)
+    sync_api = playwright_sync_api()
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.set_default_timeout(timeout_ms)
+            yield page
+        finally:
+            browser.close()

@@ -10,7 +10,6 @@ unless FLEET_REQUIRE_BROWSER is set (as .ci/run does), when it fails (tests/ui/b
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 import uuid
@@ -33,19 +32,10 @@ from tests.prefect_server import (
     run,
     stop_group,
 )
-from tests.ui.browser import chromium_executable, playwright_sync_api
+from tests.ui.browser import chromium_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM = os.environ.get("FLEET_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 _RUN_TIMEOUT = 120.0
 IMPORT = "import-s3-folder/import-s3-folder"
 RESUME = "resume-publication/resume-publication"
@@ -55,18 +45,8 @@ _PAGE_TIMEOUT_MS = 20_000
 
 @pytest.fixture
 def browser_page(tmp_path: Path) -> Iterator[Any]:
-    executable = chromium_executable(CHROMIUM)
-    sync_api = playwright_sync_api()
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(_PAGE_TIMEOUT_MS)
-            yield page
-        finally:
-            browser.close()
+    with chromium_page(_PAGE_TIMEOUT_MS) as page:
+        yield page
 
 
 @pytest.fixture

@@ -21,6 +21,17 @@ from fleet_import.warehouse.sql import Statement, quote_identifier, staging_tabl
 SESSION_UTC_SQL = "SET timezone TO 'UTC'"
 """The slice's session reads the temp tables' TIMESTAMPs as UTC when it casts them."""
 
+QUERY_GROUP_MAX = 320
+"""Redshift keeps a query group this long in SYS_QUERY_HISTORY.query_label (STL_QUERY and
+SVL_QLOG cut it to 30 characters: a batch id's first 30 still start with its unique
+sequence number)."""
+
+
+def query_group_sql(batch_id: str) -> str:
+    """Every statement of the slice's session runs under its batch's id as query group, so
+    SYS_QUERY_HISTORY attributes the cluster's seconds to the batch, hence to its tenant."""
+    return f"SET query_group TO {quote_literal(batch_id[:QUERY_GROUP_MAX])}"
+
 
 def quote_literal(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"

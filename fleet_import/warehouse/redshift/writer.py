@@ -133,13 +133,15 @@ class RedshiftSliceWriter(OpenSlice):
     # -- the session and its loading steps ---------------------------------------------
 
     def _session(self) -> Cursor:
-        """The slice's session, opened if needed: its zone set to UTC, recorded through
+        """The slice's session, opened if needed: its zone set to UTC, its query group to the
+        batch id (cost per tenant from SYS_QUERY_HISTORY), recorded through
         `on_session`, and its temp tables filled again by the loading steps so far."""
         if self._conn is None:
             self._conn = self._connect()
             try:
                 cursor = self._conn.cursor()
                 run(cursor, slice_sql.SESSION_UTC_SQL)
+                run(cursor, slice_sql.query_group_sql(str(self._request.batch_id)))
                 on_session = self._request.on_session
                 if on_session is not None:  # each new session, before any lock
                     session = self._sessions.identify(cursor)
