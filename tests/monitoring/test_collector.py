@@ -21,9 +21,9 @@ from fleet_import.monitoring.collector import OTHER_TENANTS, StoreCollector, Ten
 from fleet_import.monitoring.endpoint import start_endpoint
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant, source_scope
+from fleet_import.store.details import FailureKind
 from fleet_import.store.freshness_repository import FreshnessRepository, StoredVerdict
 from fleet_import.store.metrics_repository import MetricsRepository
-from fleet_import.store.details import FailureKind
 from fleet_import.store.models import LeaseAcquired, Reserved
 from fleet_import.store.repository import BatchRepository
 from tests.helpers import upload
