@@ -264,6 +264,9 @@ def run(
         float | None,
         typer.Option(min=0.0, max=1.0, help="every dataset's min_rows_ratio for this run"),
     ] = None,
+    no_gate: Annotated[
+        bool, typer.Option("--no-gate", help="skip the content gate (checks, drift) this run")
+    ] = False,
 ) -> None:
     """Import a folder now, in this process (the import-s3-folder flow).
 
@@ -274,7 +277,7 @@ def run(
     3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
     4 committed, publication pending: still running until a drain or resume publishes it;
     5 already loaded: the slice holds exactly this content (--force loads it again);
-    6 held for review: a slice guard stopped it (batches approve loads it);
+    6 held for review: a slice guard or the content gate stopped it (batches approve loads it);
     7 commit unknown: the COMMIT got no answer; the batch stays running until settled;
     9 refused: the folder is not the tenant's, or the tenant is unknown or disabled;
     78 configuration error: the settings are wrong, nothing was started.
@@ -291,7 +294,8 @@ def run(
         state = run_flow(
             lambda: import_s3_folder(
                 tenant_id=tenant, folder=folder, delivery_key=delivery_key, force=force,
-                no_guard=no_guard, min_rows_ratio=min_rows_ratio, return_state=True,
+                no_guard=no_guard, min_rows_ratio=min_rows_ratio, no_gate=no_gate,
+                return_state=True,
             )
         )
     _report(state)

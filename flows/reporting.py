@@ -186,6 +186,8 @@ quiet_business_failures()
 def state_for(outcome: pipeline.ImportOutcome, crash: BaseException | None = None) -> State:
     if isinstance(outcome, pipeline.Committed):
         rows = ", ".join(f"{n:,} {dataset}" for dataset, n in outcome.row_counts.items())
+        warned = outcome.summary.get("gate_warned")  # issue 49: published, and says so
+        rows += f"; {warned}" if warned else ""
         if outcome.published:
             return Completed(message=f"batch {outcome.batch_id} succeeded: {rows}")
         return Completed(

@@ -17,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr, f
 
 from fleet_import.errors import ConfigurationError
 
-CheckType = Literal["not_null", "unique", "accepted_values", "relationships", "expression", "row_count"]
+CheckType = Literal[
+    "not_null", "unique", "accepted_values", "relationships", "expression", "row_count"
+]
 Severity = Literal["error", "warn", "off"]
 _THRESHOLD = re.compile(r"\s*(>=|<=|==|!=|>|<)\s*(\d+(?:\.\d+)?)\s*(%?)\s*")
 _OPERAND = r"([a-z_][a-z0-9_]*|-?\d+(?:\.\d+)?|'[^']*')"

@@ -21,6 +21,8 @@ from fleet_import import failpoints
 from fleet_import.contracts.model import ContractSet, DatasetContract
 from fleet_import.importing.context import Committed, CommitUnknown
 from fleet_import.importing.drift import DRIFT_DETAILS_KEY, ignored_columns, tell_drift
+from fleet_import.importing.gate import judge_content, tell_warnings
+from fleet_import.importing.gate_results import warned_line
 from fleet_import.importing.guards import check_slice_guards
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.normalized_files import NormalizedEntry
@@ -105,7 +107,10 @@ def load_step(
     failpoints.hit("after_warehouse_commit")
     _report_ignored(batch, arrivals.loaded)
     summary["seconds"] = {"load": round(time.monotonic() - started, 3)}
-    return batch.record_commit(recovered=False, row_counts=commit.row_counts, summary=summary)
+    verdict = summary.pop("gate")
+    committed = batch.record_commit(recovered=False, row_counts=commit.row_counts, summary=summary)
+    tell_warnings(batch, verdict)
+    return committed
 
 
 class _KeyHashes:
@@ -216,6 +221,11 @@ def _load_slice_once(
             writer.discard_keys(ctx.contracts[dataset], keys)
         # Slice guards (issue #24): a breach raises SliceHeld, and nothing is committed.
         check_slice_guards(batch, manifest, summary)
+        # The content gate (issue 49): an error raises GateHeld (a SliceHeld) the same way.
+        verdict = judge_content(batch, manifest, arrivals.loaded, duplicates)
+        if verdict.warnings:
+            summary["gate_warned"] = warned_line(verdict.warnings)
+        summary["gate"] = verdict
         pa.default_memory_pool().release_unused()
         batch.renew_lease_now()
         mark_commit_attempted(batch)  # from here on, a lost answer leaves the outcome unknown

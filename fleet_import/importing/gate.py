@@ -1,0 +1,247 @@
+"""The content gate (issue 49): before the slice commit, each dataset's normalised rows (the
+local Parquet the load just copied, its duplicate keys left out: no second read of S3) are
+profiled and judged by the contract's checks and by drift rules against the profile of the
+slice they replace (the batch that owns it now; none for a folder's first load).
+
+An `error` holds the batch for review exactly as a slice guard does (`GateHeld`, a
+`SliceHeld`); a `warn` publishes, and is told: the run's final line, the batch's details and
+a `fleet.slice.warned` event once the commit is recorded. Results and profiles are stored
+per dataset (store.gates); up to 100 failing rows per check are written beside the batch's
+rejects. `--no-gate` skips the gate for one run (recorded in the batch's override); an
+approval or a rollback runs it and records what it found, its errors waived.
+
+Drift rules are tuned per dataset in the contract (`profile_drift`) and per tenant in the
+registry (`overrides.gate.<dataset>`, the same mapping).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from fleet_import.contracts.checks import GateDeclarationError, ProfileDrift
+from fleet_import.contracts.model import DatasetContract
+from fleet_import.errors import ConfigurationError
+from fleet_import.importing.gate_checks import Evaluated, evaluate
+from fleet_import.importing.gate_results import GATE_DETAILS_KEY, GateHeld, GateResult
+from fleet_import.importing.guards import GUARD_DETAILS_KEY, GuardOverride, content_of
+from fleet_import.importing.leased_batch import LeasedBatch
+from fleet_import.importing.normalized_files import NormalizedEntry
+from fleet_import.importing.profile import drift_results, profile_table
+from fleet_import.normalize.rows import SOURCE_LINE_COLUMN
+from fleet_import.publication.events import emit_quietly, event_payload
+from fleet_import.s3.sources import Manifest
+from fleet_import.store.gates import DatasetGate
+from fleet_import.tenants.registry import registry_in_force
+
+log = logging.getLogger(__name__)
+
+WARNED_EVENT = "fleet.slice.warned"
+FAILING_ROWS_KEPT = 100
+"""Failing rows written per check, beside the rejects: enough to see what is wrong."""
+TENANT_OVERRIDE_KEY = "gate"
+"""The registry's `overrides.gate`: dataset -> drift rules tuned for that tenant."""
+_FILE_INDEX = "_file_index"
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """What the gate found for a batch: its results (all datasets) and what skipped it."""
+
+    results: list[GateResult] = field(default_factory=list)
+    skipped: str = ""
+
+    @property
+    def warnings(self) -> list[GateResult]:
+        return [r for r in self.results if r.outcome == "warn"]
+
+    @property
+    def errors(self) -> list[GateResult]:
+        return [r for r in self.results if r.outcome == "error"]
+
+
+def judge_content(
+    batch: LeasedBatch,
+    manifest: Manifest,
+    entries: Sequence[NormalizedEntry],
+    duplicates: Mapping[str, pa.Table],
+) -> GateVerdict:
+    """Profile and judge the slice about to commit; raises GateHeld on an `error` (unless an
+    approval or a rollback waived it). Part of the load step, inside its open slice
+    transaction: nothing is visible yet."""
+    ctx = batch.ctx
+    current = ctx.repo.get(batch.batch_id)
+    override = GuardOverride.from_json(current.details.get(GUARD_DETAILS_KEY) if current else None)
+    if override is not None and override.no_gate:
+        log.info("content gate of batch %s skipped: %s", batch.batch_id, override.reason)
+        batch.update_details({GATE_DETAILS_KEY: {"skipped": override.reason or "no_gate"}})
+        return GateVerdict(skipped=override.reason or "no_gate")
+    tables, sources = _tables(batch, entries, duplicates)
+    baseline_id = ctx.warehouse.slice_owner(batch.tenant_id, batch.scope)
+    baselines = _baselines(ctx, baseline_id)
+    tuning = _tenant_tuning(ctx, batch.tenant_id)
+    gates, results = [], []
+    for dataset, table in sorted(tables.items()):
+        contract = ctx.contracts[dataset]
+        profile = profile_table(table, contract)
+        rules = _rules(contract, tuning.get(dataset), batch.tenant_id)
+        found = _checks(batch, contract, (table, sources[dataset]), tables)
+        found += drift_results(contract, rules, profile, baselines.get(dataset))
+        outcome = _worst(found)
+        gates.append(DatasetGate(dataset, outcome, profile, [r.to_json() for r in found]))
+        results += found
+    verdict = GateVerdict(results)
+    waived = override is not None and override.gate_waived
+    if waived and verdict.errors:
+        gates = [_waived(gate) for gate in gates]
+    if ctx.gates is not None:
+        ctx.gates.record_gate(batch.batch_id, gates, baseline_id if baselines else None)
+    summary = {
+        "outcome": _worst(results),
+        "errors": len(verdict.errors),
+        "warnings": len(verdict.warnings),
+        **({"waived": override.reason} if waived and verdict.errors else {}),
+    }
+    batch.update_details({GATE_DETAILS_KEY: summary})
+    if verdict.errors and not waived:
+        raise GateHeld(verdict.errors, content_of(ctx, manifest))
+    return verdict
+
+
+def tell_warnings(batch: LeasedBatch, verdict: GateVerdict) -> None:
+    """Once the commit is recorded: a slice published with warnings, as an event."""
+    if verdict.warnings:
+        payload = event_payload(
+            batch.tenant_id,
+            batch.scope,
+            batch.batch_id,
+            warnings=[r.to_json() for r in verdict.warnings],
+        )
+        emit_quietly(batch.ctx.events, WARNED_EVENT, payload)
+
+
+def _worst(results: Sequence[GateResult]) -> str:
+    outcomes = {r.outcome for r in results}
+    return next((o for o in ("error", "warn") if o in outcomes), "pass")
+
+
+def _waived(gate: DatasetGate) -> DatasetGate:
+    if gate.outcome != "error":
+        return gate
+    return DatasetGate(gate.dataset, "waived", gate.profile, gate.results)
+
+
+def _baselines(ctx: Any, baseline_id: uuid.UUID | None) -> dict[str, Mapping[str, Any]]:
+    """The profiles of the slice's owner, by dataset: the replaced slice's, never this
+    delivery's own (elementary#1560: a baseline that holds the value it judges)."""
+    if baseline_id is None or ctx.gates is None:
+        return {}
+    return {gate.dataset: gate.profile for gate in ctx.gates.gate_of(baseline_id)}
+
+
+def _tenant_tuning(ctx: Any, tenant_id: str) -> Mapping[str, Any]:
+    settings = ctx.settings
+    registry = registry_in_force(settings.tenants) if settings is not None else None
+    registered = registry.tenants.get(tenant_id) if registry is not None else None
+    tuning = registered.overrides.get(TENANT_OVERRIDE_KEY) if registered is not None else None
+    return tuning if isinstance(tuning, Mapping) else {}
+
+
+def _rules(contract: DatasetContract, tuning: object, tenant_id: str) -> ProfileDrift:
+    try:
+        return contract.profile_drift.tuned(tuning)
+    except (GateDeclarationError, ValueError) as exc:
+        raise ConfigurationError(
+            f"FLEET_TENANTS: tenants.{tenant_id}.overrides.{TENANT_OVERRIDE_KEY}."
+            f"{contract.name}: {exc}; fix the registry's drift rules for this dataset"
+        ) from None
+
+
+def _checks(
+    batch: LeasedBatch,
+    contract: DatasetContract,
+    rows: tuple[pa.Table, list[str]],
+    tables: Mapping[str, pa.Table],
+) -> list[GateResult]:
+    table, files = rows
+    try:
+        evaluated = evaluate(contract, table, tables)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise ConfigurationError(
+            f"dataset {contract.name!r}: a check cannot be evaluated on its column types "
+            f"({exc}); fix the check in its contract (docs/contracts.md, content gate)"
+        ) from None
+    return [_result(batch, contract.name, table, files, e) for e in evaluated]
+
+
+def _result(
+    batch: LeasedBatch, dataset: str, table: pa.Table, files: list[str], found: Evaluated
+) -> GateResult:
+    uri = None
+    if found.outcome in ("warn", "error") and found.failing is not None and found.figure:
+        uri = _write_failing(batch, dataset, table, files, found)
+    return GateResult(
+        dataset,
+        found.check.label,
+        found.outcome,
+        found.figure_text,
+        found.threshold_text,
+        found.detail,
+        found.figure if found.failing is not None else 0,
+        uri,
+    )
+
+
+def _write_failing(
+    batch: LeasedBatch, dataset: str, table: pa.Table, files: list[str], found: Evaluated
+) -> str:
+    """Up to FAILING_ROWS_KEPT failing rows, with the file and line they came from."""
+    ctx = batch.ctx
+    sample = table.filter(found.failing).slice(0, FAILING_ROWS_KEPT)
+    keys = np.array(files, dtype=object)[sample[_FILE_INDEX].to_numpy()]
+    sample = sample.drop_columns([_FILE_INDEX]).add_column(0, "_source_file", pa.array(keys))
+    name = "".join(c if c.isalnum() or c in "_-" else "_" for c in found.check.label)[:80]
+    local = ctx.workdir / str(batch.batch_id) / "gate" / f"{dataset}.{name}.csv"
+    local.parent.mkdir(parents=True, exist_ok=True)
+    pacsv.write_csv(sample, local)
+    return ctx.staging.put_file(
+        local, f"{batch.tenant_id}/rejects/{batch.batch_id}/gate/{local.name}"
+    )
+
+
+def _tables(
+    batch: LeasedBatch, entries: Sequence[NormalizedEntry], duplicates: Mapping[str, pa.Table]
+) -> tuple[dict[str, pa.Table], dict[str, list[str]]]:
+    """Each dataset's rows as the slice will hold them: its normalised files read from this
+    machine, the duplicate keys the load discards left out; and its source files, which
+    each row's `_file_index` names."""
+    by_dataset: dict[str, list[NormalizedEntry]] = {}
+    for entry in entries:
+        by_dataset.setdefault(entry.file.dataset, []).append(entry)
+    tables, sources = {}, {}
+    for dataset, files in by_dataset.items():
+        contract = batch.ctx.contracts[dataset]
+        wanted = [*contract.column_names, SOURCE_LINE_COLUMN]
+        parts = []
+        for index, entry in enumerate(files):
+            part = pq.read_table(entry.file.parquet_path)
+            part = part.select([c for c in wanted if c in part.column_names])
+            column = pa.array(np.full(part.num_rows, index, dtype=np.int32))
+            parts.append(part.append_column(_FILE_INDEX, column))
+        table = pa.concat_tables(parts, promote_options="default")
+        keys = duplicates.get(dataset)
+        if keys is not None and keys.num_rows and contract.natural_key:
+            key = list(contract.natural_key)
+            table = table.join(keys.select(key), keys=key, join_type="left anti")
+        tables[dataset] = table
+        sources[dataset] = [entry.file.source_key for entry in files]
+    return tables, sources
+
