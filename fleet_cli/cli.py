@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from fleet_import.config import Settings
+    from fleet_import.importing.gate_results import GateView
     from fleet_import.store.batch_state import HeldSince
     from fleet_import.store.models import Batch
     from fleet_import.store.repository import BatchRepository
@@ -238,13 +239,26 @@ def batches_show(
         steps = OutboxRepository.from_settings(store).steps(parsed) if batch else []
         lineage = LineageOutbox.from_settings(store).of_batch(parsed) if batch else []
         since = held_since(store, [batch] if batch else []).get(parsed)
+        gate = _gate_view(store, batch)
     if batch is None:
         raise _fail(f"no batch {batch_id}")
     if as_json:
-        typer.echo(json.dumps(batch_detail_record(batch, steps, lineage, since), indent=2))
+        record = batch_detail_record(batch, steps, lineage, since)
+        typer.echo(json.dumps({**record, "gate": gate.to_json() if gate else None}, indent=2))
         return
     for view in batch_views(batch, steps, lineage, since):
         console.print(view)
+    for line in gate.lines() if gate else []:  # the content gate (issue 49)
+        console.print(Text(line))
+
+
+def _gate_view(store: Settings, batch: Batch | None) -> GateView | None:
+    from fleet_import.importing.gate_results import gate_view
+    from fleet_import.store.gates import GateRepository
+
+    if batch is None:
+        return None
+    return gate_view(GateRepository.from_settings(store), batch.id, batch.details)
 
 
 @app.command("run")
@@ -379,4 +393,9 @@ def demo(
 
 
 # Registered last: they use this module's app, options and helpers (issue #24).
-from fleet_cli import relay_command, review_commands, worker_command  # noqa: E402,F401
+from fleet_cli import (  # noqa: E402,F401
+    gate_command,
+    relay_command,
+    review_commands,
+    worker_command,
+)

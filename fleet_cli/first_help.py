@@ -17,7 +17,7 @@ configured, `fleet-import demo` shows it all on embedded services.
 """
 # The order a new user needs them in, not the alphabet's.
 COMMAND_ORDER = (
-    "doctor", "db", "run", "batches", "slices", "resume", "tenants", "contracts", "tables",
+    "doctor", "db", "run", "batches", "gate", "slices", "resume", "tenants", "contracts", "tables",
     "freshness", "relay", "worker", "demo",
 )
 

@@ -23,6 +23,7 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 
+from fleet_import.importing.gate_results import GATE_DETAILS_KEY, GateResult
 from fleet_import.importing.guards import Breach, approve_command, held_error
 from fleet_import.importing.runtime import Runtime
 from fleet_import.scope import folder_leaf
@@ -167,6 +168,9 @@ def held_facts(batch: Batch, since: HeldSince | None = None) -> list[tuple[str, 
             (f"held: {escape_markdown(breach['dataset'])}", escape_markdown(
                 Breach(**breach).describe()))
         )
+    for result in held.get(GATE_DETAILS_KEY, []):  # the content gate's errors (issue 49)
+        described = GateResult.from_json(result).describe()
+        facts.append((f"held: {escape_markdown(result['dataset'])}", escape_markdown(described)))
     state = review_state(batch, since)
     if state is ReviewState.AWAITING:
         facts.append(("approve", f"`{approve_command(batch.id)}`"))
@@ -288,8 +292,10 @@ def _publish_tenant_table(rt: Runtime, tenant_id: str) -> None:
 def _held_counts(details: dict) -> str:
     """Each breach a guard held the batch for, as `Breach.describe` says it (a manifest's
     declared count is not called the current slice's); empty for other batches."""
-    breaches = ((details.get("failure") or {}).get("held") or {}).get("breaches", [])
-    return "; ".join(Breach(**b).describe() for b in breaches)
+    held = (details.get("failure") or {}).get("held") or {}
+    told = [Breach(**b).describe() for b in held.get("breaches", [])]
+    told += [GateResult.from_json(r).describe() for r in held.get(GATE_DETAILS_KEY, [])]
+    return "; ".join(told)
 
 
 def _approve_command(batch: Batch, since: HeldSince | None) -> str:

@@ -137,3 +137,50 @@ def gate_lines(gates: Sequence[Any], baselines: Mapping[str, Mapping[str, Any]])
         lines.append("  " + "  ".join(k.ljust(w) for k, w in widths.items()))
         lines += ["  " + "  ".join(r[k].ljust(w) for k, w in widths.items()) for r in table]
     return lines
+
+
+@dataclass(frozen=True)
+class GateView:
+    """A batch's gate as the views show it: each dataset beside the replaced slice's
+    profile (`baselines`), or why it did not run (`skipped`)."""
+
+    gates: Sequence[Any]
+    baselines: Mapping[str, Mapping[str, Any]]
+    skipped: str = ""
+
+    def lines(self) -> list[str]:
+        if self.skipped:
+            return [f"content gate skipped: {self.skipped}"]
+        if not self.gates:
+            return ["content gate: not run for this batch"]
+        return gate_lines(self.gates, self.baselines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "skipped": self.skipped or None,
+            "datasets": [
+                {
+                    "dataset": gate.dataset,
+                    "outcome": gate.outcome,
+                    "baseline_batch_id": str(gate.baseline_batch_id)
+                    if gate.baseline_batch_id
+                    else None,
+                    "results": list(gate.results),
+                    "profile": gate.profile,
+                    "baseline_profile": self.baselines.get(gate.dataset),
+                }
+                for gate in self.gates
+            ],
+        }
+
+
+def gate_view(repo: Any, batch_id: Any, details: Mapping[str, Any]) -> GateView:
+    """The batch's gate read from `repo` (store.gates.GateRepository), with the profiles of
+    the slices it was compared with."""
+    skipped = str((details.get(GATE_DETAILS_KEY) or {}).get("skipped") or "")
+    gates = repo.gate_of(batch_id)
+    baselines: dict[str, Mapping[str, Any]] = {}
+    for baseline_id in {gate.baseline_batch_id for gate in gates} - {None}:
+        for gate in repo.gate_of(baseline_id):
+            baselines[gate.dataset] = gate.profile
+    return GateView(gates, baselines, skipped)
