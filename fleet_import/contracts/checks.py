@@ -11,9 +11,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+)
 
 from fleet_import.errors import ConfigurationError
 
@@ -159,13 +167,18 @@ class Check(BaseModel):
         return problems
 
 
+def _severity(value: object) -> object:
+    # YAML 1.1 reads a bare `off` as false: take it as meant.
+    return "off" if value is False else value
+
+
 class DriftRule(BaseModel):
     """One comparison of a new slice's profile with the replaced slice's: `limit` (points
-    of null rate, or percent of change) and what a breach does."""
+    of null rate, or percent of change) and what a breach does (`severity`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     limit: StrictFloat | StrictInt | None = None
-    on: Severity = "error"
+    severity: Annotated[Severity, BeforeValidator(_severity)] = "error"
 
 
 class ProfileDrift(BaseModel):
@@ -175,16 +188,16 @@ class ProfileDrift(BaseModel):
     `LOW_CARDINALITY` values; `went_constant`: a column of several values now holds one."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    null_rate_up: DriftRule = DriftRule(limit=25, on="error")
-    sum_moved: DriftRule = DriftRule(limit=100, on="warn")
-    mean_moved: DriftRule = DriftRule(limit=300, on="error")
-    new_value: DriftRule = DriftRule(on="warn")
-    went_constant: DriftRule = DriftRule(on="warn")
+    null_rate_up: DriftRule = DriftRule(limit=25, severity="error")
+    sum_moved: DriftRule = DriftRule(limit=100, severity="warn")
+    mean_moved: DriftRule = DriftRule(limit=300, severity="error")
+    new_value: DriftRule = DriftRule(severity="warn")
+    went_constant: DriftRule = DriftRule(severity="warn")
     ignore_columns: tuple[StrictStr, ...] = ()
     """Columns no drift rule looks at (ids, free text)."""
 
     def tuned(self, raw: object) -> ProfileDrift:
-        """These rules with `raw` (a mapping of rule -> {limit, on}, or ignore_columns) over
+        """These rules with `raw` (a mapping of rule -> {limit, severity}, or ignore_columns) over
         them: how an extension or a tenant's override tunes them."""
         if raw is None:
             return self

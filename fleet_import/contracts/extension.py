@@ -41,7 +41,7 @@ class DatasetExtension(_Contract):
     checks: tuple[Check, ...] = ()
     """More content-gate checks, after the definition's."""
     profile_drift: dict[StrictStr, Any] | None = None
-    """Drift rules tuned: rule -> {limit, on}, or ignore_columns (ProfileDrift.tuned)."""
+    """Drift rules tuned: rule -> {limit, severity}, or ignore_columns (ProfileDrift.tuned)."""
 
 
 def extensions_from(

@@ -110,8 +110,10 @@ def _column_drift(
     found: list[GateResult] = []
 
     def judge(rule: DriftRule, name: str, breached: bool, figure: str, limit: str) -> None:
-        if rule.on != "off" and breached:  # passes are summed up once (`drift_results`)
-            found.append(GateResult(dataset, f"{name}({column})", rule.on, figure, limit, ""))
+        if rule.severity != "off" and breached:  # passes are summed once (`drift_results`)
+            found.append(
+                GateResult(dataset, f"{name}({column})", rule.severity, figure, limit, "")
+            )
 
     rule = rules.null_rate_up
     up = float(now["null_pct"]) - float(before["null_pct"])

@@ -176,7 +176,7 @@ DRIFTS = {
 
 def only(rule: str | None) -> dict:
     """Drift rules with every rule off but `rule`, which errors."""
-    drift = {name: {"on": "error" if name == rule else "off"} for name in RULES}
+    drift = {name: {"severity": "error" if name == rule else "off"} for name in RULES}
     return {name: {"profile_drift": drift} for name in ("trips", "vehicles", "fuel_transactions")}
 
 
