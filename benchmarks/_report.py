@@ -1,5 +1,5 @@
 """load_throughput.py's report: every measured run, the phases of ours, and the last line
-`ratio curated=X plain=Y dlt_append=Z dlt_slice=W replace=R rss_5m_over_1m=M`.
+`ratio curated=X plain=Y dlt_append=Z dlt_slice=W gate=G replace=R rss_5m_over_1m=M`.
 
 Each ratio is the median of its per-round ratios (round i of one part against round i of
 the other: both ran back to back, under the same load), not a ratio of medians."""
@@ -18,6 +18,13 @@ RATIOS = (
     ("plain", "baseline parquet", "ours parquet", "context", "ours / raw COPY, plain table"),
     ("dlt_append", "dlt", "ours parquet", "context", "ours / dlt's fastest append"),
     ("dlt_slice", "dlt slice", "replace slice", ">= 2.0", "our slice replace / dlt's merge"),
+    (
+        "gate",
+        "ours parquet",
+        "ours parquet no gate",
+        "<= 1.10",
+        "cold first load with the content gate / without it, in seconds (issue 49)",
+    ),
     (
         "replace",
         "replace unchanged (cache hits)",

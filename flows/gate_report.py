@@ -5,13 +5,13 @@ person reads in ten seconds. What `fleet-import gate show` prints, for the UI.""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 from prefect.artifacts import create_markdown_artifact
 
 from fleet_import.importing.gate_results import GateResult, GateView, gate_view, profile_rows
 from fleet_import.importing.runtime import Runtime
-from fleet_import.store.gates import GateRepository
-from fleet_import.store.models import Batch
 from flows.reporting import escape_markdown
 
 
@@ -49,11 +49,14 @@ def gate_markdown(batch_id: uuid.UUID, view: GateView) -> str:
     return "\n".join(lines)
 
 
-def publish_gate_artifact(rt: Runtime, batch: Batch) -> None:
-    view = gate_view(GateRepository.from_settings(rt.settings), batch.id, batch.details)
+def publish_gate_artifact(rt: Runtime, batch_id: uuid.UUID, details: Mapping[str, Any]) -> None:
+    """The batch's gate, from the store the run's context keeps it in (none: nothing)."""
+    if rt.ctx.gates is None:
+        return
+    view = gate_view(rt.ctx.gates, batch_id, details)
     if view.gates or view.skipped:
         create_markdown_artifact(
-            gate_markdown(batch.id, view),
-            key=gate_key(batch.id),
-            description=f"content gate of batch {batch.id}",
+            gate_markdown(batch_id, view),
+            key=gate_key(batch_id),
+            description=f"content gate of batch {batch_id}",
         )

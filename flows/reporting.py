@@ -316,7 +316,7 @@ def _publish_artifacts(rt: Runtime, batch_id: uuid.UUID) -> None:
     # Imported here: flows.gate_report escapes its cells with this module's escape_markdown.
     from flows.gate_report import publish_gate_artifact
 
-    publish_gate_artifact(rt, batch)  # the content gate (issue 49)
+    publish_gate_artifact(rt, batch_id, details)  # the content gate (issue 49)
 
 
 # Everything markdown could read as structure or markup: table pipes, code spans, links

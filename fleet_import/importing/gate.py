@@ -85,8 +85,7 @@ def judge_content(
         batch.update_details({GATE_DETAILS_KEY: {"skipped": override.reason or "no_gate"}})
         return GateVerdict(skipped=override.reason or "no_gate")
     tables, sources = _tables(batch, entries, duplicates)
-    baseline_id = ctx.warehouse.slice_owner(batch.tenant_id, batch.scope)
-    baselines = _baselines(ctx, baseline_id)
+    baseline_id, baselines = _baselines(batch)
     tuning = _tenant_tuning(ctx, batch.tenant_id)
     gates, results = [], []
     for dataset, table in sorted(tables.items()):
@@ -103,7 +102,7 @@ def judge_content(
     if waived and verdict.errors:
         gates = [_waived(gate) for gate in gates]
     if ctx.gates is not None:
-        ctx.gates.record_gate(batch.batch_id, gates, baseline_id if baselines else None)
+        ctx.gates.record_gate(batch.batch_id, gates, baseline_id)
     summary = {
         "outcome": _worst(results),
         "errors": len(verdict.errors),
@@ -139,12 +138,15 @@ def _waived(gate: DatasetGate) -> DatasetGate:
     return DatasetGate(gate.dataset, "waived", gate.profile, gate.results)
 
 
-def _baselines(ctx: Any, baseline_id: uuid.UUID | None) -> dict[str, Mapping[str, Any]]:
-    """The profiles of the slice's owner, by dataset: the replaced slice's, never this
-    delivery's own (elementary#1560: a baseline that holds the value it judges)."""
-    if baseline_id is None or ctx.gates is None:
-        return {}
-    return {gate.dataset: gate.profile for gate in ctx.gates.gate_of(baseline_id)}
+def _baselines(batch: LeasedBatch) -> tuple[uuid.UUID | None, dict[str, Mapping[str, Any]]]:
+    """The replaced slice's owner and its profiles by dataset, read from the operational
+    store (no warehouse call before the commit); never this delivery's own
+    (elementary#1560: a baseline that holds the value it judges)."""
+    gates = batch.ctx.gates
+    if gates is None:
+        return None, {}
+    owner, found = gates.baseline_of(batch.batch_id, batch.tenant_id, batch.scope)
+    return owner, {gate.dataset: gate.profile for gate in found}
 
 
 def _tenant_tuning(ctx: Any, tenant_id: str) -> Mapping[str, Any]:

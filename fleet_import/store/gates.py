@@ -52,14 +52,24 @@ class GateRepository(SqlStore):
 
     def gate_of(self, batch_id: uuid.UUID) -> list[DatasetGate]:
         """The batch's datasets as the gate judged them; [] if it never ran for it."""
-        return [
-            DatasetGate(
-                row["dataset"],
-                row["outcome"],
-                row["profile"],
-                row["results"],
-                row["baseline_batch_id"],
-                row["created_at"],
-            )
-            for row in self._all("gate_of", {"batch_id": batch_id})
-        ]
+        return [_gate(row) for row in self._all("gate_of", {"batch_id": batch_id})]
+
+    def baseline_of(
+        self, batch_id: uuid.UUID, tenant_id: str, source_scope: str
+    ) -> tuple[uuid.UUID | None, list[DatasetGate]]:
+        """The batch whose slice `batch_id` replaces (the newest other committed batch of
+        the scope) and its datasets' profiles; (None, []) when it kept none."""
+        params = {"batch_id": batch_id, "tenant_id": tenant_id, "source_scope": source_scope}
+        rows = self._all("baseline_of", params)
+        return (rows[0]["batch_id"] if rows else None), [_gate(row) for row in rows]
+
+
+def _gate(row: Mapping[str, Any]) -> DatasetGate:
+    return DatasetGate(
+        row["dataset"],
+        row["outcome"],
+        row["profile"],
+        row["results"],
+        row["baseline_batch_id"],
+        row["created_at"],
+    )
