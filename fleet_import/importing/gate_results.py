@@ -91,7 +91,7 @@ def profile_rows(
             {
                 "column": name,
                 "null %": _pair(before.get("null_pct"), now["null_pct"]),
-                "distinct": _pair(before.get("distinct"), now["distinct"]),
+                "distinct": _pair(_at_least(before), _at_least(now)),
                 "sum": _pair(before.get("sum"), now.get("sum")) if numbers else "",
                 "mean": _pair(_short(before.get("mean")), _short(now.get("mean")))
                 if numbers
@@ -100,6 +100,12 @@ def profile_rows(
             }
         )
     return rows
+
+
+def _at_least(column: Mapping[str, Any]) -> Any:
+    """A distinct count, `>=N` where it is a lower bound (importing.profile)."""
+    found = column.get("distinct")
+    return f">={found}" if found is not None and column.get("distinct_lower_bound") else found
 
 
 def _short(value: Any) -> Any:

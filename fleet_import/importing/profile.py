@@ -1,10 +1,17 @@
 """A dataset's profile, and the drift rules that compare it with the replaced slice's.
 
 A profile is computed column-wise with pyarrow.compute on the normalised rows the slice is
-about to hold: rows; per column the null %, the distinct count (exact: a hash count, no
-sketch), min / max / mean / sum for numbers (decimals exact, as text), and every value with
-its count for a string column of at most `LOW_CARDINALITY` values. It is JSON, stored with
-the batch (store.gates) and read back as the next delivery's baseline.
+about to hold: rows; per column the null %, the distinct count, min / max / mean / sum for
+numbers (decimals exact, as text), and every value with its count for a string column of at
+most `LOW_CARDINALITY` values. It is JSON, stored with the batch (store.gates) and read back
+as the next delivery's baseline.
+
+Distinct counts (`DISTINCT_METHOD`): exact for strings, booleans and dates (a hash count; a
+single-column natural key is its non-null rows, duplicates being gone); for numbers and
+timestamps, exact up to `_EXACT_DISTINCT_ROWS` rows and above that the distinct values of
+the first `_EXACT_DISTINCT_ROWS` rows, a lower bound (`distinct_lower_bound`): hashing a
+million distinct doubles costs more than the rest of the profile, and no rule needs more
+(a column went constant is min = max, exact).
 """
 
 from __future__ import annotations
@@ -25,8 +32,11 @@ _NUMBERS = frozenset({"int64", "float64", "decimal"})
 _ORDERED = frozenset({"timestamptz", "date"})
 _MIN_ROWS_CONSTANT = 10
 """A slice of fewer rows says nothing by holding one value: `went_constant` needs this many."""
-DISTINCT_METHOD = "exact"
-"""How `distinct` is counted (a hash count of the values; no approximation)."""
+_EXACT_DISTINCT_ROWS = 100_000
+DISTINCT_METHOD = (
+    f"exact; numbers and timestamps over {_EXACT_DISTINCT_ROWS:,} rows: a lower bound, the "
+    f"distinct values of the first {_EXACT_DISTINCT_ROWS:,}"
+)
 
 
 def _json(value: Any) -> Any:
@@ -52,12 +62,14 @@ def profile_table(table: pa.Table, contract: DatasetContract) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "type": column.type,
             "null_pct": round(100.0 * nulls / rows, 3) if rows else 0.0,
-            "distinct": pc.count_distinct(values, mode="only_valid").as_py(),
+            **_distinct(values, column.kind, contract.natural_key == (column.name,)),
         }
         if column.kind in _NUMBERS | _ORDERED and rows > nulls:
             extremes = pc.min_max(values)
             entry["min"] = _json(extremes["min"].as_py())
             entry["max"] = _json(extremes["max"].as_py())
+            if entry["min"] == entry["max"]:
+                entry["distinct"] = 1  # constant, whatever the bound said
         if column.kind in _NUMBERS:
             entry["sum"] = _json(pc.sum(values).as_py()) if rows > nulls else 0
             entry["mean"] = _json(pc.mean(values).as_py()) if rows > nulls else None
@@ -68,6 +80,17 @@ def profile_table(table: pa.Table, contract: DatasetContract) -> dict[str, Any]:
             )
         columns[column.name] = entry
     return {"rows": rows, "distinct_method": DISTINCT_METHOD, "columns": columns}
+
+
+def _distinct(values: pa.ChunkedArray, kind: str, is_key: bool) -> dict[str, Any]:
+    valid = len(values) - values.null_count
+    if is_key:
+        return {"distinct": valid}
+    if kind in _NUMBERS | _ORDERED and len(values) > _EXACT_DISTINCT_ROWS:
+        head = values.slice(0, _EXACT_DISTINCT_ROWS)
+        found = pc.count_distinct(head, mode="only_valid").as_py()
+        return {"distinct": found, "distinct_lower_bound": True}
+    return {"distinct": pc.count_distinct(values, mode="only_valid").as_py()}
 
 
 def _pairs(counts: pa.StructArray) -> tuple[list[Any], list[int]]:

@@ -211,7 +211,9 @@ def test_the_first_load_has_no_baseline_and_says_so(
         assert gate.baseline_batch_id is None and gate.outcome == "pass"
         assert [r["detail"] for r in gate.results] == ["no previous profile: first load"]
     trips = next(g for g in gates if g.dataset == "trips").profile
-    assert trips["rows"] == TRIPS and trips["distinct_method"] == "exact"
+    assert trips["rows"] == TRIPS and trips["distinct_method"].startswith("exact")
+    assert trips["columns"]["trip_id"]["distinct"] == TRIPS  # the key: its rows
+    assert trips["columns"]["driver_id"]["distinct"] == 54  # D0..D96 by id % 97, minus % 11
     statuses = {"completed": 20, "cancelled": 20, "in_progress": 20}
     assert trips["columns"]["status"]["top"] == statuses
     fuel = next(g for g in gates if g.dataset == "fuel_transactions").profile
