@@ -123,3 +123,24 @@ def test_orphan_vehicle_ids_hold_a_first_load_and_no_gate_lets_them_through(
     assert loaded.details["guard"]["no_gate"] is True
     shown = cli("gate", "show", str(loaded.id), env=env)
     assert "content gate skipped: no_gate" in shown.stdout, shown.stdout
+
+
+def test_a_warning_publishes_says_so_on_the_final_line_and_tells_automations(
+    flow_env: str, env: dict[str, str], s3, landing_bucket: str
+) -> None:
+    from fleet_import.importing.gate import WARNED_EVENT
+    from tests.prefect_reads import batch_events
+
+    folder = today_folder(landing_bucket, "acme", dt.date(2026, 7, 24))
+    upload(s3, folder, fleet_delivery(trips=200, vehicles=VEHICLES))
+    trips = trips_table(200, vehicles=VEHICLES)
+    orphan = csv_bytes(trips).replace(b'"T7","V7"', b'"T7","V999"')
+    redeliver(s3, folder, {"trips-1.csv": orphan})  # one trip of 200: 0.5%, under 1%
+    warned = cli("run", "--tenant", "acme", folder, env=env)
+    assert warned.returncode == 0, warned.stdout + warned.stderr
+    assert warned.stdout.startswith("Completed: batch "), warned.stdout
+    assert "content gate warned: trips relationships(vehicle_id): 1 rows (0.5%)" in warned.stdout
+    (batch,) = BatchRepository(flow_env).list(status="succeeded")
+    assert batch.details["gate"]["warnings"] == 1
+    (event,) = batch_events(batch.id, expected=1, name=WARNED_EVENT)
+    assert [w["check"] for w in event.payload["warnings"]] == ["relationships(vehicle_id)"]
