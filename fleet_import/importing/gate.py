@@ -7,8 +7,9 @@ An `error` holds the batch for review exactly as a slice guard does (`GateHeld`,
 `SliceHeld`); a `warn` publishes, and is told: the run's final line, the batch's details and
 a `fleet.slice.warned` event once the commit is recorded. Results and profiles are stored
 per dataset (store.gates); up to 100 failing rows per check are written beside the batch's
-rejects. `--no-gate` skips the gate for one run (recorded in the batch's override); an
-approval or a rollback runs it and records what it found, its errors waived.
+rejects. Each dataset is read file by file (importing.gate_dataset). `--no-gate` skips the
+gate for one run (recorded in the batch's override); an approval or a rollback runs it and
+records what it found, its errors waived.
 
 Drift rules are tuned per dataset in the contract (`profile_drift`) and per tenant in the
 registry (`overrides.gate.<dataset>`, the same mapping).
@@ -22,21 +23,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from fleet_import.contracts.checks import GateDeclarationError, ProfileDrift
 from fleet_import.contracts.model import DatasetContract
 from fleet_import.errors import ConfigurationError
-from fleet_import.importing.gate_checks import Evaluated, evaluate
+from fleet_import.importing.gate_dataset import DatasetFiles, judge_dataset
 from fleet_import.importing.gate_results import GATE_DETAILS_KEY, GateHeld, GateResult
 from fleet_import.importing.guards import GUARD_DETAILS_KEY, GuardOverride, content_of
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.normalized_files import NormalizedEntry
-from fleet_import.importing.profile import drift_results, profile_table
-from fleet_import.normalize.rows import SOURCE_LINE_COLUMN
+from fleet_import.importing.profile import drift_results
 from fleet_import.publication.events import emit_quietly, event_payload
 from fleet_import.s3.sources import Manifest
 from fleet_import.store.gates import DatasetGate
@@ -45,11 +42,8 @@ from fleet_import.tenants.registry import registry_in_force
 log = logging.getLogger(__name__)
 
 WARNED_EVENT = "fleet.slice.warned"
-FAILING_ROWS_KEPT = 100
-"""Failing rows written per check, beside the rejects: enough to see what is wrong."""
 TENANT_OVERRIDE_KEY = "gate"
 """The registry's `overrides.gate`: dataset -> drift rules tuned for that tenant."""
-_FILE_INDEX = "_file_index"
 
 
 @dataclass(frozen=True)
@@ -84,15 +78,15 @@ def judge_content(
         log.info("content gate of batch %s skipped: %s", batch.batch_id, override.reason)
         batch.update_details({GATE_DETAILS_KEY: {"skipped": override.reason or "no_gate"}})
         return GateVerdict(skipped=override.reason or "no_gate")
-    tables, sources = _tables(batch, entries, duplicates)
+    datasets = _datasets(batch, entries, duplicates)
     baseline_id, baselines = _baselines(batch)
     tuning = _tenant_tuning(ctx, batch.tenant_id)
+    known = _referenced(datasets)
     gates, results = [], []
-    for dataset, table in sorted(tables.items()):
-        contract = ctx.contracts[dataset]
-        profile = profile_table(table, contract)
+    for dataset, files in sorted(datasets.items()):
+        contract = files.contract
         rules = _rules(contract, tuning.get(dataset), batch.tenant_id)
-        found = _checks(batch, contract, (table, sources[dataset]), tables)
+        profile, found = _judged(batch, files, known)
         found += drift_results(contract, rules, profile, baselines.get(dataset))
         outcome = _worst(found)
         gates.append(DatasetGate(dataset, outcome, profile, [r.to_json() for r in found]))
@@ -167,83 +161,39 @@ def _rules(contract: DatasetContract, tuning: object, tenant_id: str) -> Profile
         ) from None
 
 
-def _checks(
-    batch: LeasedBatch,
-    contract: DatasetContract,
-    rows: tuple[pa.Table, list[str]],
-    tables: Mapping[str, pa.Table],
-) -> list[GateResult]:
-    table, files = rows
+def _judged(
+    batch: LeasedBatch, files: DatasetFiles, known: Mapping[str, pa.Array | None]
+) -> tuple[dict[str, Any], list[GateResult]]:
     try:
-        evaluated = evaluate(contract, table, tables)
+        return judge_dataset(batch, files, known)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise ConfigurationError(
-            f"dataset {contract.name!r}: a check cannot be evaluated on its column types "
-            f"({exc}); fix the check in its contract (docs/contracts.md, content gate)"
+            f"dataset {files.contract.name!r}: a check cannot be evaluated on its column "
+            f"types ({exc}); fix the check in its contract (docs/contracts.md, content gate)"
         ) from None
-    return [_result(batch, contract.name, table, files, e) for e in evaluated]
 
 
-def _result(
-    batch: LeasedBatch, dataset: str, table: pa.Table, files: list[str], found: Evaluated
-) -> GateResult:
-    uri = None
-    if found.outcome in ("warn", "error") and found.failing is not None and found.figure:
-        uri = _write_failing(batch, dataset, table, files, found)
-    return GateResult(
-        dataset,
-        found.check.label,
-        found.outcome,
-        found.figure_text,
-        found.threshold_text,
-        found.detail,
-        found.figure if found.failing is not None else 0,
-        uri,
-    )
+def _referenced(datasets: Mapping[str, DatasetFiles]) -> dict[str, pa.Array | None]:
+    """Each `relationships` target's distinct values (None: not in this delivery)."""
+    known: dict[str, pa.Array | None] = {}
+    for files in datasets.values():
+        for check in files.contract.checks:
+            if check.type != "relationships" or check.to is None or check.to in known:
+                continue
+            parent, _, column = check.to.partition(".")
+            referenced = datasets.get(parent)
+            has = referenced is not None and column in referenced.contract.column_names
+            known[check.to] = referenced.distinct(column) if has and referenced else None
+    return known
 
-
-def _write_failing(
-    batch: LeasedBatch, dataset: str, table: pa.Table, files: list[str], found: Evaluated
-) -> str:
-    """Up to FAILING_ROWS_KEPT failing rows, with the file and line they came from."""
-    ctx = batch.ctx
-    sample = table.filter(found.failing).slice(0, FAILING_ROWS_KEPT)
-    keys = np.array(files, dtype=object)[sample[_FILE_INDEX].to_numpy()]
-    sample = sample.drop_columns([_FILE_INDEX]).add_column(0, "_source_file", pa.array(keys))
-    name = "".join(c if c.isalnum() or c in "_-" else "_" for c in found.check.label)[:80]
-    local = ctx.workdir / str(batch.batch_id) / "gate" / f"{dataset}.{name}.csv"
-    local.parent.mkdir(parents=True, exist_ok=True)
-    pacsv.write_csv(sample, local)
-    return ctx.staging.put_file(
-        local, f"{batch.tenant_id}/rejects/{batch.batch_id}/gate/{local.name}"
-    )
-
-
-def _tables(
+def _datasets(
     batch: LeasedBatch, entries: Sequence[NormalizedEntry], duplicates: Mapping[str, pa.Table]
-) -> tuple[dict[str, pa.Table], dict[str, list[str]]]:
-    """Each dataset's rows as the slice will hold them: its normalised files read from this
-    machine, the duplicate keys the load discards left out; and its source files, which
-    each row's `_file_index` names."""
+) -> dict[str, DatasetFiles]:
+    """The delivery's files by dataset, with the duplicate keys the load discards."""
     by_dataset: dict[str, list[NormalizedEntry]] = {}
     for entry in entries:
         by_dataset.setdefault(entry.file.dataset, []).append(entry)
-    tables, sources = {}, {}
-    for dataset, files in by_dataset.items():
-        contract = batch.ctx.contracts[dataset]
-        wanted = [*contract.column_names, SOURCE_LINE_COLUMN]
-        parts = []
-        for index, entry in enumerate(files):
-            part = pq.read_table(entry.file.parquet_path)
-            part = part.select([c for c in wanted if c in part.column_names])
-            column = pa.array(np.full(part.num_rows, index, dtype=np.int32))
-            parts.append(part.append_column(_FILE_INDEX, column))
-        table = pa.concat_tables(parts, promote_options="default")
-        keys = duplicates.get(dataset)
-        if keys is not None and keys.num_rows and contract.natural_key:
-            key = list(contract.natural_key)
-            table = table.join(keys.select(key), keys=key, join_type="left anti")
-        tables[dataset] = table
-        sources[dataset] = [entry.file.source_key for entry in files]
-    return tables, sources
-
+    return {
+        dataset: DatasetFiles(batch.ctx.contracts[dataset], files, duplicates.get(dataset))
+        for dataset, files in by_dataset.items()
+    }

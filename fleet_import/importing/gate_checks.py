@@ -55,45 +55,68 @@ class Evaluated:
 def evaluate(
     contract: DatasetContract, table: pa.Table, tables: Mapping[str, pa.Table]
 ) -> list[Evaluated]:
-    """Every check of `contract` on `table`; `tables`: the delivery's other datasets, which
-    a `relationships` check reads."""
-    return [_evaluate(check, table, tables) for check in contract.checks]
+    """Every check of `contract` on the whole of `table`; `tables`: the delivery's other
+    datasets, which a `relationships` check reads. (The gate streams files through
+    `failing_rows` and `judged` instead: this is the same, for a table in hand.)"""
+    found = []
+    for check in contract.checks:
+        if check.type == "row_count":
+            found.append(judged(check, table.num_rows, table.num_rows))
+            continue
+        known = None
+        if check.type == "relationships":
+            known = parent_values(check, tables)
+            if known is None:
+                found.append(skipped(check, table.num_rows))
+                continue
+        failing = failing_rows(check, table, known)
+        figure = (pc.sum(failing).as_py() or 0) if table.num_rows else 0
+        found.append(judged(check, figure, table.num_rows, failing))
+    return found
 
 
-def _evaluate(check: Check, table: pa.Table, tables: Mapping[str, pa.Table]) -> Evaluated:
-    rows = table.num_rows
-    if check.type == "row_count":
-        return _judged(check, rows, rows, None, as_count=True)
+def parent_values(check: Check, tables: Mapping[str, pa.Table]) -> pa.Array | None:
+    """The values a `relationships` check's column must be among; None: no such dataset."""
+    assert check.to is not None
+    parent, _, key = check.to.partition(".")
+    if parent not in tables or key not in tables[parent].column_names:
+        return None
+    return pc.unique(tables[parent][key].combine_chunks())
+
+
+def skipped(check: Check, rows: int) -> Evaluated:
+    parent = (check.to or "").partition(".")[0]
+    detail = f"{parent} is not in this delivery: nothing to compare with"
+    return Evaluated(check, "skipped", 0, rows, None, detail)
+
+
+def failing_rows(check: Check, table: pa.Table, known: pa.Array | None = None) -> pa.ChunkedArray:
+    """The mask of `table`'s rows that fail `check` (any type but `row_count`); `known`: a
+    relationship's values (`parent_values`). Row by row but for `unique`, which needs every
+    row of its columns in one table."""
     if check.type == "relationships":
-        assert check.to is not None
-        parent, _, key = check.to.partition(".")
-        if parent not in tables or key not in tables[parent].column_names:
-            detail = f"{parent} is not in this delivery: nothing to compare with"
-            return Evaluated(check, "skipped", 0, rows, None, detail)
-        known = pc.unique(tables[parent][key].combine_chunks())
         column = table[check.columns[0]]
-        failing = pc.and_(pc.is_valid(column), pc.invert(pc.is_in(column, value_set=known)))
-    elif check.type == "not_null":
-        failing = _any([pc.is_null(table[name]) for name in check.columns])
-    elif check.type == "accepted_values":
+        return pc.and_(pc.is_valid(column), pc.invert(pc.is_in(column, value_set=known)))
+    if check.type == "not_null":
+        return _any([pc.is_null(table[name]) for name in check.columns])
+    if check.type == "accepted_values":
         column = table[check.columns[0]]
         allowed = pa.array(check.values).cast(column.type)
-        failing = pc.and_(pc.is_valid(column), pc.invert(pc.is_in(column, value_set=allowed)))
-    elif check.type == "unique":
-        failing = _repeated(table, list(check.columns))
-    else:  # expression: the rows for which the rule is false (NULL is not false: dbt's)
-        assert check.expression is not None
-        holds = _all([_clause(table, *clause) for clause in parse_expression(check.expression)])
-        failing = pc.fill_null(pc.invert(holds), False)
-    figure = pc.sum(failing).as_py() or 0 if rows else 0
-    return _judged(check, figure, rows, failing)
+        return pc.and_(pc.is_valid(column), pc.invert(pc.is_in(column, value_set=allowed)))
+    if check.type == "unique":
+        return _repeated(table, list(check.columns))
+    # expression: the rows for which the rule is false (NULL is not false: dbt's)
+    assert check.expression is not None
+    holds = _all([_clause(table, *clause) for clause in parse_expression(check.expression)])
+    return pc.fill_null(pc.invert(holds), False)
 
 
-def _judged(
-    check: Check, figure: int, rows: int, failing: pa.Array | None, as_count: bool = False
+def judged(
+    check: Check, figure: int, rows: int, failing: pa.ChunkedArray | None = None
 ) -> Evaluated:
+    """The outcome of `figure` failing rows (`row_count`: `rows`) against the thresholds."""
     warn, error = check.thresholds()
-    of = 0 if as_count else rows  # row_count compares rows themselves, never a share
+    of = 0 if check.type == "row_count" else rows  # row_count: the rows, never a share
     outcome = "pass"
     if error is not None and error.breached(figure, of):
         outcome = "error"

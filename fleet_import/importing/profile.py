@@ -33,9 +33,11 @@ _ORDERED = frozenset({"timestamptz", "date"})
 _MIN_ROWS_CONSTANT = 10
 """A slice of fewer rows says nothing by holding one value: `went_constant` needs this many."""
 _EXACT_DISTINCT_ROWS = 100_000
+_DISTINCT_TRACKED = 100_000
 DISTINCT_METHOD = (
-    f"exact; numbers and timestamps over {_EXACT_DISTINCT_ROWS:,} rows: a lower bound, the "
-    f"distinct values of the first {_EXACT_DISTINCT_ROWS:,}"
+    f"exact up to {_DISTINCT_TRACKED:,} values for strings; numbers and timestamps over "
+    f"{_EXACT_DISTINCT_ROWS:,} rows: a lower bound, the distinct values of the first "
+    f"{_EXACT_DISTINCT_ROWS:,} rows"
 )
 
 
@@ -50,51 +52,124 @@ def _json(value: Any) -> Any:
     return value
 
 
+class _Column:
+    """One column's running figures over the files added so far."""
+
+    def __init__(self, kind: str, scale: int | None, is_key: bool) -> None:
+        self.kind, self.scale, self.is_key = kind, scale, is_key
+        self.nulls = 0
+        self.valid = 0
+        self.total: Any = 0
+        self.low: Any = None
+        self.high: Any = None
+        self.head: list[pa.ChunkedArray] = []  # numbers, times: the first rows, for distinct
+        self.head_rows = 0
+        self.counts: pa.Table | None = None  # strings: each value and its rows
+        self.tracked = True  # strings: `counts` holds every value seen (up to _DISTINCT_TRACKED)
+        self.floor = 0  # strings past tracking: the most distinct values one state held
+
+    def add(self, values: pa.ChunkedArray) -> None:
+        nulls = values.null_count
+        self.nulls += nulls
+        self.valid += len(values) - nulls
+        if self.is_key or len(values) == nulls:
+            return
+        if self.kind in _NUMBERS | _ORDERED | {"bool"}:
+            extremes = pc.min_max(values)
+            low, high = extremes["min"].as_py(), extremes["max"].as_py()
+            self.low = low if self.low is None else min(self.low, low)
+            self.high = high if self.high is None else max(self.high, high)
+            if self.kind in _NUMBERS:
+                self.total += pc.sum(values).as_py()
+            if self.head_rows < _EXACT_DISTINCT_ROWS:
+                taken = values.slice(0, _EXACT_DISTINCT_ROWS - self.head_rows)
+                self.head.append(taken)
+                self.head_rows += len(taken)
+            return
+        if self.tracked:
+            counts = pc.value_counts(values.drop_null())
+            part = pa.table({"values": counts.field("values"), "n": counts.field("counts")})
+            merged = part if self.counts is None else pa.concat_tables([self.counts, part])
+            self.counts = merged.group_by("values").aggregate([("n", "sum")]).rename_columns(
+                ["values", "n"]
+            )
+            if self.counts.num_rows > _DISTINCT_TRACKED:
+                self.tracked, self.floor, self.counts = False, self.counts.num_rows, None
+        else:
+            self.floor = max(self.floor, pc.count_distinct(values, mode="only_valid").as_py())
+
+    def entry(self, column_type: str, rows: int) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "type": column_type,
+            "null_pct": round(100.0 * self.nulls / rows, 3) if rows else 0.0,
+        }
+        if self.is_key:
+            entry["distinct"] = self.valid  # duplicates are gone: each row its own
+        elif self.kind in _NUMBERS | _ORDERED | {"bool"}:
+            head = pa.chunked_array([c for h in self.head for c in h.chunks]) if self.head else None
+            found = pc.count_distinct(head, mode="only_valid").as_py() if head else 0
+            entry["distinct"] = 1 if self.low is not None and self.low == self.high else found
+            if self.valid > _EXACT_DISTINCT_ROWS and entry["distinct"] > 1:
+                entry["distinct_lower_bound"] = True
+        elif self.tracked:
+            entry["distinct"] = self.counts.num_rows if self.counts is not None else 0
+        else:
+            entry["distinct"], entry["distinct_lower_bound"] = self.floor, True
+        if self.kind in _NUMBERS | _ORDERED and self.low is not None:
+            entry["min"], entry["max"] = _json(self.low), _json(self.high)
+        if self.kind in _NUMBERS:
+            entry["sum"] = _json(self.total)
+            entry["mean"] = _json(self._mean()) if self.valid else None
+        if self.kind == "string" and self.tracked and entry["distinct"] <= LOW_CARDINALITY:
+            entry["top"] = {}
+            if self.counts is not None:
+                counts = self.counts.sort_by([("n", "descending")])
+                pairs = zip(counts["values"].to_pylist(), counts["n"].to_pylist(), strict=True)
+                entry["top"] = {str(value): int(n) for value, n in pairs}
+        return entry
+
+    def _mean(self) -> Any:
+        if isinstance(self.total, decimal.Decimal):
+            exponent = decimal.Decimal(1).scaleb(-(self.scale or 0))
+            return (self.total / self.valid).quantize(exponent, decimal.ROUND_HALF_EVEN)
+        return float(self.total) / self.valid
+
+
+class ProfileBuilder:
+    """A dataset's profile built file by file, so memory holds one file at a time."""
+
+    def __init__(self, contract: DatasetContract) -> None:
+        self._contract = contract
+        self.rows = 0
+        key = contract.natural_key
+        self._columns = {
+            column.name: _Column(
+                column.kind,
+                column.decimal[1] if column.decimal else None,
+                key == (column.name,),
+            )
+            for column in contract.columns
+        }
+
+    def add(self, table: pa.Table) -> None:
+        self.rows += table.num_rows
+        for name, running in self._columns.items():
+            if name in table.column_names:
+                running.add(table[name])
+
+    def profile(self) -> dict[str, Any]:
+        columns = {
+            column.name: self._columns[column.name].entry(column.type, self.rows)
+            for column in self._contract.columns
+        }
+        return {"rows": self.rows, "distinct_method": DISTINCT_METHOD, "columns": columns}
+
+
 def profile_table(table: pa.Table, contract: DatasetContract) -> dict[str, Any]:
     """The profile of the rows `table` holds, for the columns of `contract`."""
-    rows = table.num_rows
-    columns: dict[str, dict[str, Any]] = {}
-    for column in contract.columns:
-        if column.name not in table.column_names:
-            continue
-        values = table[column.name]
-        nulls = values.null_count
-        entry: dict[str, Any] = {
-            "type": column.type,
-            "null_pct": round(100.0 * nulls / rows, 3) if rows else 0.0,
-            **_distinct(values, column.kind, contract.natural_key == (column.name,)),
-        }
-        if column.kind in _NUMBERS | _ORDERED and rows > nulls:
-            extremes = pc.min_max(values)
-            entry["min"] = _json(extremes["min"].as_py())
-            entry["max"] = _json(extremes["max"].as_py())
-            if entry["min"] == entry["max"]:
-                entry["distinct"] = 1  # constant, whatever the bound said
-        if column.kind in _NUMBERS:
-            entry["sum"] = _json(pc.sum(values).as_py()) if rows > nulls else 0
-            entry["mean"] = _json(pc.mean(values).as_py()) if rows > nulls else None
-        if column.kind == "string" and entry["distinct"] <= LOW_CARDINALITY:
-            counts = pc.value_counts(values.drop_null()) if rows > nulls else None
-            entry["top"] = (
-                {str(v): int(n) for v, n in zip(*_pairs(counts), strict=True)} if counts else {}
-            )
-        columns[column.name] = entry
-    return {"rows": rows, "distinct_method": DISTINCT_METHOD, "columns": columns}
-
-
-def _distinct(values: pa.ChunkedArray, kind: str, is_key: bool) -> dict[str, Any]:
-    valid = len(values) - values.null_count
-    if is_key:
-        return {"distinct": valid}
-    if kind in _NUMBERS | _ORDERED and len(values) > _EXACT_DISTINCT_ROWS:
-        head = values.slice(0, _EXACT_DISTINCT_ROWS)
-        found = pc.count_distinct(head, mode="only_valid").as_py()
-        return {"distinct": found, "distinct_lower_bound": True}
-    return {"distinct": pc.count_distinct(values, mode="only_valid").as_py()}
-
-
-def _pairs(counts: pa.StructArray) -> tuple[list[Any], list[int]]:
-    return counts.field("values").to_pylist(), counts.field("counts").to_pylist()
+    builder = ProfileBuilder(contract)
+    builder.add(table)
+    return builder.profile()
 
 
 def drift_results(

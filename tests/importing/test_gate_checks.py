@@ -126,3 +126,25 @@ def test_a_wrong_check_is_refused_when_the_contract_loads(check: dict, named: st
         contract(check)
     assert named in str(refused.value)
     assert str(refused.value).startswith("dataset (things): checks")
+
+
+@settings(max_examples=100, deadline=None)
+@given(ROWS, st.lists(st.integers(0, 40), max_size=4))
+def test_a_profile_built_file_by_file_is_the_whole_tables(rows: list[tuple], cuts: list[int]):
+    """The gate profiles a dataset one file at a time: any split of its rows into files gives
+    the profile of the whole (sums of integers exact, so equal, in any order)."""
+    from fleet_import.importing.profile import ProfileBuilder, profile_table
+
+    table = pa.table(
+        {
+            "k": pa.array([r[0] for r in rows], pa.string()),
+            "j": pa.array([r[1] for r in rows], pa.string()),
+            "v": pa.array([r[2] for r in rows], pa.int64()),
+        }
+    )
+    things = contract()
+    builder = ProfileBuilder(things)
+    bounds = sorted({0, len(rows), *(min(c, len(rows)) for c in cuts)})
+    for start, end in zip(bounds, bounds[1:], strict=False):
+        builder.add(table.slice(start, end - start))
+    assert builder.profile() == profile_table(table, things)
