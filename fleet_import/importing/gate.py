@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from pydantic import ValidationError
 
 from fleet_import.contracts.checks import GateDeclarationError, ProfileDrift
+from fleet_import.contracts.describe import describe
 from fleet_import.contracts.model import DatasetContract
 from fleet_import.errors import ConfigurationError
 from fleet_import.importing.gate_dataset import DatasetFiles, judge_dataset
@@ -152,13 +154,14 @@ def _tenant_tuning(ctx: Any, tenant_id: str) -> Mapping[str, Any]:
 
 
 def _rules(contract: DatasetContract, tuning: object, tenant_id: str) -> ProfileDrift:
+    where = f"FLEET_TENANTS: tenants.{tenant_id}.overrides.{TENANT_OVERRIDE_KEY}.{contract.name}"
+    fix = "fix the registry's drift rules for this dataset (docs/contracts.md, drift rules)"
     try:
         return contract.profile_drift.tuned(tuning)
-    except (GateDeclarationError, ValueError) as exc:
-        raise ConfigurationError(
-            f"FLEET_TENANTS: tenants.{tenant_id}.overrides.{TENANT_OVERRIDE_KEY}."
-            f"{contract.name}: {exc}; fix the registry's drift rules for this dataset"
-        ) from None
+    except ValidationError as exc:
+        raise ConfigurationError(f"{describe(exc, ProfileDrift, where)}; {fix}") from None
+    except GateDeclarationError as exc:
+        raise ConfigurationError(f"{where}: {exc}; {fix}") from None
 
 
 def _judged(

@@ -14,10 +14,12 @@ import pytest
 
 from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
 from fleet_import.store.repository import BatchRepository
+from flows.gate_report import gate_key
 from tests.cli.run_cli import Ran, invoke_with_test_settings
 from tests.helpers import curated, slice_rows, upload
 from tests.importing.guard_helpers import redeliver
 from tests.importing.test_gate import TRIPS, VEHICLES, cents, delivered, empty_drivers
+from tests.prefect_reads import latest_artifact
 
 # Whole command scenarios, several flow runs each: make test-e2e.
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -84,6 +86,10 @@ def test_cents_and_empty_drivers_are_held_shown_and_the_approval_loads_them(
     ]
     batch_view = cli("batches", "show", str(cents_batch.id), env=env)
     assert "mean_moved(total_amount)" in batch_view.stdout, batch_view.stdout
+    artifact = str(latest_artifact(gate_key(cents_batch.id)))  # the run's, for the UI
+    assert artifact.startswith(f"# content gate of batch {cents_batch.id}: error"), artifact
+    assert "| error | mean\\_moved(total\\_amount) |" in artifact
+    assert "| total\\_amount | 0.0 -> 0.0 |" in artifact
 
     approved = cli("batches", "approve", str(cents_batch.id), env=env)
     assert approved.returncode == 0, approved.stdout + approved.stderr

@@ -238,3 +238,43 @@ def test_the_default_rules_hold_cents_and_empty_drivers_and_no_gate_skips_them(
     assert batch.details["gate"] == {"skipped": "no_gate"}
     assert batch.details["guard"]["no_gate"] is True
     assert GateRepository(database_url).gate_of(loaded.batch_id) == []
+
+
+def test_a_tenants_override_tunes_a_drift_rule_for_that_tenant_only(
+    import_ctx: ImportContext, s3, landing_bucket: str, tmp_path
+) -> None:
+    from fleet_import.config import Settings
+
+    registry = tmp_path / "tenants.yaml"
+    registry.write_text(
+        "tenants:\n"
+        "  acme:\n"
+        "    overrides:\n"
+        "      gate:\n"
+        "        fuel_transactions: {mean_moved: {limit: 20000}, sum_moved: {severity: off}}\n"
+    )
+    folder = delivered(s3, landing_bucket)
+    assert isinstance(import_folder(import_ctx, ACME, folder, "d1"), Committed)
+    cents(s3, folder)
+    held = import_folder(import_ctx, ACME, folder, "d2")  # the default rules hold cents
+    assert isinstance(held, Failed) and "mean_moved(total_amount)" in held.error, held
+    import_ctx.settings = Settings(tenants=str(registry))
+    loaded = import_folder(import_ctx, ACME, folder, "d3")  # acme's own limit lets it by
+    assert isinstance(loaded, Committed), loaded
+    assert "gate_warned" not in loaded.summary  # sum_moved is off for acme
+
+
+def test_a_wrong_tenant_override_names_the_registry_field(
+    import_ctx: ImportContext, s3, landing_bucket: str, tmp_path
+) -> None:
+    from fleet_import.config import Settings
+
+    registry = tmp_path / "tenants.yaml"
+    registry.write_text(
+        "tenants:\n  acme:\n    overrides:\n      gate:\n        trips: {mean_movd: {limit: 1}}\n"
+    )
+    import_ctx.settings = Settings(tenants=str(registry))
+    failed = import_folder(import_ctx, ACME, delivered(s3, landing_bucket), "d1")
+    assert isinstance(failed, Failed) and failed.kind == FailureKind.FAILED_PRE_COMMIT, failed
+    where = "FLEET_TENANTS: tenants.acme.overrides.gate.trips: mean_movd: unknown field"
+    assert f"{where} (did you mean 'mean_moved'?)" in failed.error, failed.error
