@@ -179,5 +179,6 @@ def measure_ours(spec: dict[str, Any]) -> Measurement:
         phases=phases,
         stage_upload_seconds_summed=round(staging.put_seconds, 3),
         staged_mib=round(staging.put_bytes / 2**20, 1),
+        gate_seconds=(outcome.summary.get("seconds") or {}).get("gate", 0.0),
         **trace.details(),
     )

@@ -106,7 +106,10 @@ def load_step(
                 backoff.wait(retry, f"slice load of {scope}", exc, log)
     failpoints.hit("after_warehouse_commit")
     _report_ignored(batch, arrivals.loaded)
-    summary["seconds"] = {"load": round(time.monotonic() - started, 3)}
+    summary["seconds"] = {
+        "load": round(time.monotonic() - started, 3),
+        "gate": summary.pop("gate_seconds", 0.0),  # the content gate's part of it
+    }
     verdict = summary.pop("gate")
     committed = batch.record_commit(recovered=False, row_counts=commit.row_counts, summary=summary)
     tell_warnings(batch, verdict)
@@ -222,7 +225,9 @@ def _load_slice_once(
         # Slice guards (issue #24): a breach raises SliceHeld, and nothing is committed.
         check_slice_guards(batch, manifest, summary)
         # The content gate (issue 49): an error raises GateHeld (a SliceHeld) the same way.
+        gate_started = time.monotonic()
         verdict = judge_content(batch, manifest, arrivals.loaded, duplicates)
+        summary["gate_seconds"] = round(time.monotonic() - gate_started, 3)
         if verdict.warnings:
             summary["gate_warned"] = warned_line(verdict.warnings)
         summary["gate"] = verdict
