@@ -17,9 +17,11 @@ from fleet_import.contracts.fleet import TRIPS
 from fleet_import.contracts.model import ContractSet
 from fleet_import.importing.context import AlreadyLoaded, Committed, ImportContext
 from fleet_import.importing.driver import import_folder
+from fleet_import.importing.guards import GuardOverride
 from fleet_import.s3.client import s3_client
 from fleet_import.s3.staging import StagingArea
 from fleet_import.scope import Tenant
+from fleet_import.store.gates import GateRepository
 from fleet_import.store.repository import BatchRepository
 from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
@@ -132,7 +134,10 @@ def measure_ours(spec: dict[str, Any]) -> Measurement:
         lease_ttl=LEASE_TTL_SECONDS,
         workdir=Path(spec["workdir"]),
         progress=on_progress,
+        gates=GateRepository(spec["database_url"]),  # the content gate keeps its profiles
     )
+    # `no_gate`: the core without the content gate, what the gate's cost is measured against.
+    skip_gate = GuardOverride(no_gate=True, reason="no_gate") if spec.get("no_gate") else None
     with Window() as window, trace:
         marks["start"] = time.perf_counter()
         outcome = import_folder(
@@ -141,6 +146,7 @@ def measure_ours(spec: dict[str, Any]) -> Measurement:
             spec["folder"],
             spec["delivery_key"],
             force=bool(spec.get("force")),
+            guard=skip_gate,
         )
         marks["end"] = time.perf_counter()
     pools = arrow_pools()
@@ -173,5 +179,6 @@ def measure_ours(spec: dict[str, Any]) -> Measurement:
         phases=phases,
         stage_upload_seconds_summed=round(staging.put_seconds, 3),
         staged_mib=round(staging.put_bytes / 2**20, 1),
+        gate_seconds=(outcome.summary.get("seconds") or {}).get("gate", 0.0),
         **trace.details(),
     )

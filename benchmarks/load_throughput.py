@@ -17,8 +17,9 @@ on the same objects:
   `fleet-import run` against a `prefect server start` of its own.
 
 The last line is exactly
-`ratio curated=X plain=Y dlt_append=Z dlt_slice=W replace=R rss_5m_over_1m=M`: ours over
-each anchor (rows/s; dlt_slice against our replacement of the slice), replace = the forced
+`ratio curated=X plain=Y dlt_append=Z dlt_slice=W gate=G replace=R rss_5m_over_1m=M`: ours
+over each anchor (rows/s; dlt_slice against our replacement of the slice), gate = our cold
+first load's time over the same load's without the content gate, replace = the forced
 rerun's time over the cold first load's, rss = the 5M peak over the 1M peak. With
 `--repeat`, each is the median of the per-round ratios.
 
@@ -195,6 +196,9 @@ def run(args: argparse.Namespace) -> Bench:
             for repeat in range(args.repeat)
             for variant in variants
         }
+        # The same rows again, for the cold load without the content gate (issue 49).
+        for repeat in range(args.repeat):
+            folders[("parquet", -1 - repeat)] = bench.folder(f"no-gate-{repeat}")
         progress(f"generating {args.rows:,} trips in {args.files} files per folder")
         keys = upload_delivery(bench.s3, folders, args.rows, args.files)
         replacement = replacement_bodies(args.rows, args.files)
@@ -205,6 +209,8 @@ def run(args: argparse.Namespace) -> Bench:
             conn.execute(curated_table_sql("baseline_curated"))
         bench.extra["dlt_missing"] = dlt_missing()
         for (variant, repeat), folder in folders.items():
+            if repeat < 0:  # a no-gate twin: measured beside its round's first load
+                continue
             progress(f"-- {variant}, run {repeat + 1} of {args.repeat}")
             empty_tables(url)
             if variant == "csv":
@@ -212,7 +218,8 @@ def run(args: argparse.Namespace) -> Bench:
                 bench.ours("ours csv", folder, args.rows)
                 same_rows(url, (CURATED, source_scope(folder)), sql.Identifier("baseline_csv"))
             else:
-                measure_parquet(bench, folder, keys[(variant, repeat)], replacement, repeat)
+                twin = folders[("parquet", -1 - repeat)]
+                measure_parquet(bench, folder, keys[(variant, repeat)], replacement, repeat, twin)
         progress("ours, the baselines and dlt loaded the same values in every run")
         if args.prefect_server:
             measure_prefect(bench)
@@ -226,12 +233,15 @@ PLAIN = sql.Identifier("baseline_parquet")
 
 
 def measure_parquet(
-    bench: Bench, folder: str, keys: list[str], replacement: list[bytes], repeat: int
+    bench: Bench, folder: str, keys: list[str], replacement: list[bytes], repeat: int, twin: str
 ) -> None:
-    """One round of the Parquet parts, on one folder, in this order: the plain and curated
+    """One round of the Parquet parts, on one folder, in this order: our cold first load of
+    the same rows without the content gate (`twin`, its own folder), the plain and curated
     anchors, our cold first load, dlt's append, the unchanged rerun, its forced rerun (cache
     hits), dlt's slice replace, our replacement of the slice by other content."""
     rows, scope = bench.args.rows, source_scope(folder)
+    bench.ours("ours parquet no gate", twin, rows, no_gate=True)
+    empty_tables(bench.url)
     bench.baseline("baseline parquet", "parquet", keys, rows)
     bench.baseline("baseline curated", "curated", keys, rows, slice=[TENANT, scope])
     same_rows(bench.url, (sql.Identifier("baseline_curated"), None), PLAIN)

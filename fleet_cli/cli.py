@@ -26,6 +26,7 @@ from fleet_cli.doctor import doctor
 from fleet_cli.first_help import TOOL_HELP, InOrderOfUse
 from fleet_cli.flow_call import run_flow
 from fleet_cli.freshness import freshness
+from fleet_cli.gate_command import gate_app
 from fleet_cli.guard import DEBUG_VARIABLE, error_line, foreseen_errors, ready_to_run
 from fleet_cli.metrics_commands import costs, metrics_app
 from fleet_cli.relay_command import relay
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from fleet_import.config import Settings
+    from fleet_import.importing.gate_results import GateView
     from fleet_import.store.batch_state import HeldSince
     from fleet_import.store.models import Batch
 
@@ -74,6 +76,7 @@ app.add_typer(tenants_app, name="tenants")
 app.add_typer(tables_app, name="tables")
 app.add_typer(contracts_app, name="contracts")
 app.add_typer(metrics_app, name="metrics")
+app.add_typer(gate_app, name="gate")
 app.add_typer(slices_app, name="slices")
 
 
@@ -172,13 +175,26 @@ def batches_show(
         steps = OutboxRepository.from_settings(store).steps(parsed) if batch else []
         lineage = LineageOutbox.from_settings(store).of_batch(parsed) if batch else []
         since = held_since(store, [batch] if batch else []).get(parsed)
+        gate = _gate_view(store, batch)
     if batch is None:
         raise fail(f"no batch {batch_id}")
     if as_json:
-        typer.echo(json.dumps(batch_detail_record(batch, steps, lineage, since), indent=2))
+        record = batch_detail_record(batch, steps, lineage, since)
+        typer.echo(json.dumps({**record, "gate": gate.to_json() if gate else None}, indent=2))
         return
     for view in batch_views(batch, steps, lineage, since):
         console.print(view)
+    for line in gate.lines() if gate else []:  # the content gate (issue 49)
+        console.print(Text(line))
+
+
+def _gate_view(store: Settings, batch: Batch | None) -> GateView | None:
+    from fleet_import.importing.gate_results import gate_view
+    from fleet_import.store.gates import GateRepository
+
+    if batch is None:
+        return None
+    return gate_view(GateRepository.from_settings(store), batch)
 
 
 @app.command("run")
@@ -198,6 +214,9 @@ def run(
         float | None,
         typer.Option(min=0.0, max=1.0, help="every dataset's min_rows_ratio for this run"),
     ] = None,
+    no_gate: Annotated[
+        bool, typer.Option("--no-gate", help="skip the content gate (checks, drift) this run")
+    ] = False,
 ) -> None:
     """Import a folder now, in this process (the import-s3-folder flow).
 
@@ -208,7 +227,7 @@ def run(
     3 skipped: another batch holds the scope, a live worker runs the batch, or it finished;
     4 committed, publication pending: still running until a drain or resume publishes it;
     5 already loaded: the slice holds exactly this content (--force loads it again);
-    6 held for review: a slice guard stopped it (batches approve loads it);
+    6 held for review: a slice guard or the content gate stopped it (batches approve loads it);
     7 commit unknown: the COMMIT got no answer; the batch stays running until settled;
     9 refused: the folder is not the tenant's, or the tenant is unknown or disabled;
     78 configuration error: the settings are wrong, nothing was started.
@@ -225,7 +244,8 @@ def run(
         state = run_flow(
             lambda: import_s3_folder(
                 tenant_id=tenant, folder=folder, delivery_key=delivery_key, force=force,
-                no_guard=no_guard, min_rows_ratio=min_rows_ratio, return_state=True,
+                no_guard=no_guard, min_rows_ratio=min_rows_ratio, no_gate=no_gate,
+                return_state=True,
             )
         )
     report_state(state)

@@ -17,8 +17,8 @@ configured, `fleet-import demo` shows it all on embedded services.
 """
 # The order a new user needs them in, not the alphabet's.
 COMMAND_ORDER = (
-    "doctor", "db", "run", "batches", "slices", "resume", "tenants", "contracts", "tables",
-    "freshness", "metrics", "costs", "relay", "worker", "demo",
+    "doctor", "db", "run", "batches", "gate", "slices", "resume", "tenants", "contracts",
+    "tables", "freshness", "metrics", "costs", "relay", "worker", "demo",
 )
 
 

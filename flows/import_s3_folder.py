@@ -78,6 +78,7 @@ def import_s3_folder(
     force: bool = False,
     no_guard: bool = False,
     min_rows_ratio: float | None = None,
+    no_gate: bool = False,
 ) -> State:
     """Import one S3 folder of a tenant into its curated slices. A folder that is not in
     the tenant's landing area, or a tenant the registry does not enable, ends Refused with
@@ -98,11 +99,13 @@ def import_s3_folder(
             empties a dataset or shrinks it below `min_rows_ratio` of the current slice).
         min_rows_ratio: For this run, every dataset's `min_rows_ratio` (0..1) instead of
             its contract's.
+        no_gate: Skip the content gate (dataset checks, drift against the replaced slice's
+            profile) for this run; recorded on the batch.
     """
     freeze_startup_heap()  # in a worker's process for this run: imports done, GC spared
     settings = load_settings()
     try:
-        guard = GuardOverride.for_run(no_guard, min_rows_ratio)
+        guard = GuardOverride.for_run(no_guard, min_rows_ratio, no_gate)
         source_scope(folder)  # invalid input is refused before anything is built
     except InvalidInput as exc:
         return failed(f"invalid input: {exc}")

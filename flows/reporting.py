@@ -186,6 +186,8 @@ quiet_business_failures()
 def state_for(outcome: context.ImportOutcome, crash: BaseException | None = None) -> State:
     if isinstance(outcome, context.Committed):
         rows = ", ".join(f"{n:,} {dataset}" for dataset, n in outcome.row_counts.items())
+        warned = outcome.summary.get("gate_warned")  # issue 49: published, and says so
+        rows += f"; {warned}" if warned else ""
         if outcome.published:
             return Completed(message=f"batch {outcome.batch_id} succeeded: {rows}")
         return Completed(
@@ -311,6 +313,10 @@ def _publish_artifacts(rt: Runtime, batch_id: uuid.UUID) -> None:
             f"{escape_markdown(failure.error)}",
             key="batch-failure",
         )
+    # Imported here: flows.gate_report escapes its cells with this module's escape_markdown.
+    from flows.gate_report import publish_gate_artifact
+
+    publish_gate_artifact(rt, batch)  # the content gate (issue 49)
 
 
 # Everything markdown could read as structure or markup: table pipes, code spans, links

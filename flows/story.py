@@ -23,6 +23,7 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 
+from fleet_import.importing.gate_results import GateResult
 from fleet_import.importing.guards import Breach, approve_command, held_error
 from fleet_import.importing.runtime import Runtime
 from fleet_import.scope import folder_leaf
@@ -168,6 +169,9 @@ def held_facts(batch: Batch, since: HeldSince | None = None) -> list[tuple[str, 
             (f"held: {escape_markdown(breach['dataset'])}", escape_markdown(
                 Breach(**breach).describe()))
         )
+    for result in hold.gate if hold is not None else []:  # the content gate's errors
+        described = GateResult.from_json(result).describe()
+        facts.append((f"held: {escape_markdown(result['dataset'])}", escape_markdown(described)))
     state = review_state(batch, since)
     if state is ReviewState.AWAITING:
         facts.append(("approve", f"`{approve_command(batch.id)}`"))
@@ -288,7 +292,11 @@ def _held_counts(batch: Batch) -> str:
     """Each breach a guard held the batch for, as `Breach.describe` says it (a manifest's
     declared count is not called the current slice's); empty for other batches."""
     hold = hold_of(batch)
-    return "; ".join(Breach(**b).describe() for b in (hold.breaches if hold is not None else []))
+    if hold is None:
+        return ""
+    told = [Breach(**b).describe() for b in hold.breaches]
+    told += [GateResult.from_json(r).describe() for r in hold.gate]
+    return "; ".join(told)
 
 
 def _approve_command(batch: Batch, since: HeldSince | None) -> str:

@@ -172,9 +172,10 @@ def warehouse(request: pytest.FixtureRequest, database_url: str):
 
 
 @pytest.fixture
-def import_ctx(repo, warehouse, s3, staging_bucket, tmp_path):
+def import_ctx(repo, warehouse, s3, staging_bucket, tmp_path, database_url):
     from fleet_import.importing.context import ImportContext
     from fleet_import.s3.staging import StagingArea
+    from fleet_import.store.gates import GateRepository
 
     events: list[tuple[str, dict]] = []
     ctx = ImportContext(
@@ -185,6 +186,7 @@ def import_ctx(repo, warehouse, s3, staging_bucket, tmp_path):
         lease_ttl=30,
         events=lambda name, payload: events.append((name, dict(payload))),
         workdir=tmp_path / "work",
+        gates=GateRepository(database_url),
     )
     ctx.recorded_events = events  # type: ignore[attr-defined]
     return ctx

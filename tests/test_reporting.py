@@ -148,7 +148,8 @@ def test_artifacts_show_hostile_rejects_and_failure_verbatim(monkeypatch) -> Non
             "failure": {"kind": "failed_pre_commit", "error": "trips [bold]x.csv: [/red]\n# h"},
         },
     )
-    rt = SimpleNamespace(ctx=SimpleNamespace(repo=SimpleNamespace(get=lambda _: batch)))
+    ctx = SimpleNamespace(repo=SimpleNamespace(get=lambda _: batch), gates=None)
+    rt = SimpleNamespace(ctx=ctx)
     reporting.publish_artifacts(rt, BATCH)  # type: ignore[arg-type]
 
     rows = _table_rows(markdown["batch-rejects"])

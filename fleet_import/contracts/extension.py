@@ -1,11 +1,13 @@
 """Extending a dataset already in force (a shipped Fleet dataset, or one an earlier
 FLEET_CONTRACTS file defined) without redefining it: more aliases for its columns, and its
-drift policy. A renamed export column or a tenant's new columns then need no code change.
+drift policy, and its content gate (more checks, its drift rules tuned). A renamed export
+column or a tenant's new columns then need no code change.
 
 Only what leaves the loaded data as the contract says may be extended: an alias changes
 which headers match, never what a loaded file holds (the contract keeps its version); a
 drift policy decides what columns the contract does not name do (a policy other than the
-default is a contract version of its own, as in a contract file). Columns, types, keys and
+default is a contract version of its own, as in a contract file); checks and drift rules
+judge the loaded data and never change it (the version stays). Columns, types, keys and
 ratios stay the definition's: redefining those is a new dataset.
 """
 
@@ -16,6 +18,7 @@ from typing import Annotated, Any
 
 from pydantic import StrictStr, ValidationError
 
+from fleet_import.contracts.checks import Check, GateDeclarationError, ProfileDrift
 from fleet_import.contracts.describe import describe
 from fleet_import.contracts.model import (
     ContractError,
@@ -35,6 +38,10 @@ class DatasetExtension(_Contract):
     """Column name -> more earlier header names of it (added to the definition's)."""
     on_new_columns: _Policy | None = None
     new_column_type: Annotated[str, _rule(_column_type)] | None = None
+    checks: tuple[Check, ...] = ()
+    """More content-gate checks, after the definition's."""
+    profile_drift: dict[StrictStr, Any] | None = None
+    """Drift rules tuned: rule -> {limit, severity}, or ignore_columns (ProfileDrift.tuned)."""
 
 
 def extensions_from(
@@ -92,6 +99,14 @@ def extended(
         value = getattr(extension, field)
         if value is not None:
             shape[field] = value
+    shape["checks"] = [*shape["checks"], *(c.model_dump() for c in extension.checks)]
+    try:
+        drift = contract.profile_drift.tuned(extension.profile_drift)
+    except ValidationError as exc:
+        raise ContractError(describe(exc, ProfileDrift, f"{where}: profile_drift")) from None
+    except GateDeclarationError as exc:
+        raise ContractError(f"{where}: profile_drift: {exc}") from None
+    shape["profile_drift"] = drift.model_dump()
     try:  # validated again: an alias may now name two columns
         return DatasetContract.model_validate(shape)
     except ValidationError as exc:

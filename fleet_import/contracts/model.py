@@ -27,6 +27,7 @@ from pydantic import (
     field_validator,
 )
 
+from fleet_import.contracts.checks import Check, ProfileDrift
 from fleet_import.contracts.describe import describe, label
 from fleet_import.errors import ConfigurationError
 
@@ -75,9 +76,10 @@ DEFAULT_MAX_REJECT_RATIO = 0.05
 DEFAULT_MIN_ROWS_RATIO = 0.5
 """Slice guard: a replacement with fewer rows than this fraction of the slice it replaces is
 held for review (fleet_import.importing.guards)."""
-GUARD_FIELDS = frozenset({"min_rows_ratio", "allow_empty"})
-"""Judged against the slice a load replaces, never part of the normalised output: left out
-of `contract_version`, so tuning a guard does not invalidate the cache."""
+GUARD_FIELDS = frozenset({"min_rows_ratio", "allow_empty", "checks", "profile_drift"})
+"""Judged against the slice a load replaces (the guards, the content gate's checks and drift
+rules), never part of the normalised output: left out of `contract_version`, so tuning a
+guard does not invalidate the cache."""
 VARCHAR_MAX_BYTES = 65535
 """The widest string a warehouse column holds: Redshift's VARCHAR(65535), counted in bytes."""
 UTF8_MAX_BYTES_PER_CHAR = 4
@@ -295,6 +297,10 @@ class DatasetContract(_Contract):
     evolved_columns: tuple[StrictStr, ...] = ()
     """Set by drift, never written in a contract file: the columns (last of `columns`) that
     `evolve` added to the curated table, after its stamp columns."""
+    checks: tuple[Check, ...] = ()
+    """The content gate's dataset checks (contracts.checks, importing.gate)."""
+    profile_drift: ProfileDrift = ProfileDrift()
+    """The content gate's drift rules against the replaced slice's profile."""
 
     @field_validator("columns")
     @classmethod
@@ -324,6 +330,15 @@ class DatasetContract(_Contract):
             if names and part not in names:  # no names: the columns were refused already
                 raise ContractError(f"natural key {part!r} is not a column")
         return key
+
+    @field_validator("checks")
+    @classmethod
+    def _checks_of_columns(cls, checks: tuple[Check, ...], info: ValidationInfo) -> tuple:
+        names = [column.name for column in info.data.get("columns", ())]
+        problems = [p for check in checks for p in check.problems(names)] if names else []
+        if problems:
+            raise ContractError("; ".join(problems))
+        return checks
 
     @field_validator("max_reject_ratio", "min_rows_ratio")
     @classmethod

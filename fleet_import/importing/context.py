@@ -28,6 +28,7 @@ from fleet_import.retry import Backoff, spanning
 from fleet_import.s3.staging import StagingArea
 from fleet_import.scope import Tenant
 from fleet_import.store.details import FailureKind
+from fleet_import.store.gates import GateRepository
 from fleet_import.store.repository import BatchRepository
 from fleet_import.warehouse.base import Warehouse
 
@@ -61,6 +62,8 @@ class ImportContext:
     publisher: Publisher | None = None  # None: nothing to publish, succeed after commit
     events: EventSink = no_event
     lineage: Lineage | None = None  # None: no OpenLineage events (FLEET_OPENLINEAGE unset)
+    # The content gate's profiles and results (importing.gate); None: judged, not kept.
+    gates: GateRepository | None = None
     progress: Progress = no_progress  # called from the loading and the COPY reader threads
     workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "fleet-import")
     # The Settings it was built from (runtime.build_runtime): what a job (importing.jobs)

@@ -46,6 +46,10 @@ class GuardOverride:
     min_rows_ratio: float | None = None
     content: Mapping[str, Any] | None = None
     reason: str = ""
+    no_gate: bool = False
+    """`--no-gate`: the content gate (importing.gate) is not run for this batch."""
+    gate_waived: bool = False
+    """An approval's or a rollback's: the gate runs and records, its errors hold nothing."""
 
     def __post_init__(self) -> None:
         ratio = self.min_rows_ratio
@@ -53,12 +57,24 @@ class GuardOverride:
             raise InvalidInput(f"min_rows_ratio must be within 0..1, not {ratio!r}")
 
     @classmethod
-    def for_run(cls, no_guard: bool, min_rows_ratio: float | None) -> GuardOverride | None:
-        """A run's options (`--no-guard`, `--min-rows-ratio`) as an override; None: none."""
-        if not no_guard and min_rows_ratio is None:
+    def for_run(
+        cls, no_guard: bool, min_rows_ratio: float | None, no_gate: bool = False
+    ) -> GuardOverride | None:
+        """A run's options (`--no-guard`, `--min-rows-ratio`, `--no-gate`) as an override;
+        None: none."""
+        if not no_guard and min_rows_ratio is None and not no_gate:
             return None
-        reason = "no_guard" if no_guard else f"min_rows_ratio {min_rows_ratio:g} for this run"
-        return cls(waived=no_guard, min_rows_ratio=min_rows_ratio, reason=reason)
+        reasons = ["no_guard"] if no_guard else []
+        if min_rows_ratio is not None:
+            reasons.append(f"min_rows_ratio {min_rows_ratio:g} for this run")
+        if no_gate:
+            reasons.append("no_gate")
+        return cls(
+            waived=no_guard,
+            min_rows_ratio=min_rows_ratio,
+            reason=", ".join(reasons),
+            no_gate=no_gate,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -66,6 +82,8 @@ class GuardOverride:
             "min_rows_ratio": self.min_rows_ratio,
             "content": dict(self.content) if self.content is not None else None,
             "reason": self.reason,
+            "no_gate": self.no_gate,
+            "gate_waived": self.gate_waived,
         }
 
     @classmethod
@@ -78,6 +96,8 @@ class GuardOverride:
             min_rows_ratio=raw.get("min_rows_ratio"),
             content=content if isinstance(content, Mapping) else None,
             reason=str(raw.get("reason") or ""),
+            no_gate=bool(raw.get("no_gate")),
+            gate_waived=bool(raw.get("gate_waived")),
         )
 
 

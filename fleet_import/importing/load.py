@@ -22,6 +22,8 @@ from fleet_import.contracts.model import ContractSet, DatasetContract
 from fleet_import.errors import WarehouseError
 from fleet_import.importing.context import Committed, CommitUnknown
 from fleet_import.importing.drift import ignored_columns, tell_drift
+from fleet_import.importing.gate import judge_content, tell_warnings
+from fleet_import.importing.gate_results import warned_line
 from fleet_import.importing.guards import check_slice_guards
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.normalized_files import NormalizedEntry
@@ -105,9 +107,15 @@ def load_step(
                 backoff.wait(retry, f"slice load of {scope}", exc, log)
     failpoints.hit("after_warehouse_commit")
     _report_ignored(batch, arrivals.loaded)
-    load_seconds = round(time.monotonic() - started, 3)
-    summary["seconds"] = {**summary.get("seconds", {}), "load": load_seconds}
-    return batch.record_commit(recovered=False, row_counts=commit.row_counts, summary=summary)
+    summary["seconds"] = {
+        **summary.get("seconds", {}),
+        "load": round(time.monotonic() - started, 3),
+        "gate": summary.pop("gate_seconds", 0.0),  # the content gate's part of it
+    }
+    verdict = summary.pop("gate")
+    committed = batch.record_commit(recovered=False, row_counts=commit.row_counts, summary=summary)
+    tell_warnings(batch, verdict)
+    return committed
 
 
 class _KeyHashes:
@@ -224,6 +232,13 @@ def _load_slice_once(
             writer.discard_keys(ctx.contracts[dataset], keys)
         # Slice guards (issue #24): a breach raises SliceHeld, and nothing is committed.
         check_slice_guards(batch, manifest, summary)
+        # The content gate (issue 49): an error raises GateHeld (a SliceHeld) the same way.
+        gate_started = time.monotonic()
+        verdict = judge_content(batch, manifest, arrivals.loaded, duplicates)
+        summary["gate_seconds"] = round(time.monotonic() - gate_started, 3)
+        if verdict.warnings:
+            summary["gate_warned"] = warned_line(verdict.warnings)
+        summary["gate"] = verdict
         pa.default_memory_pool().release_unused()
         batch.renew_lease_now()
         mark_commit_attempted(batch)  # from here on, a lost answer leaves the outcome unknown

@@ -191,7 +191,10 @@ def claim_approval(ctx: ImportContext, approval: Approval, owner: str) -> Import
     claimed = claim(ctx, approval.tenant, approval.scope, approval_key(held_id), owner, force=True)
     if isinstance(claimed, Claimed):
         waiver = GuardOverride(
-            waived=True, content=approval.content, reason=f"approval of held batch {held_id}"
+            waived=True,
+            content=approval.content,
+            reason=f"approval of held batch {held_id}",
+            gate_waived=True,
         )
         record_override(ctx, claimed, waiver)
         ctx.repo.update_details(claimed.batch_id, owner, BatchDetails.patch(approves=str(held_id)))

@@ -181,7 +181,7 @@ def claim_rollback(ctx: ImportContext, plan: RollbackPlan, owner: str) -> Import
     claimed = claim(ctx, plan.tenant, plan.scope, plan.delivery_key, owner, force=True)
     if isinstance(claimed, Claimed):
         reason = f"rollback to batch {plan.target.id}"
-        record_override(ctx, claimed, GuardOverride(waived=True, reason=reason))
+        record_override(ctx, claimed, GuardOverride(waived=True, reason=reason, gate_waived=True))
         pin_manifest(ctx, claimed.batch_id, owner, plan.manifest)
         ctx.repo.update_details(
             claimed.batch_id,

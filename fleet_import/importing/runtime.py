@@ -27,6 +27,7 @@ from fleet_import.publication.retention import Retention
 from fleet_import.retry import spanning
 from fleet_import.s3.client import settings_s3_client
 from fleet_import.s3.staging import StagingArea
+from fleet_import.store.gates import GateRepository
 from fleet_import.store.lineage_outbox import LineageOutbox
 from fleet_import.store.outbox import OutboxRepository
 from fleet_import.store.repository import BatchRepository
@@ -156,6 +157,7 @@ def build_runtime(
         publisher=publisher,
         events=events,
         lineage=build_lineage(settings),
+        gates=GateRepository.from_settings(settings),
         progress=progress,
         workdir=workdir,
         settings=settings,

@@ -84,6 +84,20 @@ class HeldFacts(_Open):
     content: dict[str, Any] | None = None
     """The delivery's identity (`fingerprint`, `contract_versions`) an approval loads."""
     drift: dict[str, dict[str, Any]] = {}
+    gate: list[dict[str, Any]] = []
+    """The content gate's `error` results (`importing.gate_results.GateResult` as JSON)."""
+
+
+class GateSummary(_Open):
+    """What the content gate found, in figures (its results: `store.gates`)."""
+
+    outcome: str | None = None
+    errors: int = 0
+    warnings: int = 0
+    waived: str | None = None
+    """Why its errors did not hold the batch (an approval or a rollback)."""
+    skipped: str | None = None
+    """Why it did not run (`--no-gate`)."""
 
 
 class Failure(_Open):
@@ -157,6 +171,7 @@ class BatchDetails(_Open):
     """The earlier batch whose content this rollback loads again."""
     rollback_replaced: str | None = None
     """The batch whose slice the rollback replaced."""
+    gate: GateSummary | None = None
 
     @classmethod
     def parse(cls, raw: object) -> BatchDetails:

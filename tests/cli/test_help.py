@@ -11,7 +11,7 @@ from fleet_cli.cli import app
 
 COMMANDS = (
     "doctor", "db upgrade", "run", "batches list", "batches show", "batches approve",
-    "batches reject", "slices list", "slices rollback", "resume",
+    "batches reject", "gate show", "slices list", "slices rollback", "resume",
     "tenants list", "tenants show", "tenants purge", "contracts show", "tables migrate",
     "freshness", "metrics serve", "costs", "relay", "worker", "demo",
 )
@@ -28,8 +28,8 @@ def test_the_top_help_says_what_the_tool_does_and_lists_commands_in_order_of_use
     assert "Load tenants' S3 delivery folders into curated warehouse tables" in text
     listed = re.findall(r"^│ (\w+) ", text.split("Commands")[1], flags=re.MULTILINE)
     assert listed == [
-        "doctor", "db", "run", "batches", "slices", "resume", "tenants", "contracts", "tables",
-        "freshness", "metrics", "costs", "relay", "worker", "demo",
+        "doctor", "db", "run", "batches", "gate", "slices", "resume", "tenants", "contracts",
+        "tables", "freshness", "metrics", "costs", "relay", "worker", "demo",
     ]
 
 

@@ -24,7 +24,7 @@ DATASET = {
     ],
 }
 WRONG = {"a": ["mapping", "where", "no", "field", "takes", "one"]}
-"""No field of either model takes a mapping."""
+"""No field of either model takes a mapping but `profile_drift`, whose rules have no `a`."""
 
 
 def _refusal(tmp_path: Path, dataset: dict[str, Any]) -> str:
@@ -46,7 +46,7 @@ def test_every_dataset_field_is_refused_with_its_path(tmp_path: Path, field: str
     message = _refusal(tmp_path, {**DATASET, "name": "wheels", field: WRONG})
     where = "datasets[1]" if field == "name" else "datasets[1] (wheels)"
     assert message.startswith(f"{tmp_path / 'contracts.yaml'}: {where}: {field}")
-    assert f"{field}: " in message
+    assert f"{field}: " in message or f"{field}.a: unknown field" in message
 
 
 @pytest.mark.parametrize("field", list(Column.model_fields))
