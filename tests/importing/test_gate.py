@@ -25,8 +25,8 @@ from fleet_import.sample_data import (
     vehicles_table,
 )
 from fleet_import.scope import Tenant
-from fleet_import.store.gates import GateRepository
 from fleet_import.store.details import FailureKind
+from fleet_import.store.gates import GateRepository
 from tests.helpers import slice_rows, upload
 from tests.importing.guard_helpers import redeliver
 
