@@ -44,6 +44,16 @@ EXPECTED_DEPLOYMENTS = {
         "import-s3-folder",
         {"tenant_id", "folder"},
     ),
+    "bulk-import": (
+        "flows/bulk_import.py:bulk_import",
+        "bulk-import",
+        {"deliveries"},
+    ),
+    "bulk-backfill": (
+        "flows/bulk_import.py:bulk_import",
+        "bulk-import",
+        {"deliveries"},
+    ),
     "resume-publication": (
         "flows/resume_publication.py:resume_publication",
         "resume-publication",
@@ -87,7 +97,7 @@ PULL_STEPS = [
     {"flows.code_version.require_code_version": {"expected": "{{ $FLEET_CODE_VERSION }}"}},
 ]
 # Backfills wait in their own queue; everything else runs from the pool's default one.
-QUEUES = {"backfill": "backfill"}
+QUEUES = {"backfill": "backfill", "bulk-backfill": "backfill"}
 JOB_ENV = {
     "FLEET_NORMALIZE_WORKERS",
     "FLEET_WAREHOUSE_LOAD_SLOTS",
@@ -422,6 +432,8 @@ def test_deploy_all_registers_every_deployment(
     for name in (
         "import-s3-folder",
         "backfill",
+        "bulk-import",
+        "bulk-backfill",
         "resume-publication",
         "approve-held-batch",
         "rollback-slice",
