@@ -157,3 +157,42 @@ def test_a_shard_and_an_event_run_of_one_folder_never_load_it_twice_at_once(
     assert batch.status == BatchStatus.SUCCEEDED
     assert batch.delivery_key == (event_key if first == "event" else sweep_key)
     assert slice_rows(flow_env, "fleet_trips", "acme", folder) == [(batch.id, 30)]
+
+
+def test_a_sharded_sweep_starts_at_most_n_bulk_runs_once_however_often_it_runs(
+    flow_env: str, s3, landing_bucket: str
+) -> None:
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+    from flows.sweep_landing_zone import sweep_landing_zone
+
+    name = f"bulk-{uuid.uuid4().hex[:8]}"
+    deployment_id = bulk_import.to_deployment(name=name).apply()
+    folders = {
+        tenant: today_folder(landing_bucket, tenant) for tenant in ("acme", "globex", "initech")
+    }
+    for folder in folders.values():
+        upload(s3, folder, {**fleet_delivery(trips=10), "_SUCCESS": b""})
+    parameters = {
+        "bucket": landing_bucket,
+        "lookback_days": 0,
+        "shards": 2,
+        "bulk_deployment": f"bulk-import/{name}",
+    }
+    # No worker runs the shards: the second sweep plans the same deliveries again, as a
+    # sweep overlapping a slow shard would, and must find the same two runs.
+    for _ in range(2):
+        state = sweep_landing_zone(**parameters, return_state=True)
+        assert state.is_completed(), state.message
+        assert state.result() == {"ready": 3, "started": 3, "skipped": 0, "shards": 2}
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
+        )
+    assert len(runs) == 2
+    deliveries = [d for run in runs for d in run.parameters["deliveries"]]
+    assert sorted((d["tenant_id"], d["folder"]) for d in deliveries) == sorted(folders.items())
+    assert all(d["delivery_key"].startswith("sweep:") for d in deliveries)
+    for run in runs:
+        assert run.idempotency_key.startswith("bulk:")
+        assert run.parent_task_run_id is None  # not a subflow: outlives the sweep
