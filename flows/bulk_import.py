@@ -200,8 +200,6 @@ def bulk_import(
     description = f"bulk import of {len(deliveries)} deliveries: {summary}"
     if per_folder == "task":
         tell_tenants(rt, sorted({d.tenant_id for d in deliveries}))
-    create_table_artifact(
-        rows[:_SHARD_ROWS_SHOWN], key="bulk-import", description=description
-    )
+    create_table_artifact(rows[:_SHARD_ROWS_SHOWN], key="bulk-import", description=description)
     logger.info(description)
     return Completed(message=description, data={"deliveries": len(deliveries), **counts})

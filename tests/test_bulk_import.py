@@ -196,3 +196,26 @@ def test_a_sharded_sweep_starts_at_most_n_bulk_runs_once_however_often_it_runs(
     for run in runs:
         assert run.idempotency_key.startswith("bulk:")
         assert run.parent_task_run_id is None  # not a subflow: outlives the sweep
+
+
+def test_a_load_limit_deleted_after_this_process_saw_it_is_made_again(prefect_api) -> None:
+    """A bulk import's loads ask whether the limits exist once per process, not per load;
+    a limit deleted since is made again, and the load still takes its slot."""
+    from prefect.exceptions import ObjectNotFound
+
+    from blocks.limits import tenant_limit
+    from fleet_import.config import Settings
+    from flows.common import warehouse_load_slots
+
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    settings = Settings(warehouse_load_slots=0, tenant_load_slots=1)
+    with warehouse_load_slots(tenant, settings):
+        pass
+    with get_client(sync_client=True) as client:
+        client.delete_global_concurrency_limit_by_name(tenant_limit(tenant))
+        with pytest.raises(ObjectNotFound):
+            client.read_global_concurrency_limit_by_name(tenant_limit(tenant))
+    with warehouse_load_slots(tenant, settings):
+        with get_client(sync_client=True) as client:
+            limit = client.read_global_concurrency_limit_by_name(tenant_limit(tenant))
+        assert limit.limit == 1 and limit.active_slots == 1
