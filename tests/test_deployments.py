@@ -84,11 +84,21 @@ EXPECTED_DEPLOYMENTS = {
         "check-freshness",
         set(),
     ),
+    "trim-operational-state": (
+        "flows/trim_operational_state.py:trim_operational_state",
+        "trim-operational-state",
+        set(),
+    ),
 }
 
 # The scheduled deployments run one at a time; a tick that finds one running is cancelled.
 # The others have no Prefect limit: the scope reservation lives in PostgreSQL (prefect.yaml).
-ONE_AT_A_TIME = {"drain-publications", "sweep-landing-zone", "check-freshness"}
+ONE_AT_A_TIME = {
+    "drain-publications",
+    "sweep-landing-zone",
+    "check-freshness",
+    "trim-operational-state",
+}
 _ONE_AT_A_TIME_LIMIT = {"limit": 1, "collision_strategy": "CANCEL_NEW"}
 
 # Every deployment's pull steps: into the checkout (or the image's copy), then the pin.
