@@ -20,6 +20,10 @@ QUERIES = load_queries("fleet_import.store", "state_retention.sql")
 TRIM_CHUNK = 5000
 """Rows per statement: each chunk is a short transaction of its own, so a first trim of a
 year's backlog never holds its locks for long against the imports."""
+COMPACT_ABOVE_BYTES = 4096
+"""Details stored larger than this are compacted (a delivery of many files: its per-file
+summary). Smaller ones are left whole: stored under about 2 kB a row is not compressed, so
+compacting a tiny delivery's details made the table larger (benchmarks/state_size.py)."""
 
 
 @dataclass(frozen=True)
@@ -34,9 +38,18 @@ class Trimmed:
 class StateRetention(SqlStore):
     queries = QUERIES
 
-    def trim(self, older_than_seconds: float, chunk: int = TRIM_CHUNK) -> Trimmed:
+    def trim(
+        self,
+        older_than_seconds: float,
+        chunk: int = TRIM_CHUNK,
+        compact_above_bytes: int = COMPACT_ABOVE_BYTES,
+    ) -> Trimmed:
         """Trim everything older than the cutoff, chunk by chunk until none is left."""
-        params = {"older_than_seconds": float(older_than_seconds), "limit": chunk}
+        params = {
+            "older_than_seconds": float(older_than_seconds),
+            "limit": chunk,
+            "compact_above_bytes": compact_above_bytes,
+        }
         done = {name: 0 for name in QUERIES if name != "table_bytes"}
         for name in done:
             while True:

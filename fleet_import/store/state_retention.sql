@@ -29,6 +29,8 @@ WHERE id IN (
 -- A succeeded batch's per-file summary and rejects sample (what its run page showed) go;
 -- its manifest, contract versions, row counts, rejects count and URI, review and rollback
 -- facts stay: "already loaded", rollback, review, freshness and `batches show` read them.
+-- Only details stored larger than the threshold: PostgreSQL compresses a row only past
+-- about 2 kB, so compacting a tiny delivery's details would store them uncompressed, larger.
 -- updated_at is left as it was: it says when the batch ended.
 UPDATE ingestion_batches
 SET details = (details - 'summary' #- '{rejects,sample}')
@@ -44,6 +46,7 @@ WHERE id IN (
     WHERE status = 'succeeded'
       AND updated_at < now() - make_interval(secs => %(older_than_seconds)s)
       AND NOT details ? 'compacted'
+      AND pg_column_size(details) > %(compact_above_bytes)s
     ORDER BY updated_at
     LIMIT %(limit)s
 )

@@ -13,7 +13,7 @@ from fleet_import.importing.context import AlreadyLoaded, Committed
 from fleet_import.importing.driver import import_folder
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.store.models import BatchStatus
-from fleet_import.store.state_retention import StateRetention
+from fleet_import.store.state_retention import StateRetention, Trimmed
 from tests.helpers import upload
 
 DAY = 24 * 3600.0
@@ -73,9 +73,12 @@ def test_trim_keeps_what_resumes_and_reloads_need(
     assert all(steps.values()), steps
 
     store = StateRetention(database_url)
-    trimmed = store.trim(30 * DAY, chunk=2)  # chunks smaller than the work: every one runs
-    assert trimmed.outbox_rows == steps[old]
-    assert trimmed.lineage_rows == 1 and trimmed.compacted_batches == 1
+    # Chunks smaller than the work: every one runs. A tiny delivery's details are below
+    # the compaction threshold; the second trim lowers it to show what compaction keeps.
+    trimmed = store.trim(30 * DAY, chunk=2)
+    assert (trimmed.outbox_rows, trimmed.lineage_rows) == (steps[old], 1)
+    assert trimmed.compacted_batches == 0
+    assert store.trim(30 * DAY, chunk=2, compact_above_bytes=0).compacted_batches == 1
     assert _count(database_url, outbox, old) == 0
     assert _count(database_url, outbox, recent) == steps[recent]
     assert _count(database_url, outbox, failed) == steps[failed]
@@ -92,5 +95,5 @@ def test_trim_keeps_what_resumes_and_reloads_need(
     again = import_folder(publishing_ctx, acme, old_folder, "k:again")
     assert isinstance(again, AlreadyLoaded) and again.owner_batch_id == old, again
     # A second trim finds nothing more.
-    assert store.trim(30 * DAY) == type(trimmed)()
+    assert store.trim(30 * DAY, compact_above_bytes=0) == Trimmed()
     assert set(store.table_bytes()) >= {"ingestion_batches", "publication_outbox"}
