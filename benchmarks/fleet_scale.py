@@ -13,6 +13,8 @@ part so no part's sweep lists another's folders. Parts, in this order:
   started directly (`--shards` of them): each delivery a child import-s3-folder flow run;
 - `bulk` (the figure): a sweep with `shards=--shards` over `--folders` folders
   (`--tenants` tenants x days), timed from the sweep's start to every batch succeeded;
+- `one run per folder, prefect worker start` (`--stock-folders N`, last): today's path on
+  Prefect's own process worker, without `fleet-import worker`'s run server;
 - `core floor`: `import_folder` of `--core-folders` folders one after another in one child
   process, no Prefect: what one core does alone.
 
@@ -241,6 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=DEFAULT_SHARDS)
     parser.add_argument("--core-folders", type=int, default=DEFAULT_CORE_FOLDERS)
     parser.add_argument("--no-flow-runs", action="store_true", help="skip the child-flow part")
+    parser.add_argument(
+        "--stock-folders",
+        type=int,
+        default=0,
+        help="also one run per folder on `prefect worker start` (no run server), last",
+    )
     parser.add_argument("--database-url", default=None, help="PostgreSQL server (admin URL)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -269,16 +277,19 @@ def main(argv: list[str] | None = None) -> int:
         endpoint = stack.enter_context(_harness.moto_s3_process())
         s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
         buckets = {
-            part: f"fleet-scale-{part}" for part in ("single", "flows", "bulk", "core", "stage")
+            part: f"fleet-scale-{part}"
+            for part in ("single", "flows", "bulk", "core", "stock", "stage")
         }
         for bucket in buckets.values():
             s3.create_bucket(Bucket=bucket)
-        _harness.progress(f"putting {args.folders + 2 * small + args.core_folders} folders")
+        putting = args.folders + 2 * small + args.core_folders + args.stock_folders
+        _harness.progress(f"putting {putting} folders")
         tenants_small = max(1, small // 10)
         made = {
             "single": _folders(s3, buckets["single"], tenants_small, small),
             "flows": _folders(s3, buckets["flows"], tenants_small, small),
             "bulk": _folders(s3, buckets["bulk"], args.tenants, args.folders),
+            "stock": _folders(s3, buckets["stock"], tenants_small, args.stock_folders),
             "core": _folders(
                 s3, buckets["core"], max(1, args.core_folders // 10), args.core_folders
             ),
@@ -303,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         counts = ServerCounts(root / "prefect" / "server.log", prefect_url)
         logs = root / "logs"
         logs.mkdir()
-        stack.enter_context(cluster.worker(server, "fleet-scale", env, logs, WORKER_LIMIT))
+        ours = stack.enter_context(ExitStack())
+        ours.enter_context(cluster.worker(server, "fleet-scale", env, logs, WORKER_LIMIT))
         time.sleep(3)  # the worker's first poll
 
         def sweep(bucket: str, shards: int) -> Callable[[], None]:
@@ -346,6 +358,15 @@ def main(argv: list[str] | None = None) -> int:
             f"bulk sweep, {args.shards} shards, task runs", sweep(buckets["bulk"], args.shards),
             database_url, buckets["bulk"], args.folders, counts,
         )  # fmt: skip
+        if args.stock_folders:
+            ours.close()  # the run server's worth: the per-folder path on Prefect's worker
+            with cluster.worker(server, "fleet-scale-stock", env, logs, WORKER_LIMIT, stock=True):
+                time.sleep(3)
+                _harness.progress(f"one run per folder, stock worker: {args.stock_folders}")
+                results["stock"] = _part(
+                    "one run per folder, prefect worker start", sweep(buckets["stock"], 0),
+                    database_url, buckets["stock"], args.stock_folders, counts,
+                )  # fmt: skip
         _harness.progress(f"core floor: {args.core_folders} folders")
         results["core"] = _core_part(
             {
