@@ -172,25 +172,11 @@ def _part(
 
 def core_floor(spec: dict[str, Any]) -> None:
     """In the child: `import_folder` of each folder in turn, no Prefect; prints seconds."""
-    from fleet_import.contracts.files import contracts_in_force
-    from fleet_import.importing.context import Committed, ImportContext
+    from fleet_import.importing.context import Committed
     from fleet_import.importing.driver import import_folder
-    from fleet_import.s3.client import s3_client
-    from fleet_import.s3.staging import StagingArea
     from fleet_import.scope import Tenant
-    from fleet_import.store.repository import BatchRepository
-    from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
-    s3 = s3_client(spec["endpoint"])
-    ctx = ImportContext(
-        repo=BatchRepository(spec["database_url"]),
-        warehouse=PostgresWarehouse(spec["database_url"]),
-        s3=s3,
-        staging=StagingArea(spec["staging_uri"], s3),
-        contracts=contracts_in_force(),
-        lease_ttl=120.0,
-        workdir=Path(spec["workdir"]),
-    )
+    ctx = _harness.core_context(spec)
     started = time.monotonic()
     for tenant, folder in spec["folders"]:
         outcome = import_folder(ctx, Tenant.named(tenant), folder, f"core:{folder}")
@@ -266,9 +252,7 @@ def main(argv: list[str] | None = None) -> int:
 
     pgtools = _harness.pgtools()
     cluster = _harness._tests_module("workers.cluster")
-    prefect_server = _harness._tests_module("prefect_server")
     admin_url = args.database_url or pgtools.server_url()
-    prefect_db = pgtools.unique_name("bench_prefect")
     small = min(args.baseline_folders, args.folders)
     with ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-scale-")))
@@ -294,15 +278,11 @@ def main(argv: list[str] | None = None) -> int:
                 s3, buckets["core"], max(1, args.core_folders // 10), args.core_folders
             ),
         }
-        prefect_url = pgtools.create_database(admin_url, prefect_db)
-        stack.callback(pgtools.drop_database, admin_url, prefect_db)
-        _harness.progress("starting the Prefect server (PostgreSQL: its migrations first)")
-        server = stack.enter_context(
-            prefect_server.prefect_server(
-                root / "prefect",
-                PREFECT_SERVER_DATABASE_CONNECTION_URL=prefect_server.asyncpg_url(prefect_url),
-                PREFECT_SERVER_LOGGING_LEVEL="INFO",  # uvicorn's access log: the API calls
-            )
+        server, prefect_url = _harness.prefect_server_on_postgres(
+            stack,
+            root,
+            admin_url,
+            PREFECT_SERVER_LOGGING_LEVEL="INFO",  # uvicorn's access log: the API calls
         )
         env = cluster.flow_env(database_url, endpoint, buckets["stage"])
         env["FLEET_LEASE_TTL_SECONDS"] = "60"  # a loaded host must not lose leases
