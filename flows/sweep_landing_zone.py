@@ -121,11 +121,7 @@ def start_import(deployment: str, planned: sweep.PlannedImport) -> dict[str, Any
         as_subflow=False,
         tags=[f"tenant:{planned.tenant_id}"],
     )
-    return {
-        "flow_run_id": str(flow_run.id),
-        "flow_run_name": flow_run.name,
-        "state": flow_run.state.name if flow_run.state else "unknown",
-    }
+    return _started_run(flow_run)
 
 
 # Retrying is safe: the shard's key names its deliveries, so a repeat returns the same run.
@@ -147,6 +143,11 @@ def start_shard(deployment: str, index: int, shard: Shard) -> dict[str, Any]:
         as_subflow=False,  # as start_import: the imports outlive the sweep
         tags=sorted({f"tenant:{planned.tenant_id}" for planned in shard.imports})[:20],
     )
+    return _started_run(flow_run)
+
+
+def _started_run(flow_run: Any) -> dict[str, Any]:
+    """What the sweep's artifact says of a run it started (or found)."""
     return {
         "flow_run_id": str(flow_run.id),
         "flow_run_name": flow_run.name,
