@@ -19,7 +19,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -335,3 +335,46 @@ def prefect_server(root: Path) -> AbstractContextManager[Any]:
     its process group stopped afterwards); yields its PrefectServer (api_url, env())."""
     progress("starting a prefect server")
     return _tests_module("prefect_server").prefect_server(root)
+
+
+def prefect_server_on_postgres(
+    stack: ExitStack, root: Path, admin_url: str, **server_env: str
+) -> tuple[Any, str]:
+    """A private `prefect server` on a fresh PostgreSQL database of `admin_url`'s server
+    (SQLite locks under many runs), both gone when `stack` closes: (its PrefectServer, the
+    database's URL)."""
+    tools, servers = pgtools(), _tests_module("prefect_server")
+    name = tools.unique_name("bench_prefect")
+    url = tools.create_database(admin_url, name)
+    stack.callback(tools.drop_database, admin_url, name)
+    progress("starting the Prefect server (PostgreSQL: its migrations first)")
+    server = stack.enter_context(
+        servers.prefect_server(
+            root / "prefect",
+            PREFECT_SERVER_DATABASE_CONNECTION_URL=servers.asyncpg_url(url),
+            **server_env,
+        )
+    )
+    return server, url
+
+
+def core_context(spec: dict[str, Any]) -> Any:
+    """The core's ImportContext for a benchmark child: no Prefect, no publication steps,
+    the spec's database (also the warehouse), S3 endpoint, staging URI and workdir."""
+    from fleet_import.contracts.files import contracts_in_force
+    from fleet_import.importing.context import ImportContext
+    from fleet_import.s3.client import s3_client
+    from fleet_import.s3.staging import StagingArea
+    from fleet_import.store.repository import BatchRepository
+    from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
+
+    s3 = s3_client(spec["endpoint"])
+    return ImportContext(
+        repo=BatchRepository(spec["database_url"]),
+        warehouse=PostgresWarehouse(spec["database_url"]),
+        s3=s3,
+        staging=StagingArea(spec["staging_uri"], s3),
+        contracts=contracts_in_force(),
+        lease_ttl=120.0,
+        workdir=Path(spec["workdir"]),
+    )

@@ -50,25 +50,11 @@ _CHILD_TIMEOUT_SECONDS = 300.0
 
 def measure_core(spec: dict[str, Any]) -> _harness.Measurement:
     """In the child: one `import_folder` of the tiny folder, every Fleet dataset."""
-    from fleet_import.contracts.files import contracts_in_force
-    from fleet_import.importing.context import Committed, ImportContext
+    from fleet_import.importing.context import Committed
     from fleet_import.importing.driver import import_folder
-    from fleet_import.s3.client import s3_client
-    from fleet_import.s3.staging import StagingArea
     from fleet_import.scope import Tenant
-    from fleet_import.store.repository import BatchRepository
-    from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
-    s3 = s3_client(spec["endpoint"])
-    ctx = ImportContext(
-        repo=BatchRepository(spec["database_url"]),
-        warehouse=PostgresWarehouse(spec["database_url"]),
-        s3=s3,
-        staging=StagingArea(spec["staging_uri"], s3),
-        contracts=contracts_in_force(),
-        lease_ttl=120.0,
-        workdir=Path(spec["workdir"]),
-    )
+    ctx = _harness.core_context(spec)
     with _harness.Window() as window:
         outcome = import_folder(ctx, Tenant.named(spec["tenant"]), spec["folder"], "bench-core")
     if not isinstance(outcome, Committed) or not outcome.published:
@@ -257,9 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     folders = args.folders or workers_scale.DEFAULT_FOLDERS
     pgtools = _harness.pgtools()
     cluster = _harness._tests_module("workers.cluster")
-    prefect_server = _harness._tests_module("prefect_server")
     admin_url = args.database_url or pgtools.server_url()
-    prefect_db = pgtools.unique_name("bench_prefect")
     figures: dict[str, list[float]] = {
         "core": [],
         "run": [],
@@ -280,15 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         landing, staging = "fleet-landing-bench", "fleet-staging-bench"
         for bucket in (landing, staging):
             s3.create_bucket(Bucket=bucket)
-        prefect_url = pgtools.create_database(admin_url, prefect_db)
-        stack.callback(pgtools.drop_database, admin_url, prefect_db)
-        _harness.progress("starting the Prefect server (PostgreSQL: its migrations first)")
-        server = stack.enter_context(
-            prefect_server.prefect_server(
-                root / "prefect",
-                PREFECT_SERVER_DATABASE_CONNECTION_URL=prefect_server.asyncpg_url(prefect_url),
-            )
-        )
+        server, _ = _harness.prefect_server_on_postgres(stack, root, admin_url)
         env = cluster.flow_env(database_url, endpoint, staging)
         if not args.no_workers:
             cluster.deploy(server, env)

@@ -148,9 +148,7 @@ def main(argv: list[str] | None = None) -> int:
 
     pgtools = _harness.pgtools()
     cluster = _harness._tests_module("workers.cluster")
-    prefect_server = _harness._tests_module("prefect_server")
     admin_url = args.database_url or pgtools.server_url()
-    prefect_db = pgtools.unique_name("bench_prefect")
     results: dict[int, float] = {}
     to_first: list[float] = []
     from_last: list[float] = []
@@ -163,15 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         landing, staging = "fleet-landing-bench", "fleet-staging-bench"
         for bucket in (landing, staging):
             s3.create_bucket(Bucket=bucket)
-        prefect_url = pgtools.create_database(admin_url, prefect_db)
-        stack.callback(pgtools.drop_database, admin_url, prefect_db)
-        _harness.progress("starting the Prefect server (PostgreSQL: its migrations first)")
-        server = stack.enter_context(
-            prefect_server.prefect_server(
-                root / "prefect",
-                PREFECT_SERVER_DATABASE_CONNECTION_URL=prefect_server.asyncpg_url(prefect_url),
-            )
-        )
+        server, _ = _harness.prefect_server_on_postgres(stack, root, admin_url)
         env = cluster.flow_env(database_url, endpoint, staging)
         cluster.deploy(server, env)
         from prefect.settings import PREFECT_API_URL, temporary_settings

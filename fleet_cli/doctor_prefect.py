@@ -70,6 +70,7 @@ def check_prefect(settings: Settings) -> Iterator[Check]:
         yield _deployments(client)
         yield _load_limit(client, settings)
         yield _zombie_automation(client)
+        yield _flow_run_retention(url)
         yield from _blocks(client)
 
 
@@ -126,6 +127,28 @@ def _load_limit(client: Any, settings: Settings) -> Check:
     return passed(name, f"{limit.limit} slots")
 
 
+def _flow_run_retention(url: str) -> Check:
+    """Does the server trim old flow runs (its vacuum service)? A thousand deliveries a day
+    are that many runs or task runs; off is Prefect's default, so it is said, not failed."""
+    import httpx
+
+    name = "flow run retention"
+    try:
+        answer = httpx.get(url.rstrip("/") + "/admin/settings", timeout=_PROBE_TIMEOUT_SECONDS)
+        vacuum = answer.raise_for_status().json()["server"]["services"]["db_vacuum"]
+    except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
+        return Check(name, None, f"the server's settings are not readable ({type(exc).__name__})")
+    if "flow_runs" not in (vacuum.get("enabled") or []):
+        return Check(
+            name,
+            None,
+            "off: the server keeps every flow run, its logs and artifacts",
+            "on the server: PREFECT_SERVER_SERVICES_DB_VACUUM_ENABLED=events,flow_runs "
+            "(docs/operating.md, State that does not pile up)",
+        )
+    return passed(name, f"flow runs ended {vacuum.get('retention_period')} ago are deleted")
+
+
 def _zombie_automation(client: Any) -> Check:
     """Is a run whose process died marked Crashed, and only a dead one? The automation must
     exist, be enabled, and its window span two heartbeats of the runs (the deployment's job
@@ -149,8 +172,7 @@ def _zombie_automation(client: Any) -> Check:
     window = zombie_after_seconds(automation)
     heartbeat, source = _heartbeat_seconds(client)
     heartbeat_fix = (
-        "PREFECT_FLOWS_HEARTBEAT_FREQUENCY: \"30\" in prefect.yaml's job variables, then "
-        f"{_DEPLOY}"
+        f'PREFECT_FLOWS_HEARTBEAT_FREQUENCY: "30" in prefect.yaml\'s job variables, then {_DEPLOY}'
     )
     if heartbeat is None:
         return failed(

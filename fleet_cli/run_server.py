@@ -36,12 +36,14 @@ from fleet_cli.run_client import MESSAGE_BYTES, STREAMS
 
 PRELOADED = (
     "flows.import_s3_folder",
+    "flows.bulk_import",
     "flows.resume_publication",
     "flows.approve_held_batch",
     "flows.rollback_slice",
     "flows.drain_publications",
     "flows.sweep_landing_zone",
     "flows.check_freshness",
+    "flows.trim_operational_state",
     "prefect.flow_engine",
 )
 PROJECT_PACKAGES = ("fleet_import", "fleet_cli", "flows", "blocks")

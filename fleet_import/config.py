@@ -115,6 +115,12 @@ class Settings(BaseSettings):
     retain_batches: int = Field(
         1, ge=1, description="earlier successes of a scope whose files are kept, however old"
     )
+    state_retain_days: float = Field(
+        30.0,
+        ge=0,
+        description="days after which the trim-operational-state flow deletes succeeded "
+        "batches' outbox steps and delivered lineage events, and compacts their details",
+    )
     sweep_lookback_days: int = Field(
         DEFAULT_SWEEP_LOOKBACK_DAYS,
         ge=0,

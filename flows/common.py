@@ -37,6 +37,10 @@ T = TypeVar("T")
 # A load slot is leased: a worker killed mid-load gives its slot back when the lease runs
 # out (Prefect's minimum is 60 s); a live one renews it in the background.
 LOAD_SLOT_LEASE_SECONDS = 60.0
+# Limits this process saw exist: a bulk import's next load in the same process asks the API
+# for the slots only, not again whether each limit exists (two calls and a client fewer).
+# Forgotten when taking the slots fails, so a limit deleted since is made again.
+_LIMITS_SEEN: set[str] = set()
 
 # Exponential backoff with jitter for transient failures (dropped database connections,
 # serialisation conflicts); contract violations are never retried, nor S3's errors, which
@@ -89,22 +93,15 @@ def warehouse_load_slots(tenant_id: str, settings: Settings | None = None) -> It
     if not names:
         yield
         return
-    # strict: a limit deleted since is an error, not a silent pass. A failed lease renewal
-    # is not: the slot only throttles, the batch's lease in PostgreSQL guards the load.
-    slots = concurrency(
-        names,
-        occupy=1,
-        strict=True,
-        lease_duration=LOAD_SLOT_LEASE_SECONDS,
-        raise_on_lease_renewal_failure=False,
-    )
     try:
-        # A tenant's first load creates its limit: expected, not a warning; one line for all.
-        made = [name for name in names if ensure_limit(name, sizes[name])]
-        if made:
-            told = ", ".join(f"{name} ({sizes[name]} slots)" for name in made)
-            log.info("created concurrency limits %s", told)
-        slots.__enter__()
+        try:
+            slots = _take_slots(names, sizes, ensure_limit)
+        except Exception as exc:
+            if api_unreachable(exc) or not _LIMITS_SEEN.intersection(names):
+                raise
+            # A limit this process saw may have been deleted since: made again, once.
+            _LIMITS_SEEN.difference_update(names)
+            slots = _take_slots(names, sizes, ensure_limit)
     except Exception as exc:
         # No slot, no load: the cap is the warehouse's promise. Nothing was loaded yet.
         if api_unreachable(exc):
@@ -116,6 +113,29 @@ def warehouse_load_slots(tenant_id: str, settings: Settings | None = None) -> It
         _give_back(slots, names, *sys.exc_info())
         raise
     _give_back(slots, names, None, None, None)
+
+
+def _take_slots(
+    names: list[str], sizes: dict[str, int], ensure_limit: Callable[[str, int], bool]
+) -> Any:
+    """Make the limits this process has not seen yet, then take one slot of each."""
+    # strict: a limit deleted since is an error, not a silent pass. A failed lease renewal
+    # is not: the slot only throttles, the batch's lease in PostgreSQL guards the load.
+    slots = concurrency(
+        names,
+        occupy=1,
+        strict=True,
+        lease_duration=LOAD_SLOT_LEASE_SECONDS,
+        raise_on_lease_renewal_failure=False,
+    )
+    # A tenant's first load creates its limit: expected, not a warning; one line for all.
+    made = [name for name in names if name not in _LIMITS_SEEN and ensure_limit(name, sizes[name])]
+    if made:
+        told = ", ".join(f"{name} ({sizes[name]} slots)" for name in made)
+        log.info("created concurrency limits %s", told)
+    slots.__enter__()
+    _LIMITS_SEEN.update(names)
+    return slots
 
 
 def _give_back(slots: Any, names: list[str], *exc_info: Any) -> None:

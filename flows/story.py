@@ -65,17 +65,32 @@ def made_by(batch: Batch) -> uuid.UUID | None:
         return None
 
 
-def tell(rt: Runtime, batch_ids: Iterable[uuid.UUID]) -> None:
+def tell(rt: Runtime, batch_ids: Iterable[uuid.UUID], *, tenant_tables: bool = True) -> None:
     """Publish each batch's story, and the stories of the failed batches each one
-    superseded, then each tenant's table. Never raises."""
+    superseded, then each tenant's table (unless the caller tells the tenants once for
+    many batches: a bulk import, `tell_tenants`). Never raises."""
     ids = list(dict.fromkeys(batch_ids))
     try:  # an API gone: dropped, once noted (api_reports.report)
-        report(f"the story of batches {ids}", lambda: _tell(rt, ids))
+        report(f"the story of batches {ids}", lambda: _tell(rt, ids, tenant_tables))
     except Exception as exc:  # noqa: BLE001 - a view of the batch never fails the flow
         log.warning("could not publish the story of batches %s: %s", ids, exc)
 
 
-def _tell(rt: Runtime, batch_ids: list[uuid.UUID]) -> None:
+def tell_tenants(rt: Runtime, tenant_ids: Iterable[str]) -> None:
+    """Publish each tenant's table of recent batches once. Never raises."""
+    tenants = list(dict.fromkeys(tenant_ids))
+
+    def publish() -> None:
+        for tenant_id in tenants:
+            _publish_tenant_table(rt, tenant_id)
+
+    try:
+        report(f"the batch tables of tenants {tenants}", publish)
+    except Exception as exc:  # noqa: BLE001 - a view of the batches never fails the flow
+        log.warning("could not publish the batch tables of %s: %s", tenants, exc)
+
+
+def _tell(rt: Runtime, batch_ids: list[uuid.UUID], tenant_tables: bool = True) -> None:
     batches = [b for b in (rt.ctx.repo.get(batch_id) for batch_id in batch_ids) if b]
     told = {b.id for b in batches}
     for batch in [b for b in batches if b.status is BatchStatus.SUCCEEDED]:
@@ -88,6 +103,8 @@ def _tell(rt: Runtime, batch_ids: list[uuid.UUID]) -> None:
     since = ReviewRepository.from_settings(rt.settings).held_since(held) if held else {}
     for batch in batches:
         _publish_story(batch, runs, since.get(batch.id))
+    if not tenant_tables:
+        return
     for tenant_id in dict.fromkeys(b.tenant_id for b in batches):
         _publish_tenant_table(rt, tenant_id)
 

@@ -31,6 +31,7 @@ from fleet_import.intake.completion import (
     completion_rule,
 )
 from fleet_import.intake.landing import DEFAULT_PATTERN, LandingLayout
+from fleet_import.intake.shards import Shard, shard_imports
 from fleet_import.s3.client import settings_s3_client
 from fleet_import.store.sweep_repository import SweepRepository
 from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT
@@ -45,6 +46,7 @@ from flows.common import (
 from flows.reporting import failed, fails_with_one_line, foreseen_as_state
 
 DEFAULT_IMPORT_DEPLOYMENT = "import-s3-folder/import-s3-folder"
+DEFAULT_BULK_DEPLOYMENT = "bulk-import/bulk-import"
 # The artifact is for reading: a landing zone of years of daily folders would make a table
 # nobody scrolls. The counts are always complete.
 _ARTIFACT_MAX_ROWS = 500
@@ -119,11 +121,51 @@ def start_import(deployment: str, planned: sweep.PlannedImport) -> dict[str, Any
         as_subflow=False,
         tags=[f"tenant:{planned.tenant_id}"],
     )
+    return _started_run(flow_run)
+
+
+# Retrying is safe: the shard's key names its deliveries, so a repeat returns the same run.
+@task(
+    name="start-bulk-import",
+    task_run_name="start-bulk-import/{index}",
+    retries=TASK_RETRIES,
+    retry_delay_seconds=TASK_RETRY_DELAYS,
+    retry_jitter_factor=TASK_RETRY_JITTER,
+    cache_policy=NO_CACHE,
+)
+def start_shard(deployment: str, index: int, shard: Shard) -> dict[str, Any]:
+    """Create (or find) the bulk-import run of one shard of deliveries."""
+    flow_run = run_deployment(
+        name=deployment,
+        parameters={"deliveries": shard.deliveries},
+        idempotency_key=shard.idempotency_key,
+        timeout=0,
+        as_subflow=False,  # as start_import: the imports outlive the sweep
+        tags=sorted({f"tenant:{planned.tenant_id}" for planned in shard.imports})[:20],
+    )
+    return _started_run(flow_run)
+
+
+def _started_run(flow_run: Any) -> dict[str, Any]:
+    """What the sweep's artifact says of a run it started (or found)."""
     return {
         "flow_run_id": str(flow_run.id),
         "flow_run_name": flow_run.name,
         "state": flow_run.state.name if flow_run.state else "unknown",
     }
+
+
+def _started(
+    admitted: list[sweep.PlannedImport], deployment: str, shards: int, bulk_deployment: str
+) -> list[tuple[sweep.PlannedImport, dict[str, Any]]]:
+    """Each admitted delivery with the run that imports it: its own, or its shard's."""
+    if shards <= 0:
+        return [(planned, start_import(deployment, planned)) for planned in admitted]
+    started = []
+    for index, shard in enumerate(shard_imports(admitted, shards)):
+        run = start_shard(bulk_deployment, index, shard)
+        started += [(planned, run) for planned in shard.imports]
+    return started
 
 
 @flow(name="sweep-landing-zone", retries=0)
@@ -138,6 +180,8 @@ def sweep_landing_zone(
     layout: str = DEFAULT_PATTERN,
     deployment: str = DEFAULT_IMPORT_DEPLOYMENT,
     lookback_days: int | None = None,
+    shards: int = 0,
+    bulk_deployment: str = DEFAULT_BULK_DEPLOYMENT,
 ) -> dict[str, int] | State:
     """Start an import for every complete landing folder whose current content has not
     been loaded, at most one run per delivery however many sweeps and events overlap.
@@ -159,6 +203,10 @@ def sweep_landing_zone(
         lookback_days: Only folders dated from this many days ago through tomorrow, by the
             layout's {yyyy-mm-dd}; older folders are never listed. Unset: the
             FLEET_SWEEP_LOOKBACK_DAYS setting (3). 0: every folder (a one-off catch-up).
+        shards: 0: one import-s3-folder run per delivery. N > 0: the deliveries split into
+            at most N bulk-import runs, each importing its share one task run per delivery
+            (a thousand deliveries in a few flow runs; benchmarks/README.md, fleet_scale).
+        bulk_deployment: The bulk-import deployment the shards run on.
     """
     started_at = time.monotonic()
     logger = get_run_logger()
@@ -184,7 +232,7 @@ def sweep_landing_zone(
     admitted = plan.start
     for refusal in refusals:
         prefect_event_sink(DELIVERY_REFUSED_EVENT, refusal.payload("sweep"))
-    started = [(planned, start_import(deployment, planned)) for planned in admitted]
+    started = _started(admitted, deployment, shards, bulk_deployment)
     rows = [
         {
             "action": "start",
@@ -223,6 +271,8 @@ def sweep_landing_zone(
     }
     if refusals:
         counts["refused"] = len(refusals)
+    if shards > 0 and started:
+        counts["shards"] = len({run["flow_run_id"] for _, run in started})
     window = f"folders dated {scan.window[0]}..{scan.window[1]}" if scan.window else "every folder"
     description = (
         f"sweep of s3://{bucket}/{prefix} ({window}): "

@@ -44,6 +44,16 @@ EXPECTED_DEPLOYMENTS = {
         "import-s3-folder",
         {"tenant_id", "folder"},
     ),
+    "bulk-import": (
+        "flows/bulk_import.py:bulk_import",
+        "bulk-import",
+        {"deliveries"},
+    ),
+    "bulk-backfill": (
+        "flows/bulk_import.py:bulk_import",
+        "bulk-import",
+        {"deliveries"},
+    ),
     "resume-publication": (
         "flows/resume_publication.py:resume_publication",
         "resume-publication",
@@ -74,11 +84,21 @@ EXPECTED_DEPLOYMENTS = {
         "check-freshness",
         set(),
     ),
+    "trim-operational-state": (
+        "flows/trim_operational_state.py:trim_operational_state",
+        "trim-operational-state",
+        set(),
+    ),
 }
 
 # The scheduled deployments run one at a time; a tick that finds one running is cancelled.
 # The others have no Prefect limit: the scope reservation lives in PostgreSQL (prefect.yaml).
-ONE_AT_A_TIME = {"drain-publications", "sweep-landing-zone", "check-freshness"}
+ONE_AT_A_TIME = {
+    "drain-publications",
+    "sweep-landing-zone",
+    "check-freshness",
+    "trim-operational-state",
+}
 _ONE_AT_A_TIME_LIMIT = {"limit": 1, "collision_strategy": "CANCEL_NEW"}
 
 # Every deployment's pull steps: into the checkout (or the image's copy), then the pin.
@@ -87,7 +107,7 @@ PULL_STEPS = [
     {"flows.code_version.require_code_version": {"expected": "{{ $FLEET_CODE_VERSION }}"}},
 ]
 # Backfills wait in their own queue; everything else runs from the pool's default one.
-QUEUES = {"backfill": "backfill"}
+QUEUES = {"backfill": "backfill", "bulk-backfill": "backfill"}
 JOB_ENV = {
     "FLEET_NORMALIZE_WORKERS",
     "FLEET_WAREHOUSE_LOAD_SLOTS",
@@ -422,6 +442,8 @@ def test_deploy_all_registers_every_deployment(
     for name in (
         "import-s3-folder",
         "backfill",
+        "bulk-import",
+        "bulk-backfill",
         "resume-publication",
         "approve-held-batch",
         "rollback-slice",

@@ -112,11 +112,15 @@ def test_a_healthy_stack_passes_every_check(healthy_env: dict[str, str], s3: Any
         "deployments",
         "concurrency limit fleet-warehouse-loads",
         "zombie flow runs",
+        "flow run retention",
         "block types",
         "block documents",
         "relay queue",
     ]
     assert statuses(report)["block documents"] == "skipped"
+    retention = next(c for c in report["checks"] if c["check"] == "flow run retention")
+    assert retention["status"] == "skipped"  # Prefect's default: events only
+    assert "PREFECT_SERVER_SERVICES_DB_VACUUM_ENABLED=events,flow_runs" in retention["fix"]
     bucket = healthy_env["FLEET_STAGING_URI"].split("/")[2]
     assert s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0  # the probe is gone
 
