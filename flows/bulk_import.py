@@ -28,33 +28,27 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 from pydantic import BaseModel
 
-from fleet_import.errors import FleetImportError, InvalidInput, LeaseLost
-from fleet_import.explain import explain
-from fleet_import.importing import driver as pipeline
-from fleet_import.importing.driver import CoreSteps
+from fleet_import.errors import FleetImportError, InvalidInput
+from fleet_import.importing.driver import CoreSteps, Step, import_folder
 from fleet_import.importing.runtime import Runtime
-from fleet_import.intake.admission import admit
+from fleet_import.intake.admission import admission
 from fleet_import.scope import folder_leaf, source_scope
-from fleet_import.tenants.binding import DELIVERY_REFUSED_EVENT, Refused
 from flows.common import (
     holding_load_slots,
     lease_owner,
     load_settings,
-    prefect_event_sink,
     runtime_for_flow,
 )
 from flows.import_s3_folder import import_s3_folder
-from flows.late_reports import tell_unreported_runs
+from flows.operation import FlowHost, run_operation
 from flows.reporting import (
     failed,
     fails_with_one_line,
     foreseen_failure,
-    publish_artifacts,
-    refused,
-    state_for,
 )
-from flows.story import tell, tell_tenants
+from flows.story import tell_tenants
 
+BULK = "bulk-import"  # a refusal's `source`, as the flow is named
 DEFAULT_CONCURRENCY = 4
 """Deliveries a shard imports at once: its threads wait on S3, PostgreSQL and the warehouse
 more than they compute; more than the warehouse load slots only queues at the slots."""
@@ -74,7 +68,7 @@ class BulkSteps(CoreSteps):
     errors as under the CLI), the slice load inside the warehouse load slots as in the
     flow: a shard's deliveries hold the same caps as their per-folder runs."""
 
-    def run(self, step: pipeline.Step, fn: Any, *args: Any) -> Any:
+    def run(self, step: Step, fn: Any, *args: Any) -> Any:
         if step.name == "commit-slice":
             fn = holding_load_slots(fn)
         return super().run(step, fn, *args)
@@ -102,39 +96,28 @@ def import_delivery(rt: Runtime, delivery: Delivery) -> State:
 
 
 def _import_delivery(rt: Runtime, delivery: Delivery) -> State:
+    """The same operation as `import-s3-folder` (`importing.driver.import_folder`: admission,
+    claim, the steps), its steps plain calls in this task run; the shard tells each tenant's
+    table once for all its deliveries."""
     try:
-        scope = source_scope(delivery.folder)
-        admitted = admit(rt.settings, delivery.tenant_id, delivery.folder)
+        source_scope(delivery.folder)  # invalid input is refused before anything is written
+        return run_operation(
+            FlowHost(rt, tell_unreported=True, tenant_tables=False),
+            lambda steps, host: import_folder(
+                rt.ctx,
+                delivery.tenant_id,
+                delivery.folder,
+                delivery.delivery_key,
+                admission=admission(rt.settings),
+                owner=lease_owner(),
+                steps=steps,
+                host=host,
+                source=BULK,
+            ),
+            steps=BulkSteps(rt.ctx.normalize_workers),
+        )
     except InvalidInput as exc:
         return failed(f"invalid input: {exc}")
-    if isinstance(admitted, Refused):  # before the scope is reserved: nothing is written
-        prefect_event_sink(DELIVERY_REFUSED_EVENT, admitted.payload("bulk-import"))
-        return refused(admitted)
-    tenant = admitted
-    ctx = rt.ctx
-    claimed = pipeline.claim(ctx, tenant, scope, delivery.delivery_key, lease_owner())
-    tell_unreported_runs(rt, tenant.tenant_id, scope)
-    if not isinstance(claimed, pipeline.Claimed):
-        return state_for(claimed)
-    _record_run(rt, claimed)
-    steps = BulkSteps(ctx.normalize_workers)
-    try:
-        outcome = pipeline.import_batch(ctx, tenant, claimed, steps)
-    except LeaseLost as exc:
-        tell(rt, [claimed.batch_id], tenant_tables=False)
-        return failed(f"lost the lease on batch {claimed.batch_id}: {explain(exc)}")
-    publish_artifacts(rt, claimed.batch_id)
-    tell(rt, [claimed.batch_id], tenant_tables=False)  # the shard tells each tenant once
-    return state_for(outcome)
-
-
-def _record_run(rt: Runtime, claimed: pipeline.Claimed) -> None:
-    """The batch keeps the shard's flow run (its story links to it) and its own task run."""
-    run_id, task_id = flow_run.get_id(), task_run.get_id()
-    batch = rt.ctx.repo.get(claimed.batch_id)
-    if run_id and batch is not None and "flow_run_id" not in batch.details:
-        patch = {"flow_run_id": run_id, "task_run_id": task_id}
-        rt.ctx.repo.update_details(claimed.batch_id, claimed.owner, patch)
 
 
 @task(name="import-folder-run", task_run_name=_delivery_run_name, cache_policy=NO_CACHE)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 
-from prefect.runtime import flow_run
+from prefect.runtime import flow_run, task_run
 from prefect.states import State
 
 from fleet_import.errors import LeaseLost
@@ -42,10 +42,13 @@ class FlowHost:
         *,
         progress: Callable[[str], Progress] | None = None,
         tell_unreported: bool = False,
+        tenant_tables: bool = True,
     ) -> None:
         self.rt = rt
         self._progress = progress
         self._tell_unreported = tell_unreported
+        self.tenant_tables = tenant_tables
+        """False: the caller tells each tenant's table once for many batches (bulk import)."""
         self.told: list[uuid.UUID] = []
         self.headline: str | None = None
 
@@ -64,17 +67,20 @@ class FlowHost:
     ) -> None:
         self.told, self.headline = list(told), headline
         _record_run(self.rt, claimed)
-        tell(self.rt, self.told)
+        tell(self.rt, self.told, tenant_tables=self.tenant_tables)
 
 
-def run_operation(host: FlowHost, operation: Operation) -> State:
-    """Run the core's operation with Prefect tasks as its steps; its outcome as the run's
-    state, the batch's artifacts and story told whatever the outcome."""
-    steps = PrefectSteps()
+def run_operation(
+    host: FlowHost, operation: Operation, steps: StepRunner | None = None
+) -> State:
+    """Run the core's operation with its steps as Prefect tasks (or `steps`: a bulk import's
+    deliveries, each a task run already, run theirs as plain calls); its outcome as the
+    run's state, the batch's artifacts and story told whatever the outcome."""
+    steps = steps or PrefectSteps()
     try:
         outcome = operation(steps, host)
     except LeaseLost as exc:
-        tell(host.rt, host.told)
+        tell(host.rt, host.told, tenant_tables=host.tenant_tables)
         batch = f"batch {host.told[0]}" if host.told else "its batch"
         return failed(f"lost the lease on {batch}: {explain(exc)}")
     if isinstance(outcome, Refused):
@@ -85,8 +91,8 @@ def run_operation(host: FlowHost, operation: Operation) -> State:
         return failed(outcome.reason, name="NotRolledBack")
     if host.told:
         publish_artifacts(host.rt, host.told[0])
-        tell(host.rt, host.told)
-    state = state_for(outcome, crash=steps.crash)
+        tell(host.rt, host.told, tenant_tables=host.tenant_tables)
+    state = state_for(outcome, crash=getattr(steps, "crash", None))
     if host.headline:
         state = state.model_copy(update={"message": f"{host.headline}; {state.message}"})
     return state
@@ -95,9 +101,11 @@ def run_operation(host: FlowHost, operation: Operation) -> State:
 def _record_run(rt: Runtime, claimed: Claimed) -> None:
     """The batch keeps the flow run that made it (a UI Retry is the same run; a later run
     continuing a dead one's batch is not the one that made it), for the tenant's table and
-    the batch's story."""
-    run_id = flow_run.get_id()
+    the batch's story; a bulk import's delivery its task run too."""
+    run_id, task_id = flow_run.get_id(), task_run.get_id()
     batch = rt.ctx.repo.get(claimed.batch_id)
     if run_id and batch is not None and batch.record.flow_run_id is None:
-        patch = BatchDetails.patch(flow_run_id=run_id)
+        patch = BatchDetails.patch(
+            flow_run_id=run_id, **({"task_run_id": task_id} if task_id else {})
+        )
         rt.ctx.repo.update_details(claimed.batch_id, claimed.owner, patch)

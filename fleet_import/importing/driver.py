@@ -148,19 +148,20 @@ def import_folder(
     force: bool = False,
     guard: GuardOverride | None = None,
     host: Host = UNWATCHED,
+    source: str = IMPORT,
 ) -> ImportOutcome | Refused:
     """One delivery, whole: the flow runs this with its steps as tasks. A tenant given by
     id is admitted first (registry, folder binding): Refused, told, nothing written; a
     `Tenant` is taken as admitted (tests, benchmarks). `force` loads even content the slice
     already holds (see claim.already_loaded); `guard` overrides the contracts' slice guards
-    for this run (importing.guards)."""
+    for this run (importing.guards). `source`: the entry point a refusal names."""
     scope = source_scope(folder)  # invalid input is rejected before any row is written
     if isinstance(tenant, str):
         if admission is None:
             raise TypeError("a tenant given by id needs the admission that admits it")
         admitted = admission(tenant, folder)
         if isinstance(admitted, Refused):  # before the scope is reserved: nothing is written
-            return tell_refusal(ctx.events, admitted, IMPORT)
+            return tell_refusal(ctx.events, admitted, source)
         tenant = admitted
     host.admitted(tenant, scope)
     claimed = claim(ctx, tenant, scope, delivery_key, owner or new_owner(), force=force)

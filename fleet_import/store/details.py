@@ -156,6 +156,8 @@ class BatchDetails(_Open):
     superseded_by: str | None = None
     publication_expired: bool = False
     flow_run_id: str | None = None
+    task_run_id: str | None = None
+    """The task run that loaded it, for a delivery of a bulk import (its own view)."""
     guard: dict[str, Any] | None = None
     """The run's slice-guard override (`importing.guards.GuardOverride`)."""
     delivery_manifest: dict[str, Any] | None = None
