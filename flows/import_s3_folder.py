@@ -57,7 +57,8 @@ from flows.story import tell
 from flows.task_runner import SettingsTaskRunner
 
 T = TypeVar("T")
-# Task run names: the normalise step's shows the file it reads.
+# Task run names: the normalize step's shows the file it reads. "normalise" (and the
+# artifact key "normalise-progress") keep the spelling Prefect recorded for earlier runs.
 _RUN_NAMES = {"normalise": "normalise/{job.obj.name}"}
 _PROGRESS_EVERY_SECONDS = 1.0
 
@@ -143,12 +144,12 @@ def _cancel_after_failure(done: PrefectFuture[Any], futures: Sequence[PrefectFut
 
 
 def _progress_artifact(scope: str) -> Progress:
-    """ctx.progress for the flow: the normalisation's fraction done as a progress artifact
+    """ctx.progress for the flow: the normalization's fraction done as a progress artifact
     (called on the COPY's reader thread, which runs in the commit task's copied context)."""
     artifact_id = report(
-        "the normalisation's progress",
+        "the normalization's progress",
         lambda: create_progress_artifact(
-            0.0, key="normalise-progress", description=f"normalising {scope}"
+            0.0, key="normalise-progress", description=f"normalizing {scope}"
         ),
     )
     sent = [time.monotonic()]
@@ -163,7 +164,7 @@ def _progress_artifact(scope: str) -> Progress:
             sent[0] = now
             # Never raises for the API: it is called from inside the slice load.
             report(
-                "the normalisation's progress",
+                "the normalization's progress",
                 lambda: update_progress_artifact(artifact_id, 100.0 * fraction),
             )
 

@@ -42,6 +42,8 @@ class FailureKind(StrEnum):
     HELD = "held"  # a slice guard stopped it before commit: waits for review (importing.guards)
 
 
+# Stored in every batch's details: "normalised" keeps the spelling of the rows written since
+# the first release, which the views and the takeover read.
 Phase = Literal["reserved", "discovered", "normalised", "committed", "publishing", "published"]
 FLEET_MODE = "file_upload"
 FLEET_PIPELINE_STAGE = "fleet_s3_direct_to_curated"
@@ -195,7 +197,7 @@ class FileInUse:
 
 @dataclass(frozen=True)
 class CachedFile:
-    """A normalised source file: `(source_key, etag, contract_version)` -> staged output."""
+    """A normalized source file: `(source_key, etag, contract_version)` -> staged output."""
 
     source_key: str
     etag: str
