@@ -370,15 +370,21 @@ def test_nothing_refers_outside_the_repository() -> None:
     assert not found, "\n".join(found)
 
 
-def test_no_source_refers_outside_the_repository() -> None:
-    """Docstrings and comments state their rule; none points at a page the repository does
-    not have (a `DESIGN` section, the shared notes)."""
-    sources = [
+def source_files() -> list[Path]:
+    """Every file of the repository a reader opens (code, SQL, settings, pages), this one
+    left out: it names what it looks for."""
+    return [
         path
         for top in TOP_DIRS
         for path in sorted((REPO / top).rglob("*"))
         if path.suffix in PATH_EXTENSIONS and path.is_file() and path != Path(__file__)
     ] + [REPO / name for name in TOP_FILES]
+
+
+def test_no_source_refers_outside_the_repository() -> None:
+    """Docstrings and comments state their rule; none points at a page the repository does
+    not have (a `DESIGN` section, the shared notes)."""
+    sources = source_files()
     found = [
         f"{path.relative_to(REPO)}:{n}: {line.strip()[:80]}"
         for path in sources
@@ -393,12 +399,7 @@ def test_normalize_has_one_spelling() -> None:
     """The package is `normalize`: names and prose spell it so. Only what is stored or
     recorded keeps "normalise": the batch phase `"normalised"`, the step and task name
     `"normalise"` (a fault cell's id names it too) and the artifact key."""
-    sources = [
-        path
-        for top in TOP_DIRS
-        for path in sorted((REPO / top).rglob("*"))
-        if path.suffix in PATH_EXTENSIONS and path.is_file() and path != Path(__file__)
-    ] + [REPO / name for name in TOP_FILES]
+    sources = source_files()
     found = [
         f"{path.relative_to(REPO)}:{n}: {line.strip()[:80]}"
         for path in sources
