@@ -29,8 +29,8 @@ LEASE_TTL_SECONDS = 120.0
 # (name, from mark, to mark): a mark is the first or last progress message of a kind.
 _PHASES = (
     ("reserve + lease", "start", "first listing"),
-    ("list, open the slice, normalise the first file", "first listing", "first normalised"),
-    ("COPY of every file (normalising the rest overlaps)", "first normalised", "last loaded"),
+    ("list, open the slice, normalize the first file", "first listing", "first normalized"),
+    ("COPY of every file (normalizing the rest overlaps)", "first normalized", "last loaded"),
     ("duplicate check + COMMIT + record commit + succeed", "last loaded", "end"),
 )
 
@@ -107,7 +107,7 @@ class TimedStaging(StagingArea):
 def measure_ours(spec: dict[str, Any]) -> Measurement:
     """One `import_folder`: a cold load (`expect` "committed"), the rerun of an unchanged
     folder (`expect` "already_loaded": no batch, no warehouse work), or its forced rerun
-    (`force`, `expect` "cache_hits": every file from the normalised-file cache, nothing
+    (`force`, `expect` "cache_hits": every file from the normalized-file cache, nothing
     parsed, the slice replaced by the same rows under a new batch)."""
     s3 = s3_client(spec["endpoint"])
     staging = TimedStaging(spec["staging_uri"], s3)
@@ -167,7 +167,7 @@ def measure_ours(spec: dict[str, Any]) -> Measurement:
         if not all(hits):
             raise RuntimeError("a forced rerun parsed a file: every file should be a cache hit")
     elif any(hits):
-        raise RuntimeError("a normalised file came from the cache: measure the cold path")
+        raise RuntimeError("a normalized file came from the cache: measure the cold path")
     phases = {
         name: round(marks[end] - marks[begin], 3)
         for name, begin, end in _PHASES

@@ -4,7 +4,7 @@ Generates a deterministic trips delivery (Parquet, and with `--csv` CSV, of the 
 into a moto S3 server, then measures in one run, each part in a child process of its own,
 on the same objects:
 
-- ours: `import_folder` end to end (reserve, lease, list, normalise to typed Parquet, stage
+- ours: `import_folder` end to end (reserve, lease, list, normalize to typed Parquet, stage
   it in S3, duplicate check, one slice transaction of DELETE + COPY BINARY, record);
 - the anchors (_baselines.py): a vectorised Arrow -> COPY BINARY loader into a table of the
   curated shape (stamps, NOT NULL, the batch-id index: the limit for our guarantees) and
@@ -150,7 +150,7 @@ class Bench:
     def ours(self, part: str, folder: str, rows: int, **spec: Any) -> Measurement:
         name = f"{part}-{uuid.uuid4().hex[:6]}"
         # One staging area per folder, as a deployment has one: a forced rerun finds the
-        # normalised files its first load staged (the cache's hits).
+        # normalized files its first load staged (the cache's hits).
         area = folder.rstrip("/").rsplit("/", 1)[-1]
         return self.measure(
             part,
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> Bench:
         )
         bench = Bench(args, url, endpoint, workdir)
         # A folder per variant and repetition: the first import of a folder is the cold path
-        # (the normalised-file cache is keyed by object), and each folder is imported once.
+        # (the normalized-file cache is keyed by object), and each folder is imported once.
         variants = ("parquet", "csv") if args.csv else ("parquet",)
         folders = {
             (variant, repeat): bench.folder(f"{variant}-{repeat}")

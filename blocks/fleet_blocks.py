@@ -138,7 +138,7 @@ class FleetWarehouse(Block):
 
 
 class FleetLandingBucket(Block):
-    """Where the import reads S3 and stages normalised files.
+    """Where the import reads S3 and stages normalized files.
 
     Which bucket and prefix hold the tenants' folders is not here: the sweep takes them as
     deployment parameters and the relay as options, and the S3 credentials come from boto3's
@@ -149,7 +149,7 @@ class FleetLandingBucket(Block):
     _block_type_name = "Fleet Landing Bucket"
     _block_type_slug = "fleet-landing-bucket"
     _description = (
-        "S3 endpoint and staging area (normalised Parquet, rejects) of fleet-import. "
+        "S3 endpoint and staging area (normalized Parquet, rejects) of fleet-import. "
         "Overrides FLEET_S3_ENDPOINT_URL and FLEET_STAGING_URI."
     )
 
@@ -161,7 +161,7 @@ class FleetLandingBucket(Block):
     staging_uri: str = Field(
         ...,
         title="Staging URI",
-        description="s3://bucket/prefix/ for normalised Parquet and rejects.",
+        description="s3://bucket/prefix/ for normalized Parquet and rejects.",
         pattern=_S3_URI_PATTERN,
     )
 

@@ -100,7 +100,7 @@ def costs(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON and nothing else")] = False,
 ) -> None:
     """What each tenant's committed slices cost: batches, rows loaded and rejected, bytes
-    of normalised Parquet staged, and seconds in COPY, in COMMIT and in the whole load, by
+    of normalized Parquet staged, and seconds in COPY, in COMMIT and in the whole load, by
     our own timings. On Redshift every statement of a batch also runs under query_group =
     its batch id, so SYS_QUERY_HISTORY attributes the cluster's own seconds (query_label).
 

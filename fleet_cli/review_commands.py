@@ -140,7 +140,7 @@ def slices_rollback(
     database_url: DatabaseOption = None,
 ) -> None:
     """Load an earlier succeeded batch's content into the slice again, as a new batch (the
-    rollback-slice flow). Refused, with the reason, when its normalised files are gone. By
+    rollback-slice flow). Refused, with the reason, when its normalized files are gone. By
     default a rollback never goes forward to content a rollback removed (name it with --to);
     the final line says which batch it loaded.
 

@@ -70,7 +70,7 @@ class _ArrowPoolOnImport(importlib.abc.MetaPathFinder):
 
 def _few_malloc_arenas() -> None:
     """glibc gives every thread that allocates its own arena and keeps what each frees;
-    normalisers, the COPY encoder and its reader thread allocate from numpy, so a load's
+    normalizers, the COPY encoder and its reader thread allocate from numpy, so a load's
     peak grew with the thread count (2M rows: up to 390 MB with 8 arenas, about 355 MB with
     2). An explicit MALLOC_ARENA_MAX still wins; other C libraries are left alone."""
     if os.environ.get("MALLOC_ARENA_MAX") or not sys.platform.startswith("linux"):

@@ -13,7 +13,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-# Files normalised at once while finished ones load: two keep the COPY busy and a 2M-row
+# Files normalized at once while finished ones load: two keep the COPY busy and a 2M-row
 # delivery under 400 MB (benchmarks/README.md).
 DEFAULT_NORMALIZE_WORKERS = 2
 DEFAULT_LEASE_TTL_SECONDS = 120.0
@@ -84,7 +84,7 @@ class Settings(BaseSettings):
         "retries: throttling, 5xx, timeouts, dropped connections); nothing above retries S3",
     )
     staging_uri: str | None = Field(
-        None, description="s3://bucket/prefix/ for normalised Parquet and rejects"
+        None, description="s3://bucket/prefix/ for normalized Parquet and rejects"
     )
     lease_ttl_seconds: float = Field(
         DEFAULT_LEASE_TTL_SECONDS, gt=0, description="execution lease length"
@@ -109,7 +109,7 @@ class Settings(BaseSettings):
     retain_days: float = Field(
         7.0,
         ge=0,
-        description="days the normalised files of a scope's earlier successes are kept for "
+        description="days the normalized files of a scope's earlier successes are kept for "
         "rollbacks (the previous success is always kept)",
     )
     retain_batches: int = Field(
@@ -152,7 +152,7 @@ class Settings(BaseSettings):
         None, description="extra dataset contracts: YAML paths or modules, comma-separated"
     )
     normalize_workers: int = Field(
-        DEFAULT_NORMALIZE_WORKERS, ge=1, le=32, description="files normalised at once"
+        DEFAULT_NORMALIZE_WORKERS, ge=1, le=32, description="files normalized at once"
     )
     csv_max_line_bytes: int = Field(
         DEFAULT_CSV_MAX_LINE_BYTES,
@@ -172,7 +172,7 @@ class Settings(BaseSettings):
         description="slice loads at once of one tenant (0: no cap)",
     )
     dask_address: str | None = Field(
-        None, description="Dask scheduler (tcp://host:8786) flows normalise on; else threads"
+        None, description="Dask scheduler (tcp://host:8786) flows normalize on; else threads"
     )
     refresh_sql: list[str] = Field(
         default_factory=list, description="warehouse SQL run by refresh_dependants (JSON list)"

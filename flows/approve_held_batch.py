@@ -24,7 +24,7 @@ from flows.reporting import failed, fails_with_one_line
 @fails_with_one_line
 def approve_held_batch(batch_id: str) -> State:
     """Approve a batch a slice guard held for review: load exactly its content (same files,
-    same contract versions) as a new batch, from its staged normalised files. NotApproved
+    same contract versions) as a new batch, from its staged normalized files. NotApproved
     when the folder's content changed since it was held; Refused (nothing written) when the
     tenant registry no longer admits its tenant or folder.
 

@@ -2,7 +2,7 @@
 
 Thin: the operation is `fleet_import.importing.driver.import_folder` (admission, claim,
 the steps), run by `flows.operation` with each step a Prefect task; this module names the
-run, shows the normalisation's progress and takes the run's parameters.
+run, shows the normalization's progress and takes the run's parameters.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ def _run_name() -> str:
 
 
 def _progress_artifact(scope: str) -> Progress:
-    """ctx.progress for the flow: the normalisation's fraction done as a progress artifact
+    """ctx.progress for the flow: the normalization's fraction done as a progress artifact
     (called on the COPY's reader thread, which runs in the commit task's copied context)."""
     artifact_id = report(
-        "the normalisation's progress",
+        "the normalization's progress",
         lambda: create_progress_artifact(
-            0.0, key="normalise-progress", description=f"normalising {scope}"
+            0.0, key="normalise-progress", description=f"normalizing {scope}"
         ),
     )
     sent = [time.monotonic()]
@@ -57,7 +57,7 @@ def _progress_artifact(scope: str) -> Progress:
             sent[0] = now
             # Never raises for the API: it is called from inside the slice load.
             report(
-                "the normalisation's progress",
+                "the normalization's progress",
                 lambda: update_progress_artifact(artifact_id, 100.0 * fraction),
             )
 

@@ -23,7 +23,8 @@ from flows.common import (
 from flows.reporting import foreseen_as_state
 
 T = TypeVar("T")
-# Task run names: the normalise step's shows the file it reads.
+# Task run names: the normalize step's shows the file it reads. "normalise" (and the
+# artifact key "normalise-progress") keep the spelling Prefect recorded for earlier runs.
 _RUN_NAMES = {"normalise": "normalise/{job.obj.name}"}
 
 

@@ -25,7 +25,7 @@ from flows.reporting import failed, fails_with_one_line
 @fails_with_one_line
 def rollback_slice(tenant_id: str, folder: str, to_batch_id: str | None = None) -> State:
     """Roll a slice back: load an earlier succeeded batch's content again as a new batch,
-    from its retained normalised files. NotRolledBack, with the reason, when they are gone;
+    from its retained normalized files. NotRolledBack, with the reason, when they are gone;
     Refused (nothing written) when the tenant registry does not admit the tenant or folder.
     The final line starts with which batch was loaded (and why that one, by default).
 

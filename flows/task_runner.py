@@ -2,9 +2,9 @@
 is imported: a thread pool of FLEET_NORMALIZE_WORKERS threads, or, with
 FLEET_DASK_ADDRESS set, the Dask cluster at that address (prefect-dask's DaskTaskRunner).
 
-Only mapped steps (normalising a delivery's files) go through it; the other steps run in
+Only mapped steps (normalizing a delivery's files) go through it; the other steps run in
 the flow's own thread. On Dask, each file's task gets the import context rebuilt from the
-run's settings on its worker (fleet_import.importing.runtime), and its normalised output reaches the
+run's settings on its worker (fleet_import.importing.runtime), and its normalized output reaches the
 flow through the S3 staging area.
 """
 
@@ -54,7 +54,7 @@ class SettingsTaskRunner(TaskRunner[PrefectFuture[Any]]):
     ) -> PrefectFuture[Any]:
         if not self._remote:
             return self.inner.submit(task, parameters, wait_for, dependencies)
-        # The normalise tasks are submitted from inside the slice load's task, whose run
+        # The normalize tasks are submitted from inside the slice load's task, whose run
         # context (its parameters: a generator, connections) would be shipped with each:
         # they are submitted as the flow's, from outside it.
         token = TaskRunContext.__var__.set(None)

@@ -263,7 +263,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="final_state_message_dropped",
         guard="run and resume print the final state without its message: no reason, no next step",
-        path="fleet_cli/cli.py",
+        path="fleet_cli/common.py",
         original='Text.assemble((state.name, colour), ": ", state.message or "")',
         replacement='Text.assemble((state.name, colour), ": ")',
         witness=(

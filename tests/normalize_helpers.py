@@ -1,4 +1,4 @@
-"""Trips as CSV text, and one file normalised to Parquet: the test data of the normalisation
+"""Trips as CSV text, and one file normalized to Parquet: the test data of the normalization
 tests, shared by the modules that test CSV parsing from different sides."""
 
 from __future__ import annotations

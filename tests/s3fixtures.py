@@ -164,7 +164,7 @@ def landing_bucket(s3: Any) -> Iterator[str]:
 
 @pytest.fixture
 def staging_bucket(s3: Any) -> Iterator[str]:
-    """A new, empty bucket for normalised Parquet and rejects."""
+    """A new, empty bucket for normalized Parquet and rejects."""
     yield from _bucket(s3, "fleet-staging")
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-_NORMALISE_A_CSV = """
+_NORMALIZE_A_CSV = """
 import os, sys, tempfile
 from pathlib import Path
 
@@ -28,10 +28,10 @@ print(pa.default_memory_pool().backend_name, pa.mimalloc_memory_pool().max_memor
 """
 
 
-def _normalise_in_child(env: dict[str, str]) -> list[str]:
+def _normalize_in_child(env: dict[str, str]) -> list[str]:
     child_env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
     result = subprocess.run(
-        [sys.executable, "-c", _NORMALISE_A_CSV],
+        [sys.executable, "-c", _NORMALIZE_A_CSV],
         env={**child_env, **env},
         capture_output=True,
         text=True,
@@ -46,10 +46,10 @@ def test_arrow_cpp_readers_and_writers_allocate_from_jemalloc() -> None:
     """Arrow's C++ code (the CSV reader, the Parquet writer) uses the pool named when
     pyarrow is imported, not the one `pa.set_memory_pool` names: nothing may come from
     mimalloc, and the variable set for the import is not left for child processes."""
-    backend, mimalloc_peak, variable = _normalise_in_child({})
+    backend, mimalloc_peak, variable = _normalize_in_child({})
     assert (backend, mimalloc_peak, variable) == ("jemalloc", "0", "None")
 
 
 def test_an_explicit_arrow_pool_wins() -> None:
-    backend, _, variable = _normalise_in_child({"ARROW_DEFAULT_MEMORY_POOL": "system"})
+    backend, _, variable = _normalize_in_child({"ARROW_DEFAULT_MEMORY_POOL": "system"})
     assert (backend, variable) == ("system", "system")

@@ -38,6 +38,10 @@ FORBIDDEN = ("../shared", "DESIGN.md", "NOTES.md", "STYLE.md")
 OUTSIDE = re.compile(r"\bDESIGN\b|\.\./shared|\b(NOTES|STYLE)\.md\b")
 """In a source file: a `DESIGN` cited as a document, the shared notes (prose may say
 "the design")."""
+STORED_SPELLING = re.compile(
+    r"""(["'`])normalis(e|ed)\1|normalise-progress|normalise/|-normalise-"""
+)
+"""What keeps the old spelling: it is stored or recorded (see test_normalize_has_one_spelling)."""
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.DOTALL)
@@ -366,15 +370,21 @@ def test_nothing_refers_outside_the_repository() -> None:
     assert not found, "\n".join(found)
 
 
-def test_no_source_refers_outside_the_repository() -> None:
-    """Docstrings and comments state their rule; none points at a page the repository does
-    not have (a `DESIGN` section, the shared notes)."""
-    sources = [
+def source_files() -> list[Path]:
+    """Every file of the repository a reader opens (code, SQL, settings, pages), this one
+    left out: it names what it looks for."""
+    return [
         path
         for top in TOP_DIRS
         for path in sorted((REPO / top).rglob("*"))
         if path.suffix in PATH_EXTENSIONS and path.is_file() and path != Path(__file__)
     ] + [REPO / name for name in TOP_FILES]
+
+
+def test_no_source_refers_outside_the_repository() -> None:
+    """Docstrings and comments state their rule; none points at a page the repository does
+    not have (a `DESIGN` section, the shared notes)."""
+    sources = source_files()
     found = [
         f"{path.relative_to(REPO)}:{n}: {line.strip()[:80]}"
         for path in sources
@@ -382,6 +392,20 @@ def test_no_source_refers_outside_the_repository() -> None:
         if OUTSIDE.search(line)
     ]
     assert len(sources) > 300
+    assert not found, "\n".join(found)
+
+
+def test_normalize_has_one_spelling() -> None:
+    """The package is `normalize`: names and prose spell it so. Only what is stored or
+    recorded keeps "normalise": the batch phase `"normalised"`, the step and task name
+    `"normalise"` (a fault cell's id names it too) and the artifact key."""
+    sources = source_files()
+    found = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()[:80]}"
+        for path in sources
+        for n, line in enumerate(path.read_text("utf-8").splitlines(), start=1)
+        if "normalis" in STORED_SPELLING.sub("", line).lower()
+    ]
     assert not found, "\n".join(found)
 
 

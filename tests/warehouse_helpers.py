@@ -1,4 +1,4 @@
-"""Warehouse test data: normalised files as normalize.py writes them, loads built from them,
+"""Warehouse test data: normalized files as normalize.py writes them, loads built from them,
 slice commits, and readers of the stamps and the slice registry a commit leaves.
 
 Shared by the PostgreSQL and the Redshift warehouse tests, so it lives outside both."""
@@ -52,7 +52,7 @@ def column_values(column: Column, rows: int, first: int, tag: str) -> pa.Array:
             values: pa.Array = pc.binary_join_element_wise(
                 f"{tag}{column.name}-", pa.array(numbers).cast(pa.string()), ""
             )
-            if column.max_length is not None:  # what a normalised file may hold
+            if column.max_length is not None:  # what a normalized file may hold
                 values = pc.utf8_slice_codeunits(values, 0, column.max_length)
         case "int64":
             values = pa.array(numbers)
@@ -69,7 +69,7 @@ def column_values(column: Column, rows: int, first: int, tag: str) -> pa.Array:
     return values
 
 
-def write_normalised(
+def write_normalized(
     path: Path, contract: DatasetContract, rows: int, *, first: int = 0, tag: str = ""
 ) -> LoadFile:
     """A file as normalize.py writes it: the contract's columns, then `_source_line` (the
@@ -89,8 +89,8 @@ def fleet_loads(folder: Path, counts: dict[str, int], tag: str = "") -> list[Dat
         contract = FLEET_DATASETS[name]
         half = total // 2
         files = (
-            write_normalised(folder / f"{name}_1.parquet", contract, half, tag=tag),
-            write_normalised(
+            write_normalized(folder / f"{name}_1.parquet", contract, half, tag=tag),
+            write_normalized(
                 folder / f"{name}_2.parquet", contract, total - half, first=half, tag=tag
             ),
         )

@@ -270,7 +270,7 @@ def check_landing_bucket(s3: Any, bucket: str) -> Check:
 
 
 def check_staging(staging_uri: str | None, s3_factory: Callable[[], Any]) -> Check:
-    """A small object written and deleted where normalised files will go."""
+    """A small object written and deleted where normalized files will go."""
     name = "staging writable"
     if not staging_uri:
         return failed(name, "FLEET_STAGING_URI is not set", "set FLEET_STAGING_URI")

@@ -211,7 +211,7 @@ def _staging(uri: str | None) -> list[SettingProblem]:
         return [
             SettingProblem(
                 variable,
-                "not set: an s3://bucket/prefix/ (or a local directory) for normalised files "
+                "not set: an s3://bucket/prefix/ (or a local directory) for normalized files "
                 "and rejects",
             )
         ]

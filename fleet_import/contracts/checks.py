@@ -2,8 +2,8 @@
 `accepted_values`, `relationships`, `expression`, `row_count`, each with `warn_if` /
 `error_if`) and the drift rules that compare a new slice's profile with the replaced one's.
 
-Judged against the normalised data before the slice commit (fleet_import.importing.gate),
-never part of the normalised output: left out of `contract_version`, so tuning a check does
+Judged against the normalized data before the slice commit (fleet_import.importing.gate),
+never part of the normalized output: left out of `contract_version`, so tuning a check does
 not invalidate the cache. Kept apart from contracts.model, which only holds them.
 """
 

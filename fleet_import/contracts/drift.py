@@ -5,7 +5,7 @@ contract's `on_new_columns` policy makes of them.
 reports the others; `evolve` adds them to the curated table as nullable columns; `review`
 holds the batch until someone approves that change. A contract that evolved is the declared
 one plus the added columns (`evolved`): optional and nullable, after the declared ones, so
-its `contract_version` differs, and the normalised-file cache and the already-loaded check
+its `contract_version` differs, and the normalized-file cache and the already-loaded check
 see the change. The added columns themselves live in the curated table: what it holds after
 its stamp columns is what `evolved` is given again on the next import.
 """

@@ -78,7 +78,7 @@ DEFAULT_MIN_ROWS_RATIO = 0.5
 held for review (fleet_import.importing.guards)."""
 GUARD_FIELDS = frozenset({"min_rows_ratio", "allow_empty", "checks", "profile_drift"})
 """Judged against the slice a load replaces (the guards, the content gate's checks and drift
-rules), never part of the normalised output: left out of `contract_version`, so tuning a
+rules), never part of the normalized output: left out of `contract_version`, so tuning a
 guard does not invalidate the cache."""
 VARCHAR_MAX_BYTES = 65535
 """The widest string a warehouse column holds: Redshift's VARCHAR(65535), counted in bytes."""
@@ -266,7 +266,7 @@ class Column(_Contract):
         """The most UTF-8 bytes a value of this string column may take: the width of its
         Redshift VARCHAR, which counts bytes. The longest allowed value's when `allowed`
         bounds it, 4 per character of `max_length` (UTF-8's most), else the widest VARCHAR;
-        normalisation rejects longer values, so a COPY never meets one."""
+        normalization rejects longer values, so a COPY never meets one."""
         bounds = [VARCHAR_MAX_BYTES]
         if self.allowed is not None:
             bounds.append(max(1, *(len(value.encode()) for value in self.allowed)))
@@ -349,7 +349,7 @@ class DatasetContract(_Contract):
 
     @property
     def contract_version(self) -> str:
-        """Changes whenever anything that shapes the normalised output changes."""
+        """Changes whenever anything that shapes the normalized output changes."""
         # Computed on each call, so a model_copy(update=...) never carries a stale version.
         shape = self.model_dump(exclude={"description", *GUARD_FIELDS})
         for column in shape["columns"]:

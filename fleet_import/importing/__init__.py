@@ -1,1 +1,1 @@
-"""The import of one folder: claim, normalise, load, settle, resume."""
+"""The import of one folder: claim, normalize, load, settle, resume."""

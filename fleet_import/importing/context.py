@@ -1,6 +1,6 @@
 """What the import algorithm talks to, and what its steps answer.
 
-Its own module so that each step (claim, normalise, load, settle) can be read, and
+Its own module so that each step (claim, normalize, load, settle) can be read, and
 imported, without the others.
 """
 
@@ -69,7 +69,7 @@ class ImportContext:
     # The Settings it was built from (runtime.build_runtime): what a job (importing.jobs)
     # carries to another process (a Dask worker), to rebuild a context there.
     settings: Settings | None = None
-    # Built in such a process: normalised files are left in the staging area only.
+    # Built in such a process: normalized files are left in the staging area only.
     remote: bool = False
 
     def __reduce__(self) -> tuple[Any, ...]:

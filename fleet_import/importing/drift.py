@@ -1,17 +1,17 @@
 """Schema drift during an import (contracts.drift): the effective contracts a batch reads its
-files with, and what a delivery's new columns do once every file is normalised.
+files with, and what a delivery's new columns do once every file is normalized.
 
 The effective contract of a dataset under `evolve` or `review` is the declared one plus the
 columns drift added to its curated table before (warehouse.evolution reads them back): both
 the claim (already loaded?) and the batch use it, so a table that evolved is a new contract
-version to the normalised-file cache and to the already-loaded check.
+version to the normalized-file cache and to the already-loaded check.
 
-After normalisation, the new columns of such a dataset's files (the union, typed from the
+After normalization, the new columns of such a dataset's files (the union, typed from the
 Parquet schema or `new_column_type`) are:
 - under `evolve`: added to the curated table (each ADD COLUMN in a transaction of its own,
-  before the slice opens, so never inside its locked commit), then the files are normalised
+  before the slice opens, so never inside its locked commit), then the files are normalized
   again under the evolved contract, so their values load;
-- under `review`: normalised under the would-be contract too (its outputs cached, so the
+- under `review`: normalized under the would-be contract too (its outputs cached, so the
   approval reads no file again), then the batch is held (`DriftHeld`: the slice guards'
   held state, `batches approve`). `apply_held_drift` is the approval's half: it adds the
   held columns, then the approval loads the cached content as any approval does.
@@ -109,12 +109,12 @@ def settle_drift(
     batch: LeasedBatch,
     manifest: Manifest,
     entries: Iterable[NormalizedEntry],
-    normalise: Callable[[LeasedBatch], Iterable[NormalizedEntry]],
+    normalize: Callable[[LeasedBatch], Iterable[NormalizedEntry]],
 ) -> tuple[LeasedBatch, Iterable[NormalizedEntry]]:
     """The batch and entries to load: as they are when no dataset that adds columns is in
     the delivery (then the load streams as files arrive), or when none has new columns;
-    else evolved (the batch now reads with the evolved contracts; `normalise` runs the
-    normalise step again for it), or DriftHeld raised under `review`."""
+    else evolved (the batch now reads with the evolved contracts; `normalize` runs the
+    normalize step again for it), or DriftHeld raised under `review`."""
     ctx = batch.ctx
     adding = [
         ctx.contracts[name] for name in manifest.by_dataset() if adds_columns(ctx.contracts[name])
@@ -130,8 +130,8 @@ def settle_drift(
     )
     files = _files_of(entries, drift)
     if any(ctx.contracts[name].on_new_columns == "review" for name in drift):
-        # Normalised under the contracts an approval will load with: cached, read by it.
-        for _ in normalise(grown):
+        # Normalized under the contracts an approval will load with: cached, read by it.
+        for _ in normalize(grown):
             pass
         raise DriftHeld(drift, content_of(grown.ctx, manifest))
     for dataset, columns in drift.items():
@@ -149,7 +149,7 @@ def settle_drift(
         )
     )
     tell_drift(batch, report)
-    return grown, normalise(grown)
+    return grown, normalize(grown)
 
 
 def _drift_of(adding: Sequence[DatasetContract], entries: Sequence[NormalizedEntry]) -> Drift:
@@ -243,8 +243,8 @@ def held_drift_misfit(
     whose value of a new column its declared type does not take (`new_column_type: int64`
     over a text column). Checked before any ALTER TABLE, so a column every row would reject
     is never added (it would stay, and refuse every later delivery that holds it). Reads
-    the held batch's normalised output under `contracts` (the would-be ones): staged and
-    cached when it was held, normalised again only when the cache lost it."""
+    the held batch's normalized output under `contracts` (the would-be ones): staged and
+    cached when it was held, normalized again only when the cache lost it."""
     workdir = ctx.workdir / f"approval-check-{held_id}"
     try:
         for dataset, columns in drift.items():

@@ -5,7 +5,7 @@ call (`CoreSteps`); the import-s3-folder flow runs the same steps as Prefect tas
 
 `import_folder` is the whole delivery in one process: claim (claim.py), then the driver.
 Each step takes the `LeasedBatch` (leased_batch.py: record, fail, publish) and lives with its
-concern: normalized_files.py (normalise + cache, sent as jobs.py's jobs), load.py (the slice
+concern: normalized_files.py (normalize + cache, sent as jobs.py's jobs), load.py (the slice
 load), settle.py (a commit recovered from the stamp, or a failure before commit).
 """
 
@@ -39,7 +39,7 @@ from fleet_import.importing.guards import (
     hold_batch,
     record_override,
 )
-from fleet_import.importing.jobs import NormaliseJob, run_normalise_job
+from fleet_import.importing.jobs import NormalizeJob, run_normalize_job
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.importing.load import load_step
 from fleet_import.importing.normalized_files import NormalizedEntry, bucket_of, localised
@@ -69,7 +69,7 @@ class Step:
     """How a step may be retried. The runner is the one retry layer for a step: transient
     errors (a dropped database connection) of the retried steps are tried again with
     backoff, but not S3's, which botocore retried already within its bound (s3.client).
-    The slice load is never retried whole (it consumes the normalisation stream; it retries
+    The slice load is never retried whole (it consumes the normalization stream; it retries
     its own transaction, replaying the files), nor is publication (its outbox steps carry
     their own attempts and backoff)."""
 
@@ -77,6 +77,9 @@ class Step:
     retried: bool
 
 
+# The names are the task names Prefect records for every run and the artifact key the
+# normalize step writes: "normalise" keeps its old spelling so runs before and after read as
+# one history.
 STEPS = {
     step.name: step
     for step in (
@@ -180,7 +183,7 @@ def import_folder(
 def import_batch(
     ctx: ImportContext, tenant: Tenant, claimed: Claimed, steps: StepRunner
 ) -> ImportOutcome:
-    """Steps 3-8 for a batch whose lease `claimed.owner` holds: discover, normalise (mapped,
+    """Steps 3-8 for a batch whose lease `claimed.owner` holds: discover, normalize (mapped,
     in load order), load the slice as files arrive, record the commit, publish. A batch
     found committed (or stamped) is only published; a failure before commit fails it; one
     whose commit outcome cannot be known now is left running for the next run (settle.py)."""
@@ -203,10 +206,10 @@ def import_batch(
                 batch = replace(batch, ctx=with_effective_contracts(ctx, tenant.tenant_id))
                 manifest = steps.run(STEPS["discover"], discover_step, batch)
                 batch.check_lease()
-                entries = _normalised(batch, manifest, steps)
+                entries = _normalized(batch, manifest, steps)
                 # New columns under `evolve` or `review` (issue #25): added, or held.
                 batch, entries = settle_drift(
-                    batch, manifest, entries, lambda grown: _normalised(grown, manifest, steps)
+                    batch, manifest, entries, lambda grown: _normalized(grown, manifest, steps)
                 )
                 outcome = steps.run(STEPS["commit-slice"], commit_step, batch, manifest, entries)
             except LeaseLost:
@@ -262,26 +265,26 @@ def publish_step(batch: LeasedBatch, committed: Committed) -> ImportOutcome:
     return batch.publish(committed)
 
 
-def _normalised(
+def _normalized(
     batch: LeasedBatch, manifest: Manifest, steps: StepRunner
 ) -> Iterable[NormalizedEntry]:
-    """The delivery's files normalised in the manifest's load order, each as soon as it is
+    """The delivery's files normalized in the manifest's load order, each as soon as it is
     ready, so the warehouse load of one file overlaps the parsing of the next. Each file is
-    a job (importing.jobs): it may be normalised in another process."""
+    a job (importing.jobs): it may be normalized in another process."""
     ctx = batch.ctx
     objects = list(manifest.load_order())
     bucket = bucket_of(manifest)
     args = [
-        (NormaliseJob.of(ctx, batch.batch_id, batch.tenant_id, bucket, obj),) for obj in objects
+        (NormalizeJob.of(ctx, batch.batch_id, batch.tenant_id, bucket, obj),) for obj in objects
     ]
-    for done, normalised in enumerate(
-        steps.map(STEPS["normalise"], run_normalise_job, args), start=1
+    for done, normalized in enumerate(
+        steps.map(STEPS["normalise"], run_normalize_job, args), start=1
     ):
-        entry = localised(ctx, normalised)  # normalised elsewhere: read from staging
+        entry = localised(ctx, normalized)  # normalized elsewhere: read from staging
         batch.check_lease()
         failpoints.hit("after_normalized_file")
         ctx.progress(
-            f"normalised {entry.obj.name}: {entry.file.row_count:,} rows, "
+            f"normalized {entry.obj.name}: {entry.file.row_count:,} rows, "
             f"{entry.file.reject_count:,} rejects{' (cached)' if entry.cache_hit else ''}",
             done / len(objects),
         )

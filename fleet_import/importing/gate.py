@@ -1,4 +1,4 @@
-"""The content gate (issue 49): before the slice commit, each dataset's normalised rows (the
+"""The content gate (issue 49): before the slice commit, each dataset's normalized rows (the
 local Parquet the load just copied, its duplicate keys left out: no second read of S3) are
 profiled and judged by the contract's checks and by drift rules against the profile of the
 slice they replace (the batch that owns it now; none for a folder's first load).

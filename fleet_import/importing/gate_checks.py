@@ -1,4 +1,4 @@
-"""A contract's dataset checks evaluated on the normalised rows, column-wise with
+"""A contract's dataset checks evaluated on the normalized rows, column-wise with
 pyarrow.compute: each gives the rows that fail it (a mask), counted against `warn_if` /
 `error_if` (fleet_import.contracts.checks)."""
 

@@ -1,4 +1,4 @@
-"""One dataset of a delivery through the content gate, file by file: each normalised file
+"""One dataset of a delivery through the content gate, file by file: each normalized file
 is read back from this machine (the Parquet the load just copied; S3 is not read again),
 its duplicate keys left out, added to the profile and checked, so memory holds one file at a
 time. Only a `unique` check reads its own columns of every file at once, and a
@@ -34,7 +34,7 @@ _WHOLE = frozenset({"unique", "row_count"})
 
 @dataclass(frozen=True)
 class DatasetFiles:
-    """A dataset's normalised files, and the duplicate keys the load discards from them."""
+    """A dataset's normalized files, and the duplicate keys the load discards from them."""
 
     contract: DatasetContract
     entries: Sequence[NormalizedEntry]

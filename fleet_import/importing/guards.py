@@ -283,7 +283,7 @@ def _breach(
 def hold_batch(batch: LeasedBatch, held: SliceHeld) -> Failed:
     """End the batch held for review (not a data error, so no `fleet.batch.failed`: a
     `fleet.batch.held`, emitted as every batch event is, after the store says so): its
-    normalised files stay staged for an approval to load; the scope is free again."""
+    normalized files stay staged for an approval to load; the scope is free again."""
     approve = approve_command(batch.batch_id)
     error = f"held for review: {held}{_APPROVE_HINT}{approve}"
     log.warning("batch %s %s", batch.batch_id, error)

@@ -1,4 +1,4 @@
-"""What a step's task carries to another process (a Dask worker normalising a file): a small
+"""What a step's task carries to another process (a Dask worker normalizing a file): a small
 picklable job description, never the ImportContext (its connections, generator and callbacks
 do not travel). In the process that made the job its own context is used; elsewhere one is
 built from the job's settings (runtime.remote_context), once per settings per process."""
@@ -22,12 +22,12 @@ _LOCAL_CONTEXTS: weakref.WeakValueDictionary[str, ImportContext] = weakref.WeakV
 
 
 @dataclass(frozen=True)
-class NormaliseJob:
-    """One file of a batch's delivery to normalise."""
+class NormalizeJob:
+    """One file of a batch's delivery to normalize."""
 
     batch_id: uuid.UUID
     tenant_id: str
-    """Whose staging prefix the normalised output goes to."""
+    """Whose staging prefix the normalized output goes to."""
     bucket: str
     obj: SourceObject
     context_key: str
@@ -46,14 +46,14 @@ class NormaliseJob:
         tenant_id: str,
         bucket: str,
         obj: SourceObject,
-    ) -> NormaliseJob:
+    ) -> NormalizeJob:
         key = f"{os.getpid()}:{id(ctx)}"
         _LOCAL_CONTEXTS[key] = ctx
         contract = ctx.contracts[obj.dataset]
         return cls(batch_id, tenant_id, bucket, obj, key, ctx.settings, contract)
 
 
-def job_context(job: NormaliseJob) -> ImportContext:
+def job_context(job: NormalizeJob) -> ImportContext:
     """The context the job runs against here."""
     ctx = _LOCAL_CONTEXTS.get(job.context_key)
     if ctx is not None:
@@ -63,8 +63,8 @@ def job_context(job: NormaliseJob) -> ImportContext:
     return remote_context(job.settings)
 
 
-def run_normalise_job(job: NormaliseJob) -> NormalizedEntry:
-    """The normalise step, mapped over a delivery's files."""
+def run_normalize_job(job: NormalizeJob) -> NormalizedEntry:
+    """The normalize step, mapped over a delivery's files."""
     return normalize_one(
         job_context(job), job.batch_id, job.tenant_id, job.bucket, job.obj, job.contract
     )

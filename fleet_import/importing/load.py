@@ -1,4 +1,4 @@
-"""Steps 4-6 of the import: the slice load. Each normalised file goes into one open
+"""Steps 4-6 of the import: the slice load. Each normalized file goes into one open
 warehouse transaction as it arrives; duplicate keys and reject ratios are judged once all
 are in; the commit is recorded in the operational store."""
 
@@ -60,12 +60,12 @@ LOAD_BACKOFF = Backoff((1.0, 4.0, 15.0))
 def load_step(
     batch: LeasedBatch, manifest: Manifest, entries: Iterable[NormalizedEntry]
 ) -> Committed | CommitUnknown:
-    """Steps 4-6: load each normalised file as it arrives into one open warehouse
+    """Steps 4-6: load each normalized file as it arrives into one open warehouse
     transaction, drop duplicate keys and check reject ratios once all are in, commit, then
     record the commit. Raises on any failure (nothing of the slice is then visible).
 
     A transient warehouse failure (dropped connection, serialization conflict) rolls the
-    slice back and starts it again, reloading the files already normalised, with backoff --
+    slice back and starts it again, reloading the files already normalized, with backoff --
     unless the backend's writer replays its own transaction (`replays_slices`): one retry
     layer for the slice, never one inside the other. A writer never replays a COMMIT that
     got no answer, so once the stamp says it did not go through the slice is loaded again
@@ -161,7 +161,7 @@ class _KeyHashes:
 @dataclass
 class _Arrivals:
     """The slice's files. Each iteration (one per load attempt) replays those earlier
-    attempts took, then takes each new one as it is normalised, recording it in `loaded`
+    attempts took, then takes each new one as it is normalized, recording it in `loaded`
     and handing it to the key hasher first.
 
     Files are taken on the COPY's reader thread. If taking one fails while the COPY is
@@ -198,7 +198,7 @@ def _load_slice_once(
     batch: LeasedBatch, manifest: Manifest, arrivals: _Arrivals
 ) -> tuple[SliceCommit, dict[str, Any]]:
     """One slice transaction. Each dataset's files go into one COPY that pulls them as they
-    arrive (normalisation runs in load order), so the warehouse never waits for a COPY to
+    arrive (normalization runs in load order), so the warehouse never waits for a COPY to
     start between files."""
     ctx, scope = batch.ctx, batch.scope
     contracts = [ctx.contracts[name] for name in sorted(manifest.by_dataset())]
@@ -215,7 +215,7 @@ def _load_slice_once(
     ) as writer:
         # Our own timings, which `fleet-import costs` and the metrics read (Redshift's own are
         # in SYS_QUERY_HISTORY under the batch's query_group). A dataset's COPY pulls its
-        # files as they are normalised, so its time includes waiting for them.
+        # files as they are normalized, so its time includes waiting for them.
         copy_seconds: Counter[str] = Counter()
         for dataset, group in groupby(arrivals, key=_dataset_of):
             copy_started = time.monotonic()
@@ -315,6 +315,7 @@ def judge_rejects(
         "rows_to_load": rows,
     }
     rejects = {**summarize_rejects(all_rejects, sample=_REJECT_SAMPLE), "uri": rejects_uri}
+    # "normalised": the phase as stored since the first rows (store.details.Phase).
     batch.update_details(BatchDetails.patch(phase="normalised", rejects=rejects, summary=summary))
     for contract, rejected, dataset_rejects in ratios:
         try:
@@ -361,7 +362,7 @@ def _record_session(batch: LeasedBatch, session: WarehouseSession) -> None:
 
 
 def _staged_bytes(file: NormalizedFile) -> int:
-    """The normalised Parquet's size: what the batch staged for the warehouse to read."""
+    """The normalized Parquet's size: what the batch staged for the warehouse to read."""
     try:
         return file.parquet_path.stat().st_size
     except OSError:

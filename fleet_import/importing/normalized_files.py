@@ -1,6 +1,6 @@
 """Step 4 of the import: one source file to typed Parquet, or its cached output.
 
-The normalised-file cache is keyed by (source key, etag, contract version): an unchanged
+The normalized-file cache is keyed by (source key, etag, contract version): an unchanged
 file is never parsed twice, and its staged output and rejects are read back instead.
 
 Staged under the tenant's prefix, `{tenant}/normalized/{dataset}/{digest}.parquet` (and
@@ -8,7 +8,7 @@ Staged under the tenant's prefix, `{tenant}/normalized/{dataset}/{digest}.parque
 staged data. A cache row records where its output is and is read from there: rows made
 before the tenant prefix (`normalized/{dataset}/{digest}.parquet`) still resolve, and leave
 with their files when retention supersedes them or the tenant is purged. A row that points
-into another tenant's prefix is never read (normalised again instead).
+into another tenant's prefix is never read (normalized again instead).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class NormalizedEntry:
     file: NormalizedFile
     cache_hit: bool
     seconds: float
-    staged: str = ""  # the normalised Parquet's name in the staging area
+    staged: str = ""  # the normalized Parquet's name in the staging area
 
 
 _LEGACY_PREFIX = "normalized/"
@@ -45,7 +45,7 @@ _LEGACY_PREFIX = "normalized/"
 
 
 def staged_name(tenant_id: str, dataset: str, digest: str) -> str:
-    """A normalised output's name in the staging area; its rejects are `rejects_name_of`."""
+    """A normalized output's name in the staging area; its rejects are `rejects_name_of`."""
     return f"{tenant_id}/normalized/{dataset}/{digest}.parquet"
 
 
@@ -85,8 +85,8 @@ def normalize_one(
 
 
 def localised(ctx: ImportContext, entry: NormalizedEntry) -> NormalizedEntry:
-    """The entry with its Parquet on this machine: as it is when normalised here, else
-    fetched from the staging area (normalised on another machine, a Dask worker)."""
+    """The entry with its Parquet on this machine: as it is when normalized here, else
+    fetched from the staging area (normalized on another machine, a Dask worker)."""
     if entry.file.parquet_path.is_file():
         return entry
     local = ctx.staging.get_file(entry.staged, ctx.workdir / "staged" / entry.staged)
@@ -106,7 +106,7 @@ def normalize_object(
     contract: DatasetContract,
     workdir: Path,
 ) -> NormalizedEntry:
-    """Normalise one source file, or reuse its cached output when key, etag and contract
+    """Normalize one source file, or reuse its cached output when key, etag and contract
     version are unchanged."""
     started = time.monotonic()
     source_key = f"s3://{bucket}/{obj.key}"

@@ -1,6 +1,6 @@
 """A batch that loads stored content instead of what its folder holds now (a rollback):
 its details pin the manifest, and discovery reads that instead of listing the folder.
-Its files then come from the normalised-file cache, keyed by the pinned etags."""
+Its files then come from the normalized-file cache, keyed by the pinned etags."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A dataset's profile, and the drift rules that compare it with the replaced slice's.
 
-A profile is computed column-wise with pyarrow.compute on the normalised rows the slice is
+A profile is computed column-wise with pyarrow.compute on the normalized rows the slice is
 about to hold: rows; per column the null %, the distinct count, min / max / mean / sum for
 numbers (decimals exact, as text), and every value with its count for a string column of at
 most `LOW_CARDINALITY` values. It is JSON, stored with the batch (store.gates) and read back

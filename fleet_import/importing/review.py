@@ -6,7 +6,7 @@ Exactly the held content: the folder must still hold the files the held batch li
 (manifest fingerprint) read with the same contract versions; the approval's waiver names
 that content, so a folder that changes between this check and the load is refused by the
 guard check itself (guards.ApprovedContentChanged). The files are not parsed again: the
-held batch's normalised files are still staged and cached by (key, etag, contract version).
+held batch's normalized files are still staged and cached by (key, etag, contract version).
 An approval is a delivery of its own (`approve:{held batch}`): run again after a death it
 continues its batch, and once it succeeded it loads nothing. The decision is recorded with
 the approval batch's commit (`BatchRepository.mark_committed`) and told by its publication

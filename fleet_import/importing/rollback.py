@@ -2,7 +2,7 @@
 new batch stamped, registered and published like any other.
 
 The content is the earlier batch's manifest, pinned on the new batch (importing.pinned), so
-the folder's current files do not matter; its files come from the normalised-file cache,
+the folder's current files do not matter; its files come from the normalized-file cache,
 which the retention kept (publication.retention). Refused, with the reason, when that batch
 is not an earlier success of the scope, its contracts changed since, or its files are gone.
 By default the target is the newest earlier success whose content the slice does not show
@@ -158,7 +158,7 @@ def _refusal(
         return NotRolledBack(f"batch {target.id} loaded dataset {exc} that no contract defines now")
     if versions != target.record.contract_versions:
         return NotRolledBack(
-            f"the contracts changed since batch {target.id} was loaded: its normalised files "
+            f"the contracts changed since batch {target.id} was loaded: its normalized files "
             "do not fit the curated tables now; import the folder anew instead"
         )
     bucket, _ = split_folder(manifest.folder)
@@ -169,7 +169,7 @@ def _refusal(
     ]
     if gone:
         return NotRolledBack(
-            f"the normalised files of batch {target.id} are gone (retention expired, see "
+            f"the normalized files of batch {target.id} are gone (retention expired, see "
             f"FLEET_RETAIN_DAYS): {', '.join(gone[:5])}{', ...' if len(gone) > 5 else ''}"
         )
     return manifest

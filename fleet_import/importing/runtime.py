@@ -118,7 +118,7 @@ def build_runtime(
     if not settings.staging_uri:
         raise ConfigurationError(
             "FLEET_STAGING_URI is not set: name an s3://bucket/prefix/ (or a local directory) "
-            "for normalised files and rejects"
+            "for normalized files and rejects"
         )
     s3 = settings_s3_client(settings)
     repo = BatchRepository.from_settings(settings)
@@ -194,8 +194,8 @@ _REMOTE_CONTEXTS: dict[str, ImportContext] = {}
 
 def remote_context(settings: Settings) -> ImportContext:
     """The context an ImportContext unpickles to in another process (a Dask worker running a
-    normalise task): one per settings per process, with a scratch directory of its own, and
-    `remote` set, so that its normalised files live in the staging area only."""
+    normalize task): one per settings per process, with a scratch directory of its own, and
+    `remote` set, so that its normalized files live in the staging area only."""
     password = settings.redshift_password
     key = settings.model_dump_json() + (password.get_secret_value() if password else "")
     if key not in _REMOTE_CONTEXTS:

@@ -179,7 +179,7 @@ class StoreCollector(Collector):
             f"{PREFIX}_rows_rejected", "rows rejected by committed slices", labels=["dataset"]
         )
         staged = CounterMetricFamily(
-            f"{PREFIX}_staged_bytes", "bytes of normalised Parquet staged", labels=["dataset"]
+            f"{PREFIX}_staged_bytes", "bytes of normalized Parquet staged", labels=["dataset"]
         )
         for row in sorted(snapshot.rows, key=lambda r: r["dataset"] or ""):
             dataset = row["dataset"] or ""

@@ -1,1 +1,1 @@
-"""Normalisation: one source file to typed Parquet plus its rejects."""
+"""Normalization: one source file to typed Parquet plus its rejects."""

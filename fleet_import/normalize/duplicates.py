@@ -1,4 +1,4 @@
-"""Duplicate natural keys across a delivery's normalised files: every copy of a repeated key
+"""Duplicate natural keys across a delivery's normalized files: every copy of a repeated key
 is rejected (never silently deduplicated). A first pass hashes each file's keys (vectorised
 FNV-1a, computable ahead, while the slice loads) into buckets on disk; only rows whose hash
 repeats are read again and compared by value.
@@ -103,7 +103,7 @@ _NULL_HASH_BASE = np.uint64(1 << 63)
 
 
 def key_hashes(normalized: NormalizedFile, contract: DatasetContract) -> np.ndarray:
-    """One 64-bit hash of the natural key per row of a normalised file, in row order (a key
+    """One 64-bit hash of the natural key per row of a normalized file, in row order (a key
     with a missing part gets a value no other row of the file shares). Read a row group at
     a time, so memory follows the row group, not the file."""
     keys = list(contract.natural_key)
@@ -119,7 +119,7 @@ def key_hashes(normalized: NormalizedFile, contract: DatasetContract) -> np.ndar
 def _read_keys(
     normalized: NormalizedFile, keys: list[str]
 ) -> tuple[pa.Table, pa.ChunkedArray, pa.ChunkedArray]:
-    """The keys, lines and line counts of a normalised file's rows (a file normalised before
+    """The keys, lines and line counts of a normalized file's rows (a file normalized before
     rows had line counts: one line each)."""
     names = pq.read_schema(normalized.parquet_path).names
     counted = SOURCE_LINE_COUNT_COLUMN in names

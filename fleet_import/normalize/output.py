@@ -1,5 +1,5 @@
-"""What normalising one source file produced: the typed Parquet to load and its rejects.
-Its own module so that the duplicate check and the normaliser both use it."""
+"""What normalizing one source file produced: the typed Parquet to load and its rejects.
+Its own module so that the duplicate check and the normalizer both use it."""
 
 from __future__ import annotations
 

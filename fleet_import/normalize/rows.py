@@ -25,7 +25,7 @@ SOURCE_LINE_COLUMN = "_source_line"
 # The physical lines a row was read from, from its _source_line on: 1 unless a quoted value
 # spans lines (normalize.malformed has the rule).
 SOURCE_LINE_COUNT_COLUMN = "_source_line_count"
-# Rows per Arrow batch when reading or writing normalised data: memory follows this.
+# Rows per Arrow batch when reading or writing normalized data: memory follows this.
 DEFAULT_BATCH_ROWS = 65_536
 _VALUE_LIMIT = 200
 _UTC = dt.UTC

@@ -1,7 +1,7 @@
 """`fleet-import tenants purge`: remove everything a tenant's imports left, and record it.
 
 Removed: the tenant's rows in every curated table and its slice-registry rows (one
-transaction in the warehouse database that holds them), the normalised files and rejects
+transaction in the warehouse database that holds them), the normalized files and rejects
 its batches staged, and their cache rows. Kept: its operational batches, the history an
 auditor reads, and the purge itself is one more: a `tenant_purge` batch whose details list
 what went (or, if the purge stopped half way, what went before it stopped, and why).

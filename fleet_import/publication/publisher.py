@@ -346,7 +346,7 @@ class Publisher:
     def retire_superseded(self, ctx: StepContext) -> None:
         """Mark superseded what this batch's slice replaced: every earlier failed publication
         of the scope (its open steps retired, so it is never resumed or published) and the
-        previous succeeded batch; then delete the normalised files that only earlier batches
+        previous succeeded batch; then delete the normalized files that only earlier batches
         of the scope used, failed ones included. Files go first, cache rows next, the
         previous success's mark last: a retry after any failure finds the same entries
         again. Superseding the failed ones is one idempotent statement, so its place in that

@@ -1,4 +1,4 @@
-"""What `retire_superseded` keeps (issue #24): the normalised files of the scope's last
+"""What `retire_superseded` keeps (issue #24): the normalized files of the scope's last
 succeeded batches, so a rollback can load one again, and of held batches that wait for
 review, so an approval loads them without parsing. The same publication step that deletes
 staging today enforces it: a file leaves once no retained batch uses it any more, at the

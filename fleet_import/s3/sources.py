@@ -2,7 +2,7 @@
 
 Discovery turns a folder into a `Manifest` (key, size, etag per file) whose fingerprint says
 whether a delivery was already loaded. Reads pin the etag recorded in the manifest, so a file
-replaced between discovery and normalisation fails the batch instead of mixing two deliveries.
+replaced between discovery and normalization fails the batch instead of mixing two deliveries.
 Every S3 call runs inside `s3.errors.s3_errors`, so a botocore error leaves as a pre-commit
 error (terminal or configuration) or a transient (retryable) one; no botocore exception
 leaves this module.

@@ -1,4 +1,4 @@
-"""Where normalised Parquet and rejects files live between runs: an S3 prefix (required for
+"""Where normalized Parquet and rejects files live between runs: an S3 prefix (required for
 Redshift, whose COPY reads from S3) or a local directory (enough for PostgreSQL)."""
 
 from __future__ import annotations

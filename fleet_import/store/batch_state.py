@@ -26,7 +26,8 @@ from enum import StrEnum
 from fleet_import.store.details import HeldFacts
 from fleet_import.store.models import Batch, BatchStatus
 
-# Phases at or after which a running batch may have sent its slice COMMIT.
+# Phases at or after which a running batch may have sent its slice COMMIT ("normalised" as
+# stored, store.models.Phase; "normalized" read too).
 _MAY_HAVE_COMMITTED = frozenset({"normalised", "normalized", "committed", "publishing"})
 COMMITTED_UNKNOWN = "unknown until settled"
 

@@ -16,6 +16,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from fleet_import.errors import DetailsInvalid
 
+# Stored in every batch's details: "normalised" keeps the spelling of the rows written since
+# the first release, which the views and the takeover read.
 Phase = Literal["reserved", "discovered", "normalised", "committed", "publishing", "published"]
 DETAILS_VERSION = 1
 # What a reserved batch has always stored; the other fields appear as steps write them.
@@ -41,7 +43,7 @@ class _Open(BaseModel):
 
 
 class Rejects(_Open):
-    """What the normalisation rejected: the count, a sample and the staged rejects file."""
+    """What the normalization rejected: the count, a sample and the staged rejects file."""
 
     count: int = 0
     uri: str | None = None
@@ -60,7 +62,7 @@ class FileLoaded(_Open):
     cache_hit: bool = False
     seconds: float = 0.0
     bytes: int | None = None
-    """The staged normalised file's size."""
+    """The staged normalized file's size."""
     aliases: dict[str, str] = {}
     """Columns found by an alias (a renamed export): column -> the header found."""
     extra_columns: dict[str, str] = {}

@@ -104,7 +104,7 @@ FROM freshness_states
 
 -- tenant_costs --
 -- Per tenant, the batches whose slice committed (created since `since`): rows loaded and
--- rejected, bytes of normalised Parquet staged, and our own timings of the load, its COPYs
+-- rejected, bytes of normalized Parquet staged, and our own timings of the load, its COPYs
 -- and its COMMIT.
 WITH committed AS (
     SELECT b.*

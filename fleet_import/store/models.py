@@ -140,7 +140,7 @@ class FileInUse:
 
 @dataclass(frozen=True)
 class CachedFile:
-    """A normalised source file: `(source_key, etag, contract_version)` -> staged output."""
+    """A normalized source file: `(source_key, etag, contract_version)` -> staged output."""
 
     source_key: str
     etag: str

@@ -180,7 +180,7 @@ class OutboxRepository(SqlStore):
         row = self._one("previous_batch", {"batch_id": batch_id})
         return None if row is None else Batch.from_row(row)
 
-    # -- the normalised-file cache of a superseded batch ----------------------------------
+    # -- the normalized-file cache of a superseded batch ----------------------------------
 
     def cache_entries_only_used_by(
         self, batch_id: uuid.UUID, in_use: Iterable[FileInUse]

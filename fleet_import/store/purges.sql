@@ -5,7 +5,7 @@ WHERE tenant_id = %(tenant_id)s AND status = 'running'
 ORDER BY created_at, id
 
 -- cached_files --
--- Normalised files the tenant's batches staged (the cache's creator is a batch of it).
+-- Normalized files the tenant's batches staged (the cache's creator is a batch of it).
 SELECT n.source_key, n.etag, n.contract_version, n.dataset, n.output_uri, n.row_count,
        n.reject_count, n.details
 FROM normalized_files n

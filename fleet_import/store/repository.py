@@ -327,7 +327,7 @@ class BatchRepository(SqlStore):
                 return NotResumable("the scope changed hands during the resume; try again")
             return ScopeBusy(holder["id"], holder["delivery_key"])
 
-    # -- normalised-file cache -------------------------------------------------------------
+    # -- normalized-file cache -------------------------------------------------------------
 
     def cached_file(self, source_key: str, etag: str, contract_version: str) -> CachedFile | None:
         row = self._one(

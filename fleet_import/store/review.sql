@@ -31,7 +31,7 @@ ORDER BY created_at DESC, id
 LIMIT %(limit)s
 
 -- retained_batches --
--- Batches of the scope whose normalised files the retention keeps, besides the batch
+-- Batches of the scope whose normalized files the retention keeps, besides the batch
 -- being published (`batch_id`): earlier successes committed within `keep_seconds` of now,
 -- the latest earlier success always, and held batches that still wait for review: those
 -- made after it (a held batch made before it is overtaken or stale now, as batch_state says:

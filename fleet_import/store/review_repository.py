@@ -1,5 +1,5 @@
 """ReviewRepository: the operational-store side of held batches (issue #24) and of the
-retention that lets a rollback load an earlier success's normalised files.
+retention that lets a rollback load an earlier success's normalized files.
 
 Same conventions as BatchRepository: SQL lives in `review.sql`, each method is one
 transaction on its own connection, driver errors become OperationalStoreError.

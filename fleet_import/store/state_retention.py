@@ -5,7 +5,7 @@ Trimmed after `older_than` (FLEET_STATE_RETAIN_DAYS): the outbox steps of succee
 delivered lineage events of finished batches, and a succeeded batch's per-file summary and
 rejects sample. Never trimmed: the batch rows themselves (the slice registry's batches,
 resumes, reviews, rollbacks and freshness read them), their manifests and contract versions,
-a failed batch's outbox (a resume needs it), pending lineage, the normalised-file cache
+a failed batch's outbox (a resume needs it), pending lineage, the normalized-file cache
 (publication.retention owns it) and freshness verdicts.
 """
 

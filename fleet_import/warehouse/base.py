@@ -17,7 +17,7 @@ from fleet_import.errors import WarehouseError
 STAMP_COLUMNS = ("tenant_id", "source_scope", "ingestion_batch_id")
 """Columns every curated table carries after the contract's, in this order."""
 SOURCE_LINE_COLUMN = "_source_line"
-"""Trailing column of normalised Parquet files: the row's line in its source file."""
+"""Trailing column of normalized Parquet files: the row's line in its source file."""
 SOURCE_LINE_COUNT_COLUMN = "_source_line_count"
 """The one after it: how many physical lines the row was read from. Neither is loaded."""
 
@@ -66,12 +66,12 @@ class CommitOutcomeUnknown(WarehouseError):
 
 @dataclass(frozen=True)
 class LoadFile:
-    """A normalised Parquet file: the contract's columns in order, then `_source_line` (and,
-    in files normalised since rows had line counts, `_source_line_count`)."""
+    """A normalized Parquet file: the contract's columns in order, then `_source_line` (and,
+    in files normalized since rows had line counts, `_source_line_count`)."""
 
     path: Path
     excluded_lines: frozenset[int] = frozenset()
-    """`_source_line` values to drop (rows rejected as duplicate keys after normalising)."""
+    """`_source_line` values to drop (rows rejected as duplicate keys after normalizing)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))

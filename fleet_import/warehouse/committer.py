@@ -256,7 +256,7 @@ class SliceCommitter(CommitsThroughOpenSlice):
         fence: Fence | None = None,
     ) -> SliceWriter:
         """Start replacing the scope's slice: files are loaded one by one (as they are
-        normalised), and only `commit()` makes the new slice visible (see SliceWriter)."""
+        normalized), and only `commit()` makes the new slice visible (see SliceWriter)."""
         check_loads([DatasetLoad(c, ()) for c in contracts])
         missing = [
             c for c in contracts if (c.target_table, c.contract_version) not in self._ensured

@@ -288,7 +288,7 @@ def _cast_predicate(
             return "FALSE"
         return f"OCTET_LENGTH(CAST({quoted} AS VARCHAR(65535))) > {max_bytes}"
     if _TEXT.fullmatch(has_type):
-        return None  # text to a number, a date, ...: parsing is normalisation's job
+        return None  # text to a number, a date, ...: parsing is normalization's job
     if spec is not None and number:
         # What rounds to s digits and still fits p: |v| < 10^(p-s) - 0.5 * 10^-s. NaN and
         # the infinities compare false, so they are refused too.

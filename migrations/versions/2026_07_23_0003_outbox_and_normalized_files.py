@@ -2,7 +2,7 @@
 
 Why: publication steps must survive a crash between the warehouse commit and their
 execution, and must be claimed by exactly one drain (a row claim, not a process flag), so they
-live in a transactional outbox written together with `redshift_committed`. Normalised files
+live in a transactional outbox written together with `redshift_committed`. Normalized files
 are cached by (source key, etag, contract version) so that a rerun of unchanged files parses
 nothing twice.
 

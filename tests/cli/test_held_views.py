@@ -129,7 +129,7 @@ def test_approved_and_rejected_show_their_decision_everywhere(
 
 
 def test_a_batch_in_the_crash_window_is_committed_unknown_not_no(flow_env: str) -> None:
-    """Killed after its slice load began (phase normalised) and before the commit was
+    """Killed after its slice load began (phase `normalised`) and before the commit was
     recorded: whether the warehouse committed is not known until the stamp is read."""
     from fleet_import.scope import Tenant, source_scope
 

@@ -1,4 +1,4 @@
-"""The normalised-file cache entries a publication forgets (publisher's retire step),
+"""The normalized-file cache entries a publication forgets (publisher's retire step),
 asserted against OutboxRepository on PostgreSQL and against the in-memory fake alike: only
 entries that finished, earlier batches of the same scope created, and none the new slice
 was loaded from; an entry another batch re-stored meanwhile stays."""

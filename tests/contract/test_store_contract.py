@@ -315,7 +315,7 @@ def test_expired_or_superseded_publication_is_not_resumable(store: StoreUnderTes
     assert isinstance(refused, NotResumable) and "expired" in refused.reason
 
 
-# -- the normalised-file cache -----------------------------------------------------------------
+# -- the normalized-file cache -----------------------------------------------------------------
 
 
 def test_cached_files_are_stored_replaced_and_forgotten(store: StoreUnderTest) -> None:

@@ -14,7 +14,7 @@ from fleet_import.contracts.fleet import FLEET_DATASETS
 from fleet_import.errors import WarehouseError
 from fleet_import.warehouse.base import WarehouseSession
 from fleet_import.warehouse.shape import TableMigrationNeeded
-from tests.warehouse_helpers import ACME, FLOAT_FUEL, SCOPE, fleet_loads, write_normalised
+from tests.warehouse_helpers import ACME, FLOAT_FUEL, SCOPE, fleet_loads, write_normalized
 
 OTHER_SCOPE = "fleet_s3:s3://fleet-landing/acme/fleet/2026-07-23/"
 SMALL = {"vehicles": 4, "trips": 10}
@@ -79,7 +79,7 @@ def test_slice_closed_without_commit_leaves_the_old_one(any_warehouse, tmp_path:
 
 def test_excluded_lines_and_discarded_keys_are_not_loaded(any_warehouse, tmp_path: Path) -> None:
     trips = FLEET_DATASETS["trips"]
-    file = write_normalised(tmp_path / "t.parquet", trips, 10)
+    file = write_normalized(tmp_path / "t.parquet", trips, 10)
     excluded = type(file)(file.path, frozenset({2, 3}))  # the first two rows
     with any_warehouse.open_slice(
         tenant_id=ACME, source_scope=SCOPE, batch_id=uuid.uuid4(), contracts=[trips]

@@ -1,5 +1,5 @@
 """Dataset contracts as pydantic models: a bad contract file is refused with the field path
-that is wrong, and the shipped contracts keep the versions that key the normalised cache."""
+that is wrong, and the shipped contracts keep the versions that key the normalized cache."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fleet_import.contracts.fleet import FLEET_DATASETS, TRIPS
 from fleet_import.contracts.model import Column, ContractError, DatasetContract
 from fleet_import.errors import InvalidInput
 
-# Before contracts became pydantic models; the normalised-file cache is keyed by these.
+# Before contracts became pydantic models; the normalized-file cache is keyed by these.
 SHIPPED_VERSIONS = {
     "vehicles": "1-5cdfb81d36aa",
     "trips": "1-8b8b96f0de8a",

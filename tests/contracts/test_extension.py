@@ -69,7 +69,7 @@ def test_redefining_a_shipped_dataset_says_how_to_extend_it(tmp_path: Path) -> N
 @given(st.lists(st.from_regex(r"[a-z][a-z0-9_ ]{0,12}[a-z0-9]", fullmatch=True), max_size=3))
 def test_an_alias_never_changes_the_contract_version(aliases: list[str]) -> None:
     """Property: whatever aliases an extension adds (if the contract takes them), the
-    version that keys the normalised-file cache is the shipped one."""
+    version that keys the normalized-file cache is the shipped one."""
     from fleet_import.contracts.extension import DatasetExtension, extended
 
     try:

@@ -257,7 +257,7 @@ class MemoryOutboxRepository:
             latest = max(earlier, key=lambda row: (row["created_at"], row["id"]), default=None)
             return None if latest is None else batch_of(latest)
 
-    # -- the normalised-file cache of a superseded batch ----------------------------------
+    # -- the normalized-file cache of a superseded batch ----------------------------------
 
     def _replaced_by(self, entry: Row, cur: Row) -> bool:
         """Created by a finished, earlier batch of `cur`'s scope."""

@@ -327,7 +327,7 @@ class MemoryBatchRepository:
             )
             return Resumed(batch_of(row))
 
-    # -- normalised-file cache -------------------------------------------------------------
+    # -- normalized-file cache -------------------------------------------------------------
 
     def cached_file(self, source_key: str, etag: str, contract_version: str) -> CachedFile | None:
         with self.store.transaction("cached_file"):

@@ -61,7 +61,7 @@ FLOW_CELLS = {
         ("succeed", "outage"): "the success read back is the run's state",
     },
     "s3": {
-        ("get", "black_hole"): "the flow's normalise tasks: no queued file starts after one failed",
+        ("get", "black_hole"): "the flow's normalize tasks: no queued file starts after one failed",
         ("upload", "black_hole"): "no task retry over botocore's attempts at a staging PUT",
     },
 }

@@ -5,7 +5,7 @@ never anything else); what is recorded must be true at once, and after recovery 
 delivery, the drain, a lease TTL later) the invariants hold.
 
 Phases, by the statement (and its parameters) each fault is armed on: claim (the
-reservation), discover (the manifest recorded), normalise (a normalised file cached),
+reservation), discover (the manifest recorded), normalize (a normalized file cached),
 record (the commit recorded), publication (an outbox step claimed), succeed (the batch
 succeeded), release (its lease released, the run's last statement). Faults: reset, 2 s
 stall, lost reply (then 2 s refused), outage (a reset, then refused for longer than the
@@ -18,7 +18,7 @@ One cell per distinct recovery path (`CELLS`); the rest of phase x fault meet th
   TTL and settled by the drain.
 - discover, outage: the manifest record's step retries outlast the outage. A reset or a
   lost answer (the update is idempotent) is their first attempt.
-- normalise, outage: cache entries fail while the heartbeat cannot renew the lease: the
+- normalize, outage: cache entries fail while the heartbeat cannot renew the lease: the
   cache only saves work, and the load goes on. A reset or a lost answer to one entry is the
   same skipped entry.
 - record, reset: the commit record never reached the server: retried, then published.

@@ -115,7 +115,7 @@ def test_an_outage_longer_than_the_lease_fences_the_worker(
     )
     try:
         _wait_for(reached, database_url, child)
-        time.sleep(1.0)  # the delivery's few small files are normalised by now
+        time.sleep(1.0)  # the delivery's few small files are normalized by now
         proxy.refuse(OUTAGE_SECONDS)
         proxy.reset_all()  # the cut: every open connection, and no new one for a while
         cut_at = time.monotonic()

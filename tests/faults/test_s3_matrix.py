@@ -4,8 +4,8 @@ S3's one retry layer (fleet_import.s3.client), with test limits: 1 s to connect,
 read, 3 attempts, so a call gives up within `LIMITS.call_bound` (18 s).
 
 Phases, by the request each fault is armed on: discover (the folder's listing), get (the
-first GET of a delivered file, while normalising), upload (the first PUT to the staging
-area, a normalised file), publication (retire_superseded's delete of the staged files of
+first GET of a delivered file, while normalizing), upload (the first PUT to the staging
+area, a normalized file), publication (retire_superseded's delete of the staged files of
 the batch two contents back: its own test, as a first delivery deletes nothing).
 Faults: a reset before moto sees the request, a 2 s stall, an outage longer than the lease
 TTL but shorter than the bound (6 s of black hole), a black hole longer than the bound
@@ -24,7 +24,7 @@ fault meet the same code (botocore's standard retries, the same at each call):
   the same read).
 - get, black_hole: a file's GET past the bound: failed before commit, and no further file
   starts (at most FILES_AT_ONCE calls wait out the bound).
-- get, outage: 6 s dark while normalising: botocore's later attempts get through while the
+- get, outage: 6 s dark while normalizing: botocore's later attempts get through while the
   heartbeat keeps the lease (an outage at the listing or a PUT is the same retry).
 - get, throttle: two 503 SlowDown answers ridden out (the same retry at any call).
 - upload, black_hole: a staging PUT past the bound through boto3's transfer manager, which
@@ -112,7 +112,7 @@ PUBLICATION_CELLS = {
 SAMPLED = {("get", "throttle")}
 """The cells `make test` runs too; `make test-faults` runs them all."""
 FILES_AT_ONCE = DEFAULT_NORMALIZE_WORKERS
-"""Files normalised at once, each making one S3 call at a time (the runtime and the flow)."""
+"""Files normalized at once, each making one S3 call at a time (the runtime and the flow)."""
 ACME = Tenant.named("acme")
 
 
@@ -153,7 +153,7 @@ def retried_above_botocore(proxy: FaultProxy) -> list[str]:
     """What the requests a black hole caught say of the layers above botocore: each call it
     caught sent exactly LIMITS.max_attempts requests, and no request was sent by two calls
     (a step runner's or a Prefect task's retry calls S3 again: a new invocation of the same
-    request); and it caught no more calls than files are normalised at once (a failed file
+    request); and it caught no more calls than files are normalized at once (a failed file
     starts no further files, each of which would wait out the bound again)."""
     calls = caught_calls(proxy)
     calls_of: dict[bytes, int] = defaultdict(int)

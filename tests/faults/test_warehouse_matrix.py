@@ -9,8 +9,8 @@ stamp says.
 
 Phases, by the warehouse message each fault is armed on:
 - claim: the first read of the slice registry (`already_loaded`, the stamp);
-- normalise: the slice's scope lock (Redshift: its first temp table), taken while the files
-  are still being normalised;
+- normalize: the slice's scope lock (Redshift: its first temp table), taken while the files
+  are still being normalized;
 - copy: the first COPY FROM STDIN;
 - commit: the slice transaction's COMMIT (after the registry is stamped);
 - publication: the refresh statement of `refresh_dependants`.
@@ -22,8 +22,8 @@ outage (a reset, then every connection refused for longer than the lease TTL).
 One cell per distinct recovery path (`CELLS`); the rest of phase x fault meet the same code:
 - claim, outage: the claim step's retries (the step runner's backoff) outlast the warehouse
   gone past the lease TTL. A reset or a lost answer to that read is their first attempt.
-- normalise, reset: the slice, opened while files are still normalised, loses its
-  connection: the load starts again, reusing the files normalised meanwhile (on Redshift:
+- normalize, reset: the slice, opened while files are still normalized, loses its
+  connection: the load starts again, reusing the files normalized meanwhile (on Redshift:
   its session opened again).
 - copy, outage: a COPY cut, then the warehouse gone past the TTL: the slice load's retries
   outlast it while the heartbeat keeps the lease. A reset or a lost answer mid-COPY (the
@@ -92,7 +92,7 @@ TTL, so a lease nobody renews would have expired (the heartbeat renews it meanwh
 operational database, when only the warehouse is down)."""
 CELLS = {
     ("claim", "outage"): "the claim step's retries outlast the outage",
-    ("normalise", "reset"): "the slice opened again while files normalise",
+    ("normalise", "reset"): "the slice opened again while files normalize",
     ("copy", "outage"): "the slice load's retries outlast the outage",
     ("commit", "lost_reply"): "committed: the stamp read back",
     ("commit", "outage"): "not committed: the read-back spans the outage, loaded again",

@@ -173,7 +173,7 @@ def test_review_holds_the_batch_and_approval_adds_the_column_from_staged_files(
     assert isinstance(approved, Committed) and approved.published, approved
     assert trips_columns(database_url)["co2_grams"] == "bigint"
     assert sorted(v for v in co2_values(database_url) if v is not None) == list(range(100, 110))
-    # No file read again: each came from what the held batch normalised and staged.
+    # No file read again: each came from what the held batch normalized and staged.
     assert approved.summary["cache_hits"] == len(approved.summary["files"]) == 4
     assert ctx.repo.get(held.batch_id).details["review"]["decision"] == "approved"
     approval = ctx.repo.get(approved.batch_id).details["drift"]["trips"]

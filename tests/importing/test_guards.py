@@ -87,7 +87,7 @@ def test_a_shrinking_redelivery_is_held_and_the_old_slice_stays(
     assert batch.details["warehouse_committed"] is False
     breach = batch.details["failure"]["held"]["breaches"][0]
     assert breach == {"dataset": "trips", "current_rows": 400, "new_rows": new_rows, "rule": rule}
-    # Its normalised files stay staged, for an approval to load without parsing them again.
+    # Its normalized files stay staged, for an approval to load without parsing them again.
     bucket, prefix = split_folder(folder)
     for obj in batch.details["manifest"]["objects"]:
         version = batch.details["contract_versions"][obj["dataset"]]
@@ -184,7 +184,7 @@ def test_guard_settings_are_validated_and_leave_the_contract_version_alone() -> 
     tuned = contract_from_dict({**raw, "min_rows_ratio": 0.9, "allow_empty": True})
     assert (tuned.min_rows_ratio, tuned.allow_empty) == (0.9, True)
     assert (TRIPS.min_rows_ratio, TRIPS.allow_empty) == (0.5, False)
-    # A guard is judged against the slice, not part of the normalised output: the cache
+    # A guard is judged against the slice, not part of the normalized output: the cache
     # key stays.
     assert tuned.contract_version == TRIPS.contract_version
     with pytest.raises(ContractError, match="min_rows_ratio"):

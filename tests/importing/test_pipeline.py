@@ -214,7 +214,7 @@ def test_a_dropped_warehouse_connection_is_retried_without_losing_a_file(
     import_ctx: ImportContext, s3, landing_bucket: str, database_url: str, monkeypatch
 ) -> None:
     """The server really kills the slice's backend after its first file: the load starts
-    again, replays the file already normalised, and the slice comes out whole."""
+    again, replays the file already normalized, and the slice comes out whole."""
     from fleet_import.importing import load as loading
     from fleet_import.warehouse.postgres.warehouse import PostgresWarehouse
 
@@ -253,29 +253,29 @@ def test_a_file_failing_while_the_copy_fails_fails_the_batch(
 ) -> None:
     """The COPY's reader thread is waiting for trips-2 when the server kills the slice's
     backend (transient: the slice would be loaded again), and trips-2 then fails to
-    normalise. The reader's error is dropped for the COPY's, but the batch must still fail
+    normalize. The reader's error is dropped for the COPY's, but the batch must still fail
     with it, never commit a slice without trips-2 and the files after it."""
     import threading
     import time
 
     from fleet_import.errors import PreCommitError
     from fleet_import.importing import load as loading
-    from fleet_import.importing import normalized_files as normalising
+    from fleet_import.importing import normalized_files as normalizing
     from fleet_import.warehouse.postgres import writer as postgres
 
     monkeypatch.setattr(loading, "LOAD_BACKOFF", Backoff((0.0, 0.0, 0.0)))
     monkeypatch.setattr(import_ctx, "normalize_workers", 1)
     trips_2_started = threading.Event()
-    normalize_object = normalising.normalize_object
+    normalize_object = normalizing.normalize_object
 
     def failing_trips_2(ctx, batch_id, tenant_id, bucket, obj, contract, workdir):
         if obj.name.startswith("trips-2"):
             trips_2_started.set()
             time.sleep(1.0)  # long enough for the COPY to fail first
-            raise PreCommitError(f"{obj.name}: cannot be normalised")
+            raise PreCommitError(f"{obj.name}: cannot be normalized")
         return normalize_object(ctx, batch_id, tenant_id, bucket, obj, contract, workdir)
 
-    monkeypatch.setattr(normalising, "normalize_object", failing_trips_2)
+    monkeypatch.setattr(normalizing, "normalize_object", failing_trips_2)
     stream_parquet = postgres.stream_parquet
     killed: list[int] = []
 

@@ -73,7 +73,7 @@ def test_import_publishes_and_supersedes_the_previous_batch(
     assert names.count("fleet.batch.published") == 2
 
 
-def test_a_replaced_file_leaves_no_normalised_file_behind(
+def test_a_replaced_file_leaves_no_normalized_file_behind(
     publishing_ctx: ImportContext, s3, landing_bucket: str, staging_bucket: str, database_url: str
 ) -> None:
     """The staging area holds what the slice was loaded from, nothing of the content a later

@@ -1,4 +1,4 @@
-"""Rollback (issue #24): the normalised files of a scope's earlier successes are retained,
+"""Rollback (issue #24): the normalized files of a scope's earlier successes are retained,
 a rollback loads one's content again as a new batch, and is refused when its files are
 gone; real PostgreSQL and moto."""
 

@@ -1,5 +1,5 @@
 """Staged data under the tenant's prefix (issue #46 item 9): every object an import stages
-(normalised Parquet, its rejects, the batch's rejects file) is below `{staging}/{tenant}/`,
+(normalized Parquet, its rejects, the batch's rejects file) is below `{staging}/{tenant}/`,
 so a per-tenant IAM policy or KMS key covers it; cache rows made before that layout still
 resolve where they point."""
 
@@ -42,7 +42,7 @@ def test_a_cache_row_of_the_old_layout_still_resolves(
     import_ctx: ImportContext, s3, landing_bucket: str, staging_bucket: str, database_url: str
 ) -> None:
     """A row written before the tenant prefix (`normalized/{dataset}/{digest}.parquet`) is a
-    cache hit at the place it records: no file is normalised again, nothing is moved."""
+    cache hit at the place it records: no file is normalized again, nothing is moved."""
     acme = Tenant.named("acme")
     folder = today_folder(landing_bucket, "acme")
     upload(s3, folder, fleet_delivery(trips=200, bad_rows=True))

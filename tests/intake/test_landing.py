@@ -111,7 +111,7 @@ def test_keys_outside_the_layout_are_not_located(key: str) -> None:
 
 
 @pytest.mark.parametrize("prefix", ["landing/v1/", "landing/v1", "/landing/v1", "/landing/v1/"])
-def test_the_prefix_is_normalised_and_goes_first(prefix: str) -> None:
+def test_the_prefix_is_normalized_and_goes_first(prefix: str) -> None:
     layout = LandingLayout(prefix=prefix, pattern="{tenant}/*/")
     assert layout.prefix == "landing/v1/"
     assert layout.locate(BUCKET, "landing/v1/globex/batch-7/_SUCCESS") == (

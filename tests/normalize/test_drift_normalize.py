@@ -1,4 +1,4 @@
-"""Normalising files whose columns drifted from their contract (issue #25, part 1): the
+"""Normalizing files whose columns drifted from their contract (issue #25, part 1): the
 columns beyond it are found and typed, left out of the output, or rejected by policy; an
 optional column a file lacks is NULL. No server needed."""
 
@@ -29,7 +29,7 @@ def under(policy: str, **update) -> DatasetContract:
     return READINGS.model_copy(update={"on_new_columns": policy, **update})
 
 
-def normalise(tmp_path: Path, contract: DatasetContract, fmt: str, data: bytes | str):
+def normalize(tmp_path: Path, contract: DatasetContract, fmt: str, data: bytes | str):
     source = data if isinstance(data, str) else io.BytesIO(data)
     file = normalize_file(
         source, source_key=f"k.{fmt}", fmt=fmt, contract=contract, out_path=tmp_path / "out.pq"
@@ -38,7 +38,7 @@ def normalise(tmp_path: Path, contract: DatasetContract, fmt: str, data: bytes |
 
 
 def test_csv_extra_columns_are_reported_not_loaded_and_keep_non_blank_rows(tmp_path) -> None:
-    file, rows = normalise(tmp_path, under("ignore"), "csv", b"id,co2,Plate No\n1,5,x\n,6,\n,,\n")
+    file, rows = normalize(tmp_path, under("ignore"), "csv", b"id,co2,Plate No\n1,5,x\n,6,\n,,\n")
     assert file.extra_columns == {"co2": "string", "Plate No": "string"}
     # Line 3 holds a value only in an ignored column: a row (rejected: id is required),
     # never a blank line dropped uncounted; line 4 is blank.
@@ -48,15 +48,15 @@ def test_csv_extra_columns_are_reported_not_loaded_and_keep_non_blank_rows(tmp_p
 
 def test_reject_refuses_extra_columns_and_a_missing_required_one(tmp_path) -> None:
     with pytest.raises(FileRejected, match="unexpected columns: co2"):
-        normalise(tmp_path, READINGS, "csv", b"id,co2\n1,5\n")
+        normalize(tmp_path, READINGS, "csv", b"id,co2\n1,5\n")
     with pytest.raises(FileRejected, match="missing columns: id$"):
-        normalise(tmp_path, under("ignore"), "csv", b"note,co2\n1,5\n")
+        normalize(tmp_path, under("ignore"), "csv", b"note,co2\n1,5\n")
 
 
 def test_jsonl_unknown_keys_under_ignore_and_reject(tmp_path) -> None:
-    file, rows = normalise(tmp_path, under("ignore"), "jsonl", b'{"id": "1", "co2": 5}\n')
+    file, rows = normalize(tmp_path, under("ignore"), "jsonl", b'{"id": "1", "co2": 5}\n')
     assert file.extra_columns == {"co2": "string"} and rows[0]["id"] == "1"
-    file, rows = normalise(tmp_path, READINGS, "jsonl", b'{"id": "1", "co2": 5}\n')
+    file, rows = normalize(tmp_path, READINGS, "jsonl", b'{"id": "1", "co2": 5}\n')
     assert rows == [] and file.rejects[0].reason == "unexpected field"
 
 
@@ -70,16 +70,16 @@ def test_parquet_new_columns_are_typed_from_the_schema(tmp_path) -> None:
         }
     )
     pq.write_table(table, tmp_path / "in.parquet")
-    file, _ = normalise(tmp_path, under("ignore"), "parquet", str(tmp_path / "in.parquet"))
+    file, _ = normalize(tmp_path, under("ignore"), "parquet", str(tmp_path / "in.parquet"))
     assert file.extra_columns == {"litres": "float64", "cost": "decimal(9,2)", "seen": "string"}
     with pytest.raises(FileRejected, match="'seen': its type has no contract type"):
-        normalise(tmp_path, under("evolve"), "parquet", str(tmp_path / "in.parquet"))
+        normalize(tmp_path, under("evolve"), "parquet", str(tmp_path / "in.parquet"))
     assert type_from_arrow(pa.dictionary(pa.int8(), pa.string())) == "string"
 
 
 def test_evolve_refuses_a_new_column_that_is_no_identifier(tmp_path) -> None:
     with pytest.raises(FileRejected, match="new columns cannot be added.*'Plate No'"):
-        normalise(tmp_path, under("evolve"), "csv", b"id,Plate No\n1,x\n")
+        normalize(tmp_path, under("evolve"), "csv", b"id,Plate No\n1,x\n")
 
 
 def test_an_evolved_contract_loads_the_values_typed_and_a_new_version(tmp_path) -> None:
@@ -88,13 +88,13 @@ def test_an_evolved_contract_loads_the_values_typed_and_a_new_version(tmp_path) 
     assert grown.column_names == ["id", "note", "co2"] and grown.evolved_columns == ("co2",)
     assert grown.contract_version != contract.contract_version
     assert evolved(grown, {"co2": "int64"}) is grown  # nothing new: the same contract
-    file, rows = normalise(tmp_path, grown, "csv", b"id,co2\n1,5\n2,x\n")
+    file, rows = normalize(tmp_path, grown, "csv", b"id,co2\n1,5\n2,x\n")
     assert file.extra_columns == {}
     assert [(r["id"], r["co2"]) for r in rows] == [("1", 5)]
     assert [(r.line, r.column, r.reason) for r in file.rejects] == [
         (3, "co2", "not a valid integer")
     ]
-    file, rows = normalise(tmp_path, grown, "csv", b"id\n1\n")  # an older file: NULL
+    file, rows = normalize(tmp_path, grown, "csv", b"id\n1\n")  # an older file: NULL
     assert rows[0]["co2"] is None
 
 

@@ -1,4 +1,4 @@
-"""Normalisation of source files: types, rejects with exact lines, file-level failures,
+"""Normalization of source files: types, rejects with exact lines, file-level failures,
 duplicate keys, reject ratio, reports. Local files only: no database, no S3."""
 
 from __future__ import annotations

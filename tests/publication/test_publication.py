@@ -692,7 +692,7 @@ def test_publishing_without_the_lease_is_refused(
 
 
 def _digest(source_key: str, etag: str = "etag-1", version: str = "v1") -> str:
-    """Staged names depend on key, etag and contract version, as normalising's do."""
+    """Staged names depend on key, etag and contract version, as normalizing's do."""
     return uuid.uuid5(uuid.NAMESPACE_URL, f"{source_key}\0{etag}\0{version}").hex
 
 
@@ -932,7 +932,7 @@ def test_retire_supersedes_every_earlier_failed_publication_and_retires_its_step
 def test_retire_deletes_the_staged_files_of_superseded_failed_publications(
     repo: BatchRepository, slices: SliceTable, tables: str, staging: StagingArea, tmp_path: Path
 ) -> None:
-    """A failed publication's normalised files go with it, whether or not a success came
+    """A failed publication's normalized files go with it, whether or not a success came
     before it: with none before (nothing to mark superseded), and after one (newer than the
     success the new batch marks)."""
     prefix = "acme/fleet/2026-07-22/"

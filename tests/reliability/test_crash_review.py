@@ -186,7 +186,7 @@ def test_approve_or_rollback_killed_after_its_commit_is_settled_by_the_drain_or_
 
 
 def retention_problems(database_url: str, s3, staging_bucket: str, owner: uuid.UUID) -> list[str]:
-    """Why the normalised files kept are not exactly those of the slice's owner and of the
+    """Why the normalized files kept are not exactly those of the slice's owner and of the
     batches the retention keeps beside it (no decided held batch among them), or why a
     kept file's staged output is missing; empty when they are."""
     retention = Retention(ReviewRepository(database_url))

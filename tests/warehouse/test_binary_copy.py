@@ -391,7 +391,7 @@ def test_stream_casts_compatible_types(conn: psycopg.Connection[Any], tmp_path: 
 
 def test_a_failed_write_stops_the_reader_taking_sources(tmp_path: Path) -> None:
     """Once the COPY fails, the reader takes no further source: each may be a file still to
-    normalise. Files without rows (nothing to put, so nothing that would notice) included."""
+    normalize. Files without rows (nothing to put, so nothing that would notice) included."""
     full = write_parquet(tmp_path / "full.parquet", [("a", 1, 1.0, True, None, None)])
     empty = write_parquet(tmp_path / "empty.parquet", [])
     write_failed = threading.Event()

@@ -1,4 +1,4 @@
-"""Decimals through both warehouses, exactly: CSV, JSON lines and Parquet normalised, then
+"""Decimals through both warehouses, exactly: CSV, JSON lines and Parquet normalized, then
 loaded by PostgreSQL's COPY BINARY (numeric wire format) and by the Redshift path (staged
 Parquet, COPY into DECIMAL on the emulator); the extremes of decimal(38,9) survive."""
 
@@ -90,7 +90,7 @@ def _sources() -> dict[str, bytes]:
     }
 
 
-def _normalised(tmp_path: Path) -> DatasetLoad:
+def _normalized(tmp_path: Path) -> DatasetLoad:
     files = []
     for name, body in _sources().items():
         source = tmp_path / name
@@ -100,7 +100,7 @@ def _normalised(tmp_path: Path) -> DatasetLoad:
             source_key=name,
             fmt=name.rsplit(".", 1)[1],  # type: ignore[arg-type]
             contract=LEDGER,
-            out_path=tmp_path / f"{name}.normalised.parquet",
+            out_path=tmp_path / f"{name}.normalized.parquet",
         )
         assert result.rejects == [], result.rejects
         files.append(LoadFile(result.parquet_path))
@@ -113,7 +113,7 @@ def _loaded(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
 
 def _check(wh: Warehouse, db: psycopg.Connection[Any], tmp_path: Path) -> None:
     wh.ensure_tables([LEDGER])
-    load = _normalised(tmp_path)
+    load = _normalized(tmp_path)
     outcome = commit(wh, [load])
     assert outcome.row_counts == {"ledger": len(ROWS)}
     loaded = {row[0]: row for row in _loaded(db)}

@@ -28,7 +28,7 @@ from tests.warehouse_helpers import (
     fleet_loads,
     registry,
     stamps,
-    write_normalised,
+    write_normalized,
 )
 
 ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
@@ -222,7 +222,7 @@ def test_an_unreadable_file_fails_before_copy_and_rolls_back(
     old = commit(redshift, fleet_loads(tmp_path / "old", {"trips": 10}))
     bad = tmp_path / "bad.parquet"
     bad.write_bytes(b"not parquet")
-    with pytest.raises(WarehouseError, match="cannot read normalised file"):
+    with pytest.raises(WarehouseError, match="cannot read normalized file"):
         commit(redshift, [DatasetLoad(TRIPS, (LoadFile(bad),))])
     assert stamps(db, "curated.fleet_trips") == {(ACME, SCOPE, str(old.batch_id)): 10}
 
@@ -231,8 +231,8 @@ def test_discard_keys_deletes_every_copy_of_a_key(
     redshift: RedshiftWarehouse, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     # Two files that both start at trip 0: trips 0..4 appear twice.
-    first = write_normalised(tmp_path / "t1.parquet", TRIPS, 20)
-    second = write_normalised(tmp_path / "t2.parquet", TRIPS, 5)
+    first = write_normalized(tmp_path / "t1.parquet", TRIPS, 20)
+    second = write_normalized(tmp_path / "t2.parquet", TRIPS, 5)
     batch_id = uuid.uuid4()
     with redshift.open_slice(
         tenant_id=ACME, source_scope=SCOPE, batch_id=batch_id, contracts=[TRIPS]

@@ -1,4 +1,4 @@
-"""String widths in bytes, as Redshift counts them: normalisation rejects what a column
+"""String widths in bytes, as Redshift counts them: normalization rejects what a column
 cannot hold (one such value would fail the whole COPY), and a contract that grew widens its
 table through the real driver against the emulator."""
 
@@ -149,16 +149,16 @@ def test_ensure_tables_refuses_a_type_no_alter_can_mend(
     assert caught.value.transient is False
 
 
-def test_a_normalised_file_loads_where_the_raw_value_would_fail_the_copy(
+def test_a_normalized_file_loads_where_the_raw_value_would_fail_the_copy(
     emulator: RedshiftEmulator, s3: Any, staging_bucket: str, tmp_path: Path
 ) -> None:
     """The emulator's COPY counts bytes, as Redshift's does: the over-wide value fails the
-    whole COPY unless normalisation rejected its row first."""
+    whole COPY unless normalization rejected its row first."""
     redshift = _warehouse(emulator, s3, staging_bucket)
     redshift.ensure_tables([NOTES])
     csv = f"id,grade,note\nn1,très bien,{FITS}\nn2,bien,{TOO_WIDE}\n"
-    normalised = run(tmp_path, csv, name="notes.csv", contract=NOTES)
-    done = commit(redshift, [DatasetLoad(NOTES, (LoadFile(normalised.parquet_path),))])
+    normalized = run(tmp_path, csv, name="notes.csv", contract=NOTES)
+    done = commit(redshift, [DatasetLoad(NOTES, (LoadFile(normalized.parquet_path),))])
     assert done.row_counts == {"notes": 1}
     raw = pa.table(
         {"id": ["n2"], "grade": ["bien"], "note": [TOO_WIDE], "_source_line": pa.array([3])}

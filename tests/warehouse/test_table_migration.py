@@ -47,7 +47,7 @@ from tests.warehouse_helpers import (
     commit,
     registry,
     stamps,
-    write_normalised,
+    write_normalized,
 )
 
 ROLE = "arn:aws:iam::123456789012:role/fleet-redshift-copy"
@@ -85,7 +85,7 @@ def _warehouse(backend: str, request: pytest.FixtureRequest) -> Warehouse:
 def _float_slice(wh: Warehouse, tmp_path: Path) -> uuid.UUID:
     """A slice loaded by the float contract; returns its batch."""
     wh.ensure_tables([FLOAT_FUEL])
-    load = DatasetLoad(FLOAT_FUEL, (write_normalised(tmp_path / "fuel.parquet", FLOAT_FUEL, ROWS),))
+    load = DatasetLoad(FLOAT_FUEL, (write_normalized(tmp_path / "fuel.parquet", FLOAT_FUEL, ROWS),))
     return commit(wh, [load]).batch_id
 
 
@@ -145,7 +145,7 @@ def test_a_float_money_column_holding_data_becomes_decimal_row_exact_and_stamped
     fresh.check_tables(ACME, [FUEL_TRANSACTIONS])
     load = DatasetLoad(
         FUEL_TRANSACTIONS,
-        (write_normalised(tmp_path / "fuel2.parquet", FUEL_TRANSACTIONS, ROWS, tag="b"),),
+        (write_normalized(tmp_path / "fuel2.parquet", FUEL_TRANSACTIONS, ROWS, tag="b"),),
     )
     assert commit(fresh, [load]).row_counts == {"fuel_transactions": ROWS}
 
@@ -285,7 +285,7 @@ def test_migrate_waits_for_a_slice_transaction_writing_the_table_and_keeps_its_r
         tenant_id=ACME, source_scope=other_scope, batch_id=uuid.uuid4(), contracts=[FLOAT_FUEL]
     )
     writer.load_files(
-        FLOAT_FUEL, [write_normalised(tmp_path / "other.parquet", FLOAT_FUEL, ROWS, tag="o")]
+        FLOAT_FUEL, [write_normalized(tmp_path / "other.parquet", FLOAT_FUEL, ROWS, tag="o")]
     )
     outcome: list[Any] = []
     migrating = threading.Thread(
@@ -351,7 +351,7 @@ def test_redshift_widens_a_varchar_in_place_and_refuses_values_a_narrower_one_ca
     wh = _redshift(emulator, s3, staging_bucket)
     wh.ensure_tables([NARROW_VEHICLE])
     load = DatasetLoad(
-        NARROW_VEHICLE, (write_normalised(tmp_path / "n.parquet", NARROW_VEHICLE, ROWS),)
+        NARROW_VEHICLE, (write_normalized(tmp_path / "n.parquet", NARROW_VEHICLE, ROWS),)
     )
     commit(wh, [load])
     migration = migration_for(wh)
@@ -365,7 +365,7 @@ def test_redshift_widens_a_varchar_in_place_and_refuses_values_a_narrower_one_ca
 
     # Back to 8 bytes: the values written since (`vehicle_id-N`) no longer fit.
     load = DatasetLoad(
-        FUEL_TRANSACTIONS, (write_normalised(tmp_path / "w.parquet", FUEL_TRANSACTIONS, ROWS),)
+        FUEL_TRANSACTIONS, (write_normalized(tmp_path / "w.parquet", FUEL_TRANSACTIONS, ROWS),)
     )
     commit(_redshift(emulator, s3, staging_bucket), [load])
     (narrowing,) = plan_tables(migration, [NARROW_VEHICLE])

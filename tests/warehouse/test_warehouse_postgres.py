@@ -38,7 +38,7 @@ from tests.warehouse_helpers import (
     fleet_loads,
     registry,
     stamps,
-    write_normalised,
+    write_normalized,
 )
 
 GLOBEX = "globex"
@@ -122,7 +122,7 @@ def test_identifiers_are_quoted(
         columns=(Column("from", "string", nullable=False), Column("user", "int64")),
     )
     wh = PostgresWarehouse(database_url)
-    load = DatasetLoad(awkward, (write_normalised(tmp_path / "o.parquet", awkward, 5),))
+    load = DatasetLoad(awkward, (write_normalized(tmp_path / "o.parquet", awkward, 5),))
     assert commit(wh, [load]).row_counts == {"orders": 5}
     assert db.execute('SELECT count(*) FROM "select"."order"').fetchone() == (5,)
 
@@ -370,7 +370,7 @@ def test_a_dataset_that_moved_to_another_table_leaves_the_old_one(
         natural_key=TRIPS.natural_key,
         columns=TRIPS.columns,
     )
-    file = write_normalised(tmp_path / "v2.parquet", moved, 4)
+    file = write_normalized(tmp_path / "v2.parquet", moved, 4)
     result = commit(warehouse, [DatasetLoad(moved, (file,))])
     assert stamps(db, TRIPS.target_table) == {}
     assert stamps(db, moved.target_table) == {(ACME, SCOPE, result.batch_id): 4}
@@ -391,8 +391,8 @@ def test_a_dataset_that_moved_to_another_table_leaves_the_old_one(
 def test_excluded_lines_are_dropped(
     warehouse: PostgresWarehouse, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    first = write_normalised(tmp_path / "trips_a.parquet", TRIPS, 100)
-    second = write_normalised(tmp_path / "trips_b.parquet", TRIPS, 100, first=100)
+    first = write_normalized(tmp_path / "trips_a.parquet", TRIPS, 100)
+    second = write_normalized(tmp_path / "trips_b.parquet", TRIPS, 100, first=100)
     # Lines count per file: line 2 of the second file is trip 100.
     load = DatasetLoad(
         TRIPS,
@@ -416,7 +416,7 @@ def test_a_corrupt_file_rolls_back_and_keeps_the_old_slice(
     loads = fleet_loads(tmp_path / "new", {"vehicles": 5, "trips": 50, "fuel_transactions": 50})
     broken = next(load for load in loads if load.contract.name == failing_dataset)
     broken.files[1].path.write_bytes(b"PAR1 this is not parquet PAR1")
-    with pytest.raises(WarehouseError, match="cannot load a normalised file") as caught:
+    with pytest.raises(WarehouseError, match="cannot load a normalized file") as caught:
         commit(warehouse, loads)
     assert caught.value.transient is False
     assert str(broken.files[1].path) in str(caught.value)
@@ -495,8 +495,8 @@ def test_readers_see_the_old_slice_or_the_new_one_never_a_mix(
             DatasetLoad(
                 TRIPS,
                 (
-                    write_normalised(tmp_path / f"trips_{k}_a.parquet", TRIPS, 100_000 + k),
-                    write_normalised(
+                    write_normalized(tmp_path / f"trips_{k}_a.parquet", TRIPS, 100_000 + k),
+                    write_normalized(
                         tmp_path / f"trips_{k}_b.parquet", TRIPS, 100_000 + k, first=100_000 + k
                     ),
                 ),

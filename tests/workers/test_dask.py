@@ -1,4 +1,4 @@
-"""A 12-file delivery normalised on a dask.distributed LocalCluster of two worker processes
+"""A 12-file delivery normalized on a dask.distributed LocalCluster of two worker processes
 (issue 16, items 3 and 5): the tasks run in the Dask workers, their Parquet reaches the
 flow only through the S3 staging area, and the slice is row for row the slice the default
 thread pool loads from the same files."""
@@ -77,7 +77,7 @@ def _rows(database_url: str, table: str, tenant: str) -> list[tuple]:
         ).fetchall()
 
 
-def test_a_delivery_normalised_on_dask_loads_the_same_slice(
+def test_a_delivery_normalized_on_dask_loads_the_same_slice(
     flow_env: str, s3, landing_bucket: str, dask_cluster, monkeypatch
 ) -> None:
     files = _delivery()
@@ -98,7 +98,7 @@ def test_a_delivery_normalised_on_dask_loads_the_same_slice(
         assert _rows(flow_env, table, "dask") == expected, table
     with distributed.Client(dask_cluster) as client:
         made = client.run(_remote_contexts_here)
-    # Each worker process that normalised a file built one context for the run's settings
+    # Each worker process that normalized a file built one context for the run's settings
     # and kept none of its Parquet files: the flow read them from the staging area.
     assert sum(count for count, _ in made.values()) >= 1, made
     assert all(left == 0 for _, left in made.values()), made

@@ -46,14 +46,14 @@ def connect(
 
 @contextmanager
 def translated(setting: str = WAREHOUSE_URL) -> Iterator[None]:
-    """The boundary: what the driver raises, and a normalised file that cannot be read or
+    """The boundary: what the driver raises, and a normalized file that cannot be read or
     encoded, leave as WarehouseError."""
     try:
         yield
     except psycopg.Error as exc:
         raise translate(exc, setting=setting) from None
     except (SourceError, EncodeError) as exc:
-        raise WarehouseError(f"cannot load a normalised file: {exc}") from exc
+        raise WarehouseError(f"cannot load a normalized file: {exc}") from exc
 
 
 def translate(

@@ -191,8 +191,8 @@ class PostgresSliceWriter(OpenSlice):
                 raise
 
     def load_files(self, contract: DatasetContract, files: Iterable[LoadFile]) -> int:
-        """COPY normalised files into the slice (stamped in the stream) in one COPY; returns
-        rows. `files` may be a generator that waits for each file to be normalised: the
+        """COPY normalized files into the slice (stamped in the stream) in one COPY; returns
+        rows. `files` may be a generator that waits for each file to be normalized: the
         first is taken here, the others on the COPY's reader thread when the COPY needs them."""
         self._check_declared(contract)
         name = contract.name

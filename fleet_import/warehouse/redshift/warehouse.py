@@ -1,4 +1,4 @@
-"""The Redshift warehouse: normalised Parquet staged on S3 and COPYed into session temp
+"""The Redshift warehouse: normalized Parquet staged on S3 and COPYed into session temp
 tables, then inserted stamped into the curated tables in one short transaction per slice
 that LOCKs what it writes (writer.py).
 

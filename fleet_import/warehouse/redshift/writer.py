@@ -74,7 +74,7 @@ def _stage_table(files: Iterable[LoadFile], contract: DatasetContract) -> Iterab
         try:
             table = pq.read_table(load_file.path)
         except (OSError, pa.ArrowException) as exc:
-            raise WarehouseError(f"cannot read normalised file {load_file.path}: {exc}") from exc
+            raise WarehouseError(f"cannot read normalized file {load_file.path}: {exc}") from exc
         if load_file.excluded_lines:
             excluded = pa.array(sorted(load_file.excluded_lines), pa.int64())
             table = table.filter(pc.invert(pc.is_in(table[SOURCE_LINE_COLUMN], excluded)))
@@ -82,7 +82,7 @@ def _stage_table(files: Iterable[LoadFile], contract: DatasetContract) -> Iterab
             table = table.select(contract.column_names).cast(contract.arrow_schema)
         except (KeyError, pa.ArrowException) as exc:
             raise WarehouseError(
-                f"normalised file {load_file.path} does not match dataset {contract.name!r}: {exc}"
+                f"normalized file {load_file.path} does not match dataset {contract.name!r}: {exc}"
             ) from exc
         yield pa.table(
             [
