@@ -16,10 +16,13 @@ from rich.text import Text
 
 from fleet_cli.freshness import parse_moment
 from fleet_cli.guard import error_line, foreseen_errors, require_settings
-from fleet_import.checks.settings import OPERATIONAL
+from fleet_import.checks.settings import OPERATIONAL, Uses
 
 if TYPE_CHECKING:
+    from fleet_import.config import Settings
     from fleet_import.store.metrics_repository import TenantCost
+
+COSTS_WITH_WAREHOUSE = OPERATIONAL | {Uses.WAREHOUSE}
 
 _console = Console()
 _JOIN_SECONDS = 1.0
@@ -98,24 +101,40 @@ def costs(
         typer.Option("--since", help="batches created from this time on (ISO 8601)"),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON and nothing else")] = False,
+    warehouse_seconds: Annotated[
+        bool,
+        typer.Option(
+            "--warehouse-seconds",
+            help="also Redshift's own seconds per tenant, from SYS_QUERY_HISTORY (Redshift only)",
+        ),
+    ] = False,
 ) -> None:
     """What each tenant's committed slices cost: batches, rows loaded and rejected, bytes
     of normalized Parquet staged, and seconds in COPY, in COMMIT and in the whole load, by
     our own timings. On Redshift every statement of a batch also runs under query_group =
-    its batch id, so SYS_QUERY_HISTORY attributes the cluster's own seconds (query_label).
+    its batch id, so SYS_QUERY_HISTORY attributes the cluster's own seconds (query_label):
+    --warehouse-seconds adds them (the history Redshift keeps: days, not months).
 
-    Exit codes: 0 the table; 1 the store failed; 2 a bad --since; 78 a bad setting.
+    Exit codes: 0 the table; 1 the store or the warehouse failed; 2 a bad --since, or
+    --warehouse-seconds on PostgreSQL; 78 a bad setting.
 
     Example: fleet-import costs --since 2026-07-01 --json
     """
     from fleet_import.store.metrics_repository import MetricsRepository
 
     moment = parse_moment(since, "--since") if since is not None else None
-    settings = require_settings(OPERATIONAL)
+    settings = require_settings(COSTS_WITH_WAREHOUSE if warehouse_seconds else OPERATIONAL)
+    if warehouse_seconds and settings.warehouse != "redshift":
+        error_line(
+            "--warehouse-seconds reads Redshift's SYS_QUERY_HISTORY: FLEET_WAREHOUSE is "
+            f"{settings.warehouse}, where the COPY and COMMIT seconds are the cost; drop it"
+        )
+        raise typer.Exit(2)
     with foreseen_errors():
         found = MetricsRepository.from_settings(settings).costs(tenant, moment)
+        on_cluster = _cluster_seconds(settings, found) if warehouse_seconds else None
     if as_json:
-        typer.echo(json.dumps([_record(cost) for cost in found], indent=2))
+        typer.echo(json.dumps([_record(cost, on_cluster) for cost in found], indent=2))
         return
     if not found:
         _console.print("no committed slice" + (f" of tenant {tenant}" if tenant else "")
@@ -123,9 +142,11 @@ def costs(
         return
     table = Table(
         "tenant", "batches", "rows", "rejected", "staged", "COPY s", "COMMIT s", "load s",
+        *(["Redshift s"] if on_cluster is not None else []),
         title="cost per tenant (committed slices" + (f" since {since}" if since else "") + ")",
     )
     for cost in found:
+        cluster = [f"{on_cluster[cost.tenant_id]:,.1f}"] if on_cluster is not None else []
         table.add_row(
             Text(cost.tenant_id),
             f"{cost.batches:,}",
@@ -135,11 +156,27 @@ def costs(
             f"{cost.copy_seconds:,.1f}",
             f"{cost.commit_seconds:,.1f}",
             f"{cost.load_seconds:,.1f}",
+            *cluster,
         )
     _console.print(table)
 
 
-def _record(cost: TenantCost) -> dict[str, object]:
+def _cluster_seconds(settings: Settings, found: list[TenantCost]) -> dict[str, float]:
+    """Redshift's own seconds per tenant: its batches' query groups in SYS_QUERY_HISTORY,
+    read in the shared database (the loading user's queries in every database)."""
+    from fleet_import.importing.runtime import warehouse_of
+    from fleet_import.s3.client import settings_s3_client
+
+    # The client is the staging area's, which reading the history never uses.
+    warehouse = warehouse_of(settings, settings_s3_client(settings), None)
+    by_batch = warehouse.query_seconds([b for cost in found for b in cost.batch_ids])
+    return {
+        cost.tenant_id: sum(by_batch.get(batch_id, 0.0) for batch_id in cost.batch_ids)
+        for cost in found
+    }
+
+
+def _record(cost: TenantCost, on_cluster: dict[str, float] | None) -> dict[str, object]:
     return {
         "tenant_id": cost.tenant_id,
         "batches": cost.batches,
@@ -149,6 +186,7 @@ def _record(cost: TenantCost) -> dict[str, object]:
         "copy_seconds": round(cost.copy_seconds, 3),
         "commit_seconds": round(cost.commit_seconds, 3),
         "load_seconds": round(cost.load_seconds, 3),
+        **({"redshift_seconds": round(on_cluster[cost.tenant_id], 3)} if on_cluster else {}),
     }
 
 

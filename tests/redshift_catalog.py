@@ -28,7 +28,8 @@ class Failure:
 
 
 def create_system_views(upstream_url: str, *, serverless: bool) -> None:
-    """SYS_SESSION_HISTORY (AWS: "SYS_SESSION_HISTORY", on clusters and workgroups): the
+    """SYS_QUERY_HISTORY, filled as statements run (below); SYS_SESSION_HISTORY (AWS:
+    "SYS_SESSION_HISTORY", on clusters and workgroups): the
     emulated sessions, all active (`session_id` the pid, `start_time` in UTC); and, on a
     provisioned cluster only, STV_SESSIONS (AWS: "STV_SESSIONS"): `process` its pid and
     `starttime`. Every emulated session is one upstream backend, so pg_stat_activity answers
@@ -38,6 +39,16 @@ def create_system_views(upstream_url: str, *, serverless: bool) -> None:
     from fleet_import.config import libpq_url
 
     with psycopg.connect(libpq_url(upstream_url), autocommit=True) as conn:
+        # SYS_QUERY_HISTORY (AWS: "SYS_QUERY_HISTORY", clusters and workgroups): one row per
+        # statement the emulator ran, its session's query_group as `query_label`,
+        # `elapsed_time` in microseconds (RedshiftEmulator.record_query writes it).
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS public.sys_query_history ("
+            "query_id bigserial, query_label varchar(320) NOT NULL DEFAULT '', "
+            "database_name text, query_text text, start_time timestamp, end_time timestamp, "
+            "elapsed_time bigint, status text)"
+        )
+        conn.execute(f"GRANT SELECT ON public.sys_query_history TO {PUBLIC}")
         conn.execute(
             "CREATE OR REPLACE VIEW public.sys_session_history AS "
             "SELECT usesysid::text AS user_id, pid AS session_id, "

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import struct
 import threading
 from typing import Any
@@ -174,6 +175,7 @@ class RedshiftEmulator:
         (tests/redshift_strict.py): the backend's own suite must leave this empty."""
         self.lock_holds: list[float] = []
         """Seconds from each transaction's first table lock to its end."""
+        self._history: Any = None  # the connection record_query writes with
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.AbstractServer | None = None
@@ -204,6 +206,31 @@ class RedshiftEmulator:
                 self.failures.remove(failure)
                 return failure
         return None
+
+    def record_query(
+        self, label: str, sql: str, database: str, started: dt.datetime, seconds: float
+    ) -> None:
+        """One row of SYS_QUERY_HISTORY: a statement a session ran under `label` (its
+        query_group). Written at once, on a connection of the emulator's own."""
+        if self._history is None:
+            import psycopg
+
+            from fleet_import.config import libpq_url
+
+            self._history = psycopg.connect(libpq_url(self.upstream_url), autocommit=True)
+        self._history.execute(
+            "INSERT INTO public.sys_query_history (query_label, database_name, query_text, "
+            "start_time, end_time, elapsed_time, status) "
+            "VALUES (%s, %s, %s, %s, %s, %s, 'success')",
+            (
+                label,
+                database,
+                sql[:4000],
+                started.replace(tzinfo=None),
+                (started + dt.timedelta(seconds=seconds)).replace(tzinfo=None),
+                round(seconds * 1_000_000),
+            ),
+        )
 
     def get_object(self, uri: str) -> bytes:
         bucket, _, key = uri.removeprefix("s3://").partition("/")
@@ -251,6 +278,8 @@ class RedshiftEmulator:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         self._loop.close()
+        if self._history is not None:
+            self._history.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream, counted = None, False

@@ -6,7 +6,10 @@ answered here (COPY from S3, TRUNCATE, refusals), and the transaction followed o
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import datetime as dt
+import re
 import struct
 import time
 from collections.abc import Iterator
@@ -27,6 +30,10 @@ class ConnectionDropped(ConnectionError):
     """The emulator dropped a client's connection on purpose (`drop_next_commit`)."""
 
 
+_QUERY_GROUP = re.compile(
+    r"^\s*(?:SET\s+query_group\s+(?:TO|=)\s+'(?P<value>(?:[^']|'')*)'|RESET\s+query_group\b)",
+    re.IGNORECASE,
+)
 _VIOLATION = "1023"
 _VIOLATION_DETAIL = (
     "Serializable isolation violation on table - %s, transactions forming the cycle are: "
@@ -59,6 +66,13 @@ class Session(LocalAnswers):
         self._ended: bytes | None = None  # COMMIT or ROLLBACK, as the server tagged the end
         self._failed = False
         self._upstream_gone = False
+        self.database = database
+        self.query_group = ""  # SET query_group: what SYS_QUERY_HISTORY labels statements with
+        self._timed: collections.deque[tuple[str | None, str, dt.datetime, float]] = (
+            collections.deque()
+        )
+        """Forwarded batches awaiting their ReadyForQuery: (SQL it ran or None, its query
+        group, when it started), for SYS_QUERY_HISTORY."""
 
     # -- upstream -> client --------------------------------------------------------------
 
@@ -89,6 +103,7 @@ class Session(LocalAnswers):
                     body = name + b"\0" + wire.SERVER_VERSION.encode() + b"\0"
             self.client_writer.write(wire.message(kind, body))
             if kind == b"Z":
+                self._ran()
                 self.pending -= 1
                 if self.pending <= 0:
                     self.pending = 0
@@ -199,10 +214,17 @@ class Session(LocalAnswers):
                     error = await self._before(sql, runs=runs)
                 if error is None and sql is not None and runs:
                     error = await self._check_parameters(sql, batch)
+                ran = sql if runs and error is None else None
+                if ran is not None:
+                    self._follow_query_group(ran)
+                started = (dt.datetime.now(dt.UTC), time.monotonic())
                 if error is not None or self._is_local(batch, sql if runs else None):
                     await self._answer_locally(batch, error)
+                    if ran is not None:
+                        self._record(ran, self.query_group, *started)
                 else:
                     if batch[-1][0] in (b"S", b"Q"):
+                        self._timed.append((ran, self.query_group, *started))
                         self.pending += 1
                         self.idle.clear()
                     self.up_writer.write(
@@ -215,6 +237,25 @@ class Session(LocalAnswers):
             relay.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await relay
+
+    def _follow_query_group(self, sql: str) -> None:
+        """A SET or RESET of query_group changes the label of what the session runs next."""
+        match = _QUERY_GROUP.match(sql)
+        if match is not None:
+            self.query_group = (match["value"] or "").replace("''", "'")
+
+    def _ran(self) -> None:
+        """A forwarded batch answered: its statement goes to SYS_QUERY_HISTORY."""
+        if self._timed:
+            sql, label, started, since = self._timed.popleft()
+            if sql is not None:
+                self._record(sql, label, started, since)
+
+    def _record(self, sql: str, label: str, started: dt.datetime, since: float) -> None:
+        if isolation.kind(sql) not in ("session", "begin", "commit", "rollback"):
+            self.emulator.record_query(
+                label, sql, self.database, started, time.monotonic() - since
+            )
 
     async def _read_batch(self) -> list[tuple[bytes, bytes]] | None:
         batch = []

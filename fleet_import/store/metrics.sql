@@ -133,6 +133,7 @@ copies AS (
 )
 SELECT c.tenant_id,
        count(*)::int AS batches,
+       array_agg(c.id::text ORDER BY c.id) AS batch_ids,
        coalesce(max(files.rows), 0)::bigint AS rows,
        coalesce(max(files.rejected), 0)::bigint AS rejected,
        coalesce(max(files.staged_bytes), 0)::bigint AS staged_bytes,

@@ -57,6 +57,7 @@ class TenantCost:
 
     tenant_id: str
     batches: int
+    batch_ids: list[str]
     rows: int
     rejected: int
     staged_bytes: int

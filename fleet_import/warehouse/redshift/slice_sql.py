@@ -11,7 +11,7 @@ PostgreSQL, so the test emulator only rewrites those two.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from fleet_import.contracts.model import Column, DatasetContract
 from fleet_import.warehouse.base import STAMP_COLUMNS
@@ -31,6 +31,17 @@ def query_group_sql(batch_id: str) -> str:
     """Every statement of the slice's session runs under its batch's id as query group, so
     SYS_QUERY_HISTORY attributes the cluster's seconds to the batch, hence to its tenant."""
     return f"SET query_group TO {quote_literal(batch_id[:QUERY_GROUP_MAX])}"
+
+
+def query_seconds_sql(labels: Sequence[str]) -> Statement:
+    """The seconds Redshift spent on each query group among `labels` (elapsed_time is in
+    microseconds; query_label is blank-padded CHAR)."""
+    marks = ", ".join(["%s"] * len(labels))
+    return (
+        "SELECT TRIM(query_label), SUM(elapsed_time) FROM sys_query_history "
+        f"WHERE TRIM(query_label) IN ({marks}) GROUP BY 1",
+        list(labels),
+    )
 
 
 def quote_literal(value: str) -> str:

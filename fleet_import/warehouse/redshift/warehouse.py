@@ -29,7 +29,7 @@ from fleet_import.warehouse.committer import (
     run,
 )
 from fleet_import.warehouse.evolution import add_column_sql, added_after_stamps, check_added
-from fleet_import.warehouse.redshift import ddl, driver
+from fleet_import.warehouse.redshift import ddl, driver, slice_sql
 from fleet_import.warehouse.redshift.writer import RedshiftSliceWriter
 from fleet_import.warehouse.sql import (
     Statement,
@@ -51,6 +51,7 @@ waiting for locks included: a slice commit holds its LOCKs for seconds, but a fr
 holds them until its session is ended, and the reader may be the successor that ends it."""
 _NOT_SUPPORTED = "0A000"  # feature_not_supported: how Redshift refuses what it cannot do
 _DDL_BACKOFF = Backoff((0.5, 2.0))
+_LABELS_PER_QUERY = 500  # query groups named in one read of SYS_QUERY_HISTORY
 """Concurrent CREATE ... IF NOT EXISTS can conflict: a retry sees the table."""
 
 T = TypeVar("T")
@@ -264,6 +265,21 @@ class RedshiftWarehouse(SliceCommitter):
         """Needs the right to terminate that session: the same user, or a superuser."""
 
         return self._in_transaction(lambda cursor: self.sessions.end(cursor, session))
+
+    def query_seconds(self, labels: Sequence[str]) -> dict[str, float]:
+        """Seconds SYS_QUERY_HISTORY attributes to each of these query groups (batch ids: a
+        slice's session runs under its batch's, `slice_sql.query_group_sql`); absent, none.
+        Read in chunks: a long --since names thousands of batches."""
+        wanted = list(dict.fromkeys(label[: slice_sql.QUERY_GROUP_MAX] for label in labels))
+        seconds: dict[str, float] = {}
+        for start in range(0, len(wanted), _LABELS_PER_QUERY):
+            chunk = wanted[start : start + _LABELS_PER_QUERY]
+            rows = self._in_transaction(
+                lambda cursor, chunk=chunk: run(cursor, slice_sql.query_seconds_sql(chunk))
+                .fetchall()
+            )
+            seconds.update({str(label): int(micros) / 1e6 for label, micros in rows})
+        return seconds
 
     def execute(self, statement: str) -> None:
         """Run operator-configured SQL (refresh_dependants: materialized-view refreshes)."""
