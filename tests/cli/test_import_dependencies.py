@@ -73,7 +73,7 @@ def test_no_aws_credentials(flow_env: str, s3, landing_bucket: str, tmp_path) ->
 def no_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     """The import's transient steps and its slice load still retry, without the waits
     between attempts."""
-    import flows.import_s3_folder as module
+    import flows.prefect_steps as module
     from fleet_import.importing import load
     from fleet_import.retry import Backoff
 
