@@ -30,7 +30,7 @@ from fleet_import.contracts.checks import GateDeclarationError, ProfileDrift
 from fleet_import.contracts.describe import describe
 from fleet_import.contracts.model import DatasetContract
 from fleet_import.errors import ConfigurationError
-from fleet_import.importing.gate_dataset import DatasetFiles, judge_dataset
+from fleet_import.importing.gate_dataset import DatasetFiles, ProfilePrefetch, judge_dataset
 from fleet_import.importing.gate_results import GATE_DETAILS_KEY, GateHeld, GateResult
 from fleet_import.importing.guards import GUARD_DETAILS_KEY, GuardOverride, content_of
 from fleet_import.importing.leased_batch import LeasedBatch
@@ -69,6 +69,7 @@ def judge_content(
     manifest: Manifest,
     entries: Sequence[NormalizedEntry],
     duplicates: Mapping[str, pa.Table],
+    prefetch: ProfilePrefetch | None = None,
 ) -> GateVerdict:
     """Profile and judge the slice about to commit; raises GateHeld on an `error` (unless an
     approval or a rollback waived it). Part of the load step, inside its open slice
@@ -88,7 +89,8 @@ def judge_content(
     for dataset, files in sorted(datasets.items()):
         contract = files.contract
         rules = _rules(contract, tuning.get(dataset), batch.tenant_id)
-        profile, found = _judged(batch, files, known)
+        prefetched = prefetch.profile_of(files) if prefetch is not None else None
+        profile, found = _judged(batch, files, known, prefetched)
         found += drift_results(contract, rules, profile, baselines.get(dataset))
         outcome = _worst(found)
         gates.append(DatasetGate(dataset, outcome, profile, [r.to_json() for r in found]))
@@ -109,6 +111,14 @@ def judge_content(
     if verdict.errors and not waived:
         raise GateHeld(verdict.errors, content_of(ctx, manifest))
     return verdict
+
+
+def gate_runs(batch: LeasedBatch) -> bool:
+    """Whether the gate judges this batch (not `--no-gate`): the load then profiles its
+    files as they arrive."""
+    current = batch.ctx.repo.get(batch.batch_id)
+    override = GuardOverride.from_json(current.details.get(GUARD_DETAILS_KEY) if current else None)
+    return override is None or not override.no_gate
 
 
 def tell_warnings(batch: LeasedBatch, verdict: GateVerdict) -> None:
@@ -165,10 +175,13 @@ def _rules(contract: DatasetContract, tuning: object, tenant_id: str) -> Profile
 
 
 def _judged(
-    batch: LeasedBatch, files: DatasetFiles, known: Mapping[str, pa.Array | None]
+    batch: LeasedBatch,
+    files: DatasetFiles,
+    known: Mapping[str, pa.Array | None],
+    prefetched: dict[str, Any] | None,
 ) -> tuple[dict[str, Any], list[GateResult]]:
     try:
-        return judge_dataset(batch, files, known)
+        return judge_dataset(batch, files, known, prefetched)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise ConfigurationError(
             f"dataset {files.contract.name!r}: a check cannot be evaluated on its column "
