@@ -7,9 +7,10 @@ An `error` holds the batch for review exactly as a slice guard does (`GateHeld`,
 `SliceHeld`); a `warn` publishes, and is told: the run's final line, the batch's details and
 a `fleet.slice.warned` event once the commit is recorded. Results and profiles are stored
 per dataset (store.gates); up to 100 failing rows per check are written beside the batch's
-rejects. Each dataset is read file by file (importing.gate_dataset). `--no-gate` skips the
-gate for one run (recorded in the batch's override); an approval or a rollback runs it and
-records what it found, its errors waived.
+rejects. Each dataset is read file by file (importing.gate_dataset), its profile built as
+the files arrived during the load (`ProfilePrefetch`). `--no-gate` skips the gate for one
+run (recorded in the batch's override); an approval or a rollback runs it and records what
+it found, its errors waived.
 
 Drift rules are tuned per dataset in the contract (`profile_drift`) and per tenant in the
 registry (`overrides.gate.<dataset>`, the same mapping).
