@@ -55,10 +55,18 @@ class GateVerdict:
 
     results: list[GateResult] = field(default_factory=list)
     skipped: str = ""
+    waived: str = ""
+    """An approval's or a rollback's reason: an operator's decision, whose findings are
+    recorded (`gate show`) but neither hold nor are told as warnings."""
 
     @property
     def warnings(self) -> list[GateResult]:
         return [r for r in self.results if r.outcome == "warn"]
+
+    @property
+    def told(self) -> list[GateResult]:
+        """The warnings the final line and `fleet.slice.warned` tell."""
+        return [] if self.waived else self.warnings
 
     @property
     def errors(self) -> list[GateResult]:
@@ -96,8 +104,9 @@ def judge_content(
         outcome = _worst(found)
         gates.append(DatasetGate(dataset, outcome, profile, [r.to_json() for r in found]))
         results += found
-    verdict = GateVerdict(results)
     waived = override is not None and override.gate_waived
+    reason = override.reason if override is not None and waived else ""
+    verdict = GateVerdict(results, waived=reason or ("waived" if waived else ""))
     if waived and verdict.errors:
         gates = [_waived(gate) for gate in gates]
     if ctx.gates is not None:
@@ -106,7 +115,7 @@ def judge_content(
         "outcome": _worst(results),
         "errors": len(verdict.errors),
         "warnings": len(verdict.warnings),
-        **({"waived": override.reason} if waived and verdict.errors else {}),
+        **({"waived": verdict.waived} if verdict.waived else {}),
     }
     batch.update_details({GATE_DETAILS_KEY: summary})
     if verdict.errors and not waived:
@@ -124,12 +133,12 @@ def gate_runs(batch: LeasedBatch) -> bool:
 
 def tell_warnings(batch: LeasedBatch, verdict: GateVerdict) -> None:
     """Once the commit is recorded: a slice published with warnings, as an event."""
-    if verdict.warnings:
+    if verdict.told:
         payload = event_payload(
             batch.tenant_id,
             batch.scope,
             batch.batch_id,
-            warnings=[r.to_json() for r in verdict.warnings],
+            warnings=[r.to_json() for r in verdict.told],
         )
         emit_quietly(batch.ctx.events, WARNED_EVENT, payload)
 

@@ -236,8 +236,8 @@ def _load_slice_once(
         gate_started = time.monotonic()
         verdict = judge_content(batch, manifest, arrivals.loaded, duplicates, arrivals.profiles)
         summary["gate_seconds"] = round(time.monotonic() - gate_started, 3)
-        if verdict.warnings:
-            summary["gate_warned"] = warned_line(verdict.warnings)
+        if verdict.told:
+            summary["gate_warned"] = warned_line(verdict.told)
         summary["gate"] = verdict
         pa.default_memory_pool().release_unused()
         batch.renew_lease_now()
