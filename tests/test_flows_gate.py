@@ -15,7 +15,9 @@ from flows.import_s3_folder import import_s3_folder
 from flows.reporting import ExitCode, exit_code_for
 from tests.importing.test_gate import CHECKS, DRIFTS, delivered, only, trips_with
 
-pytestmark = pytest.mark.slow
+# Eleven cases of two or three flow runs each (4-5 minutes here): make test-e2e. make test
+# keeps the same cases through the core (tests/importing/test_gate.py).
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 def contracts(tmp_path: Path, monkeypatch, extension: dict) -> None:

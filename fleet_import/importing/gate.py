@@ -7,9 +7,10 @@ An `error` holds the batch for review exactly as a slice guard does (`GateHeld`,
 `SliceHeld`); a `warn` publishes, and is told: the run's final line, the batch's details and
 a `fleet.slice.warned` event once the commit is recorded. Results and profiles are stored
 per dataset (store.gates); up to 100 failing rows per check are written beside the batch's
-rejects. Each dataset is read file by file (importing.gate_dataset). `--no-gate` skips the
-gate for one run (recorded in the batch's override); an approval or a rollback runs it and
-records what it found, its errors waived.
+rejects. Each dataset is read file by file (importing.gate_dataset), its profile built as
+the files arrived during the load (`ProfilePrefetch`). `--no-gate` skips the gate for one
+run (recorded in the batch's override); an approval or a rollback runs it and records what
+it found, its errors waived.
 
 Drift rules are tuned per dataset in the contract (`profile_drift`) and per tenant in the
 registry (`overrides.gate.<dataset>`, the same mapping).
@@ -30,7 +31,7 @@ from fleet_import.contracts.checks import GateDeclarationError, ProfileDrift
 from fleet_import.contracts.describe import describe
 from fleet_import.contracts.model import DatasetContract
 from fleet_import.errors import ConfigurationError
-from fleet_import.importing.gate_dataset import DatasetFiles, judge_dataset
+from fleet_import.importing.gate_dataset import DatasetFiles, ProfilePrefetch, judge_dataset
 from fleet_import.importing.gate_results import GateHeld, GateResult
 from fleet_import.importing.guards import GuardOverride, content_of
 from fleet_import.importing.leased_batch import LeasedBatch
@@ -55,10 +56,18 @@ class GateVerdict:
 
     results: list[GateResult] = field(default_factory=list)
     skipped: str = ""
+    waived: str = ""
+    """An approval's or a rollback's reason: an operator's decision, whose findings are
+    recorded (`gate show`) but neither hold nor are told as warnings."""
 
     @property
     def warnings(self) -> list[GateResult]:
         return [r for r in self.results if r.outcome == "warn"]
+
+    @property
+    def told(self) -> list[GateResult]:
+        """The warnings the final line and `fleet.slice.warned` tell."""
+        return [] if self.waived else self.warnings
 
     @property
     def errors(self) -> list[GateResult]:
@@ -70,6 +79,7 @@ def judge_content(
     manifest: Manifest,
     entries: Sequence[NormalizedEntry],
     duplicates: Mapping[str, pa.Table],
+    prefetch: ProfilePrefetch | None = None,
 ) -> GateVerdict:
     """Profile and judge the slice about to commit; raises GateHeld on an `error` (unless an
     approval or a rollback waived it). Part of the load step, inside its open slice
@@ -88,13 +98,15 @@ def judge_content(
     for dataset, files in sorted(datasets.items()):
         contract = files.contract
         rules = _rules(contract, tuning.get(dataset), batch.tenant_id)
-        profile, found = _judged(batch, files, known)
+        prefetched = prefetch.profile_of(files) if prefetch is not None else None
+        profile, found = _judged(batch, files, known, prefetched)
         found += drift_results(contract, rules, profile, baselines.get(dataset))
         outcome = _worst(found)
         gates.append(DatasetGate(dataset, outcome, profile, [r.to_json() for r in found]))
         results += found
-    verdict = GateVerdict(results)
     waived = override is not None and override.gate_waived
+    reason = override.reason if override is not None and waived else ""
+    verdict = GateVerdict(results, waived=reason or ("waived" if waived else ""))
     if waived and verdict.errors:
         gates = [_waived(gate) for gate in gates]
     if ctx.gates is not None:
@@ -103,7 +115,7 @@ def judge_content(
         "outcome": _worst(results),
         "errors": len(verdict.errors),
         "warnings": len(verdict.warnings),
-        **({"waived": override.reason} if waived and verdict.errors else {}),
+        **({"waived": verdict.waived} if verdict.waived else {}),
     }
     batch.update_details(BatchDetails.patch(gate=summary))
     if verdict.errors and not waived:
@@ -111,14 +123,21 @@ def judge_content(
     return verdict
 
 
+def gate_runs(batch: LeasedBatch) -> bool:
+    """Whether the gate judges this batch (not `--no-gate`): the load then profiles its
+    files as they arrive."""
+    override = GuardOverride.from_json(batch.read().record.guard)
+    return override is None or not override.no_gate
+
+
 def tell_warnings(batch: LeasedBatch, verdict: GateVerdict) -> None:
     """Once the commit is recorded: a slice published with warnings, as an event."""
-    if verdict.warnings:
+    if verdict.told:
         payload = event_payload(
             batch.tenant_id,
             batch.scope,
             batch.batch_id,
-            warnings=[r.to_json() for r in verdict.warnings],
+            warnings=[r.to_json() for r in verdict.told],
         )
         emit_quietly(batch.ctx.events, WARNED_EVENT, payload)
 
@@ -165,10 +184,13 @@ def _rules(contract: DatasetContract, tuning: object, tenant_id: str) -> Profile
 
 
 def _judged(
-    batch: LeasedBatch, files: DatasetFiles, known: Mapping[str, pa.Array | None]
+    batch: LeasedBatch,
+    files: DatasetFiles,
+    known: Mapping[str, pa.Array | None],
+    prefetched: dict[str, Any] | None,
 ) -> tuple[dict[str, Any], list[GateResult]]:
     try:
-        return judge_dataset(batch, files, known)
+        return judge_dataset(batch, files, known, prefetched)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise ConfigurationError(
             f"dataset {files.contract.name!r}: a check cannot be evaluated on its column "

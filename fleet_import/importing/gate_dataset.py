@@ -7,6 +7,7 @@ time. Only a `unique` check reads its own columns of every file at once, and a
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,17 +71,25 @@ class DatasetFiles:
 
 
 def judge_dataset(
-    batch: LeasedBatch, files: DatasetFiles, known: Mapping[str, pa.Array | None]
+    batch: LeasedBatch,
+    files: DatasetFiles,
+    known: Mapping[str, pa.Array | None],
+    prefetched: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], list[GateResult]]:
     """The dataset's profile and its checks' results; `known`: a relationship's values by
-    its `to` (None: that dataset is not in the delivery)."""
+    its `to` (None: that dataset is not in the delivery); `prefetched`: its profile made as
+    the files arrived (`ProfilePrefetch`), used unless the load discards duplicate keys."""
     contract = files.contract
     builder = ProfileBuilder(contract)
     local = [check for check in contract.checks if check.type not in _WHOLE]
     figures = {id(check): 0 for check in local}
     samples: dict[int, list[pa.Table]] = {id(check): [] for check in local}
-    for part in files.read():
-        builder.add(part)
+    duplicates = files.duplicate_keys is not None and files.duplicate_keys.num_rows > 0
+    profiled = prefetched if prefetched is not None and not duplicates else None
+    rows = prefetched["rows"] if profiled is not None else 0
+    for part in files.read() if profiled is None or local else ():
+        if profiled is None:
+            builder.add(part)
         for check in local:
             if check.type == "relationships" and known.get(check.to or "") is None:
                 continue
@@ -90,7 +99,7 @@ def judge_dataset(
             kept = sum(sample.num_rows for sample in samples[id(check)])
             if found and kept < FAILING_ROWS_KEPT:
                 samples[id(check)].append(part.filter(failing).slice(0, FAILING_ROWS_KEPT - kept))
-    rows = builder.rows
+    rows = builder.rows if profiled is None else rows
     results = []
     for check in contract.checks:
         sample = samples.get(id(check), [])
@@ -103,7 +112,7 @@ def judge_dataset(
         else:
             evaluated = judged(check, figures[id(check)], rows)
         results.append(_result(batch, files, evaluated, sample))
-    return builder.profile(), results
+    return (builder.profile() if profiled is None else profiled), results
 
 
 def _unique(check: Check, files: DatasetFiles, rows: int) -> tuple[Evaluated, list[pa.Table]]:
@@ -145,3 +154,46 @@ def _write_failing(batch: LeasedBatch, files: DatasetFiles, check: Check, sample
     return ctx.staging.put_file(
         local, f"{batch.tenant_id}/rejects/{batch.batch_id}/gate/{local.name}"
     )
+
+
+class ProfilePrefetch:
+    """Each file profiled on a thread of its own as it arrives, while the slice loads, so
+    the gate after the last COPY only assembles the profiles (as the duplicate check's key
+    hashes are computed, `load._KeyHashes`). A dataset with duplicate keys is profiled again
+    by `judge_dataset` without them."""
+
+    def __init__(self, contracts: Mapping[str, DatasetContract]) -> None:
+        self._contracts = contracts
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gate-profile")
+        self._builders: dict[str, ProfileBuilder] = {}
+        self._done: dict[Any, Future[None]] = {}
+
+    def __enter__(self) -> ProfilePrefetch:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def add(self, entry: NormalizedEntry) -> None:
+        path = entry.file.parquet_path
+        if path in self._done:  # a load attempt replaying its files
+            return
+        contract = self._contracts[entry.file.dataset]
+        builder = self._builders.setdefault(contract.name, ProfileBuilder(contract))
+        wanted = contract.column_names
+
+        def profile() -> None:
+            names = pq.read_schema(path).names
+            builder.add(pq.read_table(path, columns=[c for c in wanted if c in names]))
+
+        self._done[path] = self._pool.submit(profile)
+
+    def profile_of(self, files: DatasetFiles) -> dict[str, Any] | None:
+        """The dataset's profile once every one of its files is in; None if one is not."""
+        futures = [self._done.get(entry.file.parquet_path) for entry in files.entries]
+        if any(future is None for future in futures):
+            return None
+        for future in futures:
+            assert future is not None
+            future.result()
+        return self._builders[files.contract.name].profile()

@@ -22,7 +22,8 @@ from fleet_import.contracts.model import ContractSet, DatasetContract
 from fleet_import.errors import WarehouseError
 from fleet_import.importing.context import Committed, CommitUnknown
 from fleet_import.importing.drift import ignored_columns, tell_drift
-from fleet_import.importing.gate import judge_content, tell_warnings
+from fleet_import.importing.gate import gate_runs, judge_content, tell_warnings
+from fleet_import.importing.gate_dataset import ProfilePrefetch
 from fleet_import.importing.gate_results import warned_line
 from fleet_import.importing.guards import check_slice_guards
 from fleet_import.importing.leased_batch import LeasedBatch
@@ -78,8 +79,12 @@ def load_step(
     ctx, scope = batch.ctx, batch.scope
     started = time.monotonic()
     backoff = NO_RETRY if ctx.warehouse.replays_slices else LOAD_BACKOFF
-    with _KeyHashes(ctx.contracts, ctx.workdir / str(batch.batch_id)) as hashes:
-        arrivals = _Arrivals([], iter(entries), hashes, batch)
+    with (
+        _KeyHashes(ctx.contracts, ctx.workdir / str(batch.batch_id)) as hashes,
+        ProfilePrefetch(ctx.contracts) as profiles,
+    ):
+        gated = profiles if gate_runs(batch) else None
+        arrivals = _Arrivals([], iter(entries), hashes, batch, gated)
         for retry in range(LOAD_BACKOFF.retries + 1):
             try:
                 commit, summary = _load_slice_once(batch, manifest, arrivals)
@@ -172,6 +177,7 @@ class _Arrivals:
     arriving: Iterator[NormalizedEntry]
     hashes: _KeyHashes
     batch: LeasedBatch
+    profiles: ProfilePrefetch | None = None  # the content gate's, as files arrive
     failure: BaseException | None = None
 
     def __iter__(self) -> Iterator[NormalizedEntry]:
@@ -190,6 +196,8 @@ class _Arrivals:
                 raise
             self.loaded.append(entry)
             self.hashes.add(entry.file)
+            if self.profiles is not None:
+                self.profiles.add(entry)
             self.batch.check_lease()
             yield entry
 
@@ -234,10 +242,10 @@ def _load_slice_once(
         check_slice_guards(batch, manifest, summary)
         # The content gate (issue 49): an error raises GateHeld (a SliceHeld) the same way.
         gate_started = time.monotonic()
-        verdict = judge_content(batch, manifest, arrivals.loaded, duplicates)
+        verdict = judge_content(batch, manifest, arrivals.loaded, duplicates, arrivals.profiles)
         summary["gate_seconds"] = round(time.monotonic() - gate_started, 3)
-        if verdict.warnings:
-            summary["gate_warned"] = warned_line(verdict.warnings)
+        if verdict.told:
+            summary["gate_warned"] = warned_line(verdict.told)
         summary["gate"] = verdict
         pa.default_memory_pool().release_unused()
         batch.renew_lease_now()

@@ -278,3 +278,24 @@ def test_a_wrong_tenant_override_names_the_registry_field(
     assert isinstance(failed, Failed) and failed.kind == FailureKind.FAILED_PRE_COMMIT, failed
     where = "FLEET_TENANTS: tenants.acme.overrides.gate.trips: mean_movd: unknown field"
     assert f"{where} (did you mean 'mean_moved'?)" in failed.error, failed.error
+
+
+def test_the_profile_counts_the_rows_the_slice_holds_duplicate_keys_left_out(
+    import_ctx: ImportContext, s3, landing_bucket: str, database_url: str
+) -> None:
+    """Profiled as the files arrive, and again without the duplicate keys the load drops."""
+    folder = delivered(s3, landing_bucket)
+    clean = import_folder(import_ctx, ACME, folder, "d1")
+    assert isinstance(clean, Committed), clean
+    gates = GateRepository(database_url).gate_of(clean.batch_id)
+    (trips,) = [g for g in gates if g.dataset == "trips"]
+    assert trips.profile["rows"] == clean.row_counts["trips"] == TRIPS
+    repeated = trips_table(1, vehicles=VEHICLES)  # T0 again, in a third file
+    upload(s3, folder, {"trips-3.csv": csv_bytes(repeated)})
+    again = import_folder(import_ctx, ACME, folder, "d2")
+    assert isinstance(again, Committed), again
+    assert again.row_counts["trips"] == TRIPS - 1  # both rows of the repeated key rejected
+    gates = GateRepository(database_url).gate_of(again.batch_id)
+    (trips,) = [g for g in gates if g.dataset == "trips"]
+    assert trips.profile["rows"] == TRIPS - 1
+    assert trips.profile["columns"]["trip_id"]["distinct"] == TRIPS - 1
