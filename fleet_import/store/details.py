@@ -75,6 +75,8 @@ class Summary(_Open):
     rows_to_load: dict[str, int] = {}
     seconds: dict[str, Any] = {}
     """Where the time went: `load` (seconds), `copy` (seconds per dataset), ..."""
+    gate_warned: str | None = None
+    """The content gate's warnings in one line, for the run's final line."""
     recovered_from_stamp: bool = False
 
 
