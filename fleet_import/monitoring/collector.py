@@ -219,7 +219,8 @@ class StoreCollector(Collector):
         family = CounterMetricFamily(
             f"{PREFIX}_gate_findings",
             "guard breaches that held a batch (error), drift reported on one that went on"
-            " (warning)",
+            " (warning), the content gate's checks and drift rules that warned or erred"
+            " (rule gate_<check>)",
             labels=["severity", "rule"],
         )
         for row in snapshot.gate_findings:

@@ -79,6 +79,8 @@ WHERE coalesce((b.details ->> 'warehouse_committed')::boolean,
 -- gate_findings --
 -- Errors: the breaches of held batches, by rule (its first word: `min_rows_ratio 0.5` and
 -- `min_rows_ratio 0.8` are one series). Warnings: drift reported on a batch that went on.
+-- And the content gate's own results (`batch_gates`) that warned or erred, by check (its
+-- name before the column: `not_null(driver_id)` counts as `not_null`).
 SELECT 'error' AS severity, split_part(br ->> 'rule', ' ', 1) AS rule, count(*) AS findings
 FROM ingestion_batches b,
      jsonb_array_elements(
@@ -92,6 +94,14 @@ FROM ingestion_batches b,
      jsonb_each(CASE WHEN jsonb_typeof(b.details -> 'drift') = 'object'
                      THEN b.details -> 'drift' ELSE '{}'::jsonb END) d
 WHERE coalesce(b.details -> 'failure' ->> 'kind', '') <> 'held'
+GROUP BY 1, 2
+UNION ALL
+SELECT CASE r ->> 'outcome' WHEN 'error' THEN 'error' ELSE 'warning' END,
+       'gate_' || split_part(r ->> 'check', '(', 1), count(*)
+FROM batch_gates g,
+     jsonb_array_elements(CASE WHEN jsonb_typeof(g.results) = 'array'
+                               THEN g.results ELSE '[]'::jsonb END) r
+WHERE r ->> 'outcome' IN ('warn', 'error')
 GROUP BY 1, 2
 
 -- freshness --

@@ -188,3 +188,28 @@ def test_a_store_that_does_not_answer_is_a_zero_not_an_error() -> None:
     closed = "postgresql://postgres@127.0.0.1:1/postgres"
     series = scrape(StoreCollector(MetricsRepository(closed, 2.0), TenantLabels()))
     assert series == {"fleet_import_store_up": [({}, 0.0)]}
+
+
+def test_the_content_gate_s_warnings_and_errors_are_counted_by_check(
+    repo: BatchRepository, database_url: str
+) -> None:
+    """Each result of the content gate that warned or erred is a finding of its check; a
+    passing one is none."""
+    from fleet_import.store.gates import DatasetGate, GateRepository
+
+    batch_id = _leased(repo, ACME, "2026-07-20", "gated")
+    results = [
+        {"dataset": "trips", "check": "not_null(driver_id)", "outcome": "error"},
+        {"dataset": "trips", "check": "not_null(vehicle_id)", "outcome": "error"},
+        {"dataset": "trips", "check": "sum_moved(distance_km)", "outcome": "warn"},
+        {"dataset": "trips", "check": "row_count", "outcome": "pass"},
+    ]
+    GateRepository(database_url).record_gate(
+        batch_id, [DatasetGate("trips", "error", {}, results)], None
+    )
+    collector = StoreCollector(MetricsRepository(database_url), TenantLabels(frozenset({"acme"})))
+    series = scrape(collector)
+    gates = "fleet_import_gate_findings_total"
+    assert value(series, gates, severity="error", rule="gate_not_null") == 2
+    assert value(series, gates, severity="warning", rule="gate_sum_moved") == 1
+    assert not [labels for labels, _ in series[gates] if labels["rule"] == "gate_row_count"]
