@@ -20,8 +20,10 @@ from fleet_import.importing.guards import (
     ApprovedContentChanged,
     GuardOverride,
     SliceHeld,
+    approve_command,
     check_slice_guards,
     content_of,
+    held_error,
     record_override,
 )
 from fleet_import.importing.leased_batch import LeasedBatch
@@ -305,3 +307,14 @@ def test_an_approval_waives_the_guards_for_its_content_only(tmp_path) -> None:
 
 def approval_for(content: dict) -> GuardOverride:
     return GuardOverride(waived=True, content=content, reason="approval of held batch h")
+
+
+def test_a_held_batch_once_reviewed_no_longer_says_how_to_approve_it() -> None:
+    told = "held for review: trips would go from 400 rows to 10 (min_rows_ratio 0.5)"
+    error = f"{told}; to load it anyway: {approve_command('b1')}"
+    held = {"kind": "held", "error": error}
+    assert held_error(held, reviewed=False) == error
+    assert held_error(held, reviewed=True) == told
+    failed = {"kind": "failed_pre_commit", "error": f"x; to load it anyway: {told}"}
+    assert held_error(failed, reviewed=True) == failed["error"]
+    assert held_error(failed, reviewed=False) == failed["error"]
