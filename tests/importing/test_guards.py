@@ -318,3 +318,14 @@ def test_a_held_batch_once_reviewed_no_longer_says_how_to_approve_it() -> None:
     failed = {"kind": "failed_pre_commit", "error": f"x; to load it anyway: {told}"}
     assert held_error(failed, reviewed=True) == failed["error"]
     assert held_error(failed, reviewed=False) == failed["error"]
+
+
+def test_a_runs_options_become_its_override_with_the_reason_it_records() -> None:
+    assert GuardOverride.for_run(False, None) is None
+    assert GuardOverride.for_run(True, None) == GuardOverride(waived=True, reason="no_guard")
+    assert GuardOverride.for_run(False, 0.1) == GuardOverride(
+        min_rows_ratio=0.1, reason="min_rows_ratio 0.1 for this run"
+    )
+    both = GuardOverride.for_run(True, 0.25)
+    assert both == GuardOverride(waived=True, min_rows_ratio=0.25, reason="no_guard")
+    assert GuardOverride.from_json(both.to_json()) == both  # as the batch keeps it
