@@ -28,7 +28,13 @@ from fleet_import.importing.guards import (
 )
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.s3.sources import discover
-from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
+from fleet_import.sample_data import (
+    csv_bytes,
+    fleet_delivery,
+    today_folder,
+    trips_table,
+    vehicles_table,
+)
 from fleet_import.scope import Tenant, source_scope, split_folder
 from fleet_import.store.models import BatchStatus, FailureKind
 from tests.fakes.warehouse import RegistryRow
@@ -329,3 +335,24 @@ def test_a_runs_options_become_its_override_with_the_reason_it_records() -> None
     both = GuardOverride.for_run(True, 0.25)
     assert both == GuardOverride(waived=True, min_rows_ratio=0.25, reason="no_guard")
     assert GuardOverride.from_json(both.to_json()) == both  # as the batch keeps it
+
+
+def test_a_hold_names_every_breach_in_its_error_and_its_log_line(
+    tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    world = memory_world(tmp_path)
+    folder = world.deliver(files=fleet_delivery(trips=400, vehicles=20))
+    assert isinstance(import_folder(world.ctx, ACME, folder, "d1"), Committed)
+    redeliver(world.s3, folder, {"trips-1.csv": csv_bytes(trips_table(10))})
+    upload(world.s3, folder, {"vehicles.csv": csv_bytes(vehicles_table(2))})
+
+    with caplog.at_level("WARNING", logger="fleet_import.importing.guards"):
+        held = import_folder(world.ctx, ACME, folder, "d2")
+
+    assert isinstance(held, Failed) and held.kind == FailureKind.HELD, held
+    assert held.error == (
+        "held for review: trips would go from 400 rows to 10 (min_rows_ratio 0.5); "
+        "vehicles would go from 20 rows to 2 (min_rows_ratio 0.5); "
+        f"to load it anyway: fleet-import batches approve {held.batch_id}"
+    )
+    assert f"batch {held.batch_id} {held.error}" in caplog.messages
