@@ -337,7 +337,7 @@ def test_a_runs_options_become_its_override_with_the_reason_it_records() -> None
     assert GuardOverride.from_json(both.to_json()) == both  # as the batch keeps it
 
 
-def test_a_hold_names_every_breach_in_its_error_and_its_log_line(
+def test_a_hold_names_every_breach_in_its_error_log_line_record_and_event(
     tmp_path, caplog: pytest.LogCaptureFixture
 ) -> None:
     world = memory_world(tmp_path)
@@ -356,3 +356,16 @@ def test_a_hold_names_every_breach_in_its_error_and_its_log_line(
         f"to load it anyway: fleet-import batches approve {held.batch_id}"
     )
     assert f"batch {held.batch_id} {held.error}" in caplog.messages
+    assert world.repo.get(held.batch_id).details["failure"]["error"] == held.error
+    [told] = [payload for name, payload in world.events if name == HELD_EVENT]
+    breaches = world.repo.get(held.batch_id).details["failure"]["held"]["breaches"]
+    assert told == {
+        "tenant_id": "acme",
+        "source_scope": source_scope(folder),
+        "batch_id": str(held.batch_id),
+        "kind": "held",
+        "error": held.error,
+        "breaches": breaches,
+        "approve": f"fleet-import batches approve {held.batch_id}",
+    }
+    assert [b["dataset"] for b in breaches] == ["trips", "vehicles"]
