@@ -369,3 +369,21 @@ def test_a_hold_names_every_breach_in_its_error_log_line_record_and_event(
         "approve": f"fleet-import batches approve {held.batch_id}",
     }
     assert [b["dataset"] for b in breaches] == ["trips", "vehicles"]
+
+
+def test_a_runs_ratio_may_be_anything_from_0_to_1() -> None:
+    assert GuardOverride(min_rows_ratio=0).min_rows_ratio == 0
+    assert GuardOverride(min_rows_ratio=1).min_rows_ratio == 1
+    for ratio in (-0.01, 1.01, 2):
+        with pytest.raises(InvalidInput, match="min_rows_ratio must be within 0..1"):
+            GuardOverride(min_rows_ratio=ratio)
+
+
+def test_a_dataset_no_contract_defines_now_is_judged_by_the_defaults(tmp_path) -> None:
+    """The old slice has rows of a dataset whose contract is gone: emptying it is a breach
+    (allow_empty false), as for any dataset, not an error."""
+    judged = _judged(tmp_path, {"legacy": 10, "trips": 400}, {"trips": 400})
+    assert judged == [_breach("legacy", 10, 0, "allow_empty false")]
+    assert _judged(tmp_path, {"legacy": 10}, {"legacy": 4}) == [
+        _breach("legacy", 10, 4, "min_rows_ratio 0.5")
+    ]
