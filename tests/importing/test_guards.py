@@ -211,12 +211,20 @@ def _judged(
     new: dict[str, int],
     override: GuardOverride | None = None,
     allow_empty: frozenset[str] = frozenset(),
+    ratios: dict[str, float] | None = None,
 ) -> list[dict] | str:
     """The breaches check_slice_guards finds for a slice of `current` rows per dataset and
-    a new one of `new` (none: it passes), or ApprovedContentChanged's message."""
+    a new one of `new` (none: it passes), or ApprovedContentChanged's message; `ratios`:
+    contracts' own min_rows_ratio."""
     world = memory_world(tmp_path)
+    tuned = ratios or {}
     world.ctx.contracts = ContractSet(
-        c.model_copy(update={"allow_empty": True}) if c.name in allow_empty else c
+        c.model_copy(
+            update={
+                "allow_empty": c.name in allow_empty,
+                "min_rows_ratio": tuned.get(c.name, c.min_rows_ratio),
+            }
+        )
         for c in world.ctx.contracts.values()
     )
     folder = world.deliver()
@@ -387,3 +395,13 @@ def test_a_dataset_no_contract_defines_now_is_judged_by_the_defaults(tmp_path) -
     assert _judged(tmp_path, {"legacy": 10}, {"legacy": 4}) == [
         _breach("legacy", 10, 4, "min_rows_ratio 0.5")
     ]
+
+
+def test_a_contracts_own_ratio_decides_unless_the_run_sets_one(tmp_path) -> None:
+    strict = {"trips": 0.9}
+    assert _judged(tmp_path, {"trips": 400}, {"trips": 360}, ratios=strict) == []
+    assert _judged(tmp_path, {"trips": 400}, {"trips": 359}, ratios=strict) == [
+        _breach("trips", 400, 359, "min_rows_ratio 0.9")
+    ]
+    run = GuardOverride(min_rows_ratio=0.5, reason="t")
+    assert _judged(tmp_path, {"trips": 400}, {"trips": 200}, run, ratios=strict) == []
