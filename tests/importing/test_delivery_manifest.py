@@ -4,10 +4,13 @@ warehouse work; a declared row count that differs holds the batch. Real PostgreS
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fleet_import.config import Settings
 from fleet_import.importing.context import Committed, Failed, ImportContext
 from fleet_import.importing.driver import import_folder
 from fleet_import.s3.delivery_manifest import (
@@ -165,3 +168,19 @@ def test_every_way_the_folder_differs_from_its_manifest_is_named_beside_what_it_
         "'fuel_transactions.parquet', 'trips-1.csv', 'trips-2.csv.gz')"
     )
     assert world.warehouse.copies == 0
+
+
+def test_a_refusal_is_explained_by_the_manifest_of_the_configured_name(tmp_path) -> None:
+    world = memory_world(tmp_path)
+    ctx = dataclasses.replace(world.ctx, settings=Settings(delivery_manifest_name="SENT.json"))
+    folder = today_folder(LANDING, "acme")
+    files = fleet_delivery(trips=20)
+    arrived = {k: v for k, v in files.items() if k != "vehicles.csv"}
+    world.deliver(files={**arrived, "SENT.json": manifest_for(files, folder, {})})
+
+    failed = import_folder(ctx, ACME, folder, "d1")
+
+    assert isinstance(failed, Failed), failed
+    assert failed.error.startswith(
+        f"{folder} does not match its manifest SENT.json: missing: {folder}vehicles.csv"
+    ), failed.error
