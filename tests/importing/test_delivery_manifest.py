@@ -1,12 +1,16 @@
 """A folder's own manifest (issue #24): every import verifies against it before any
-warehouse work; a declared row count that differs holds the batch. Real PostgreSQL, moto."""
+warehouse work; a declared row count that differs holds the batch. Real PostgreSQL, moto
+(and the fakes for how a refusal is explained)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fleet_import.config import Settings
 from fleet_import.importing.context import Committed, Failed, ImportContext
 from fleet_import.importing.driver import import_folder
 from fleet_import.s3.delivery_manifest import (
@@ -18,6 +22,7 @@ from fleet_import.s3.delivery_manifest import (
 from fleet_import.sample_data import fleet_delivery, today_folder
 from fleet_import.scope import Tenant
 from fleet_import.store.details import FailureKind
+from tests.fakes.world import LANDING, memory_world
 from tests.helpers import upload
 
 ACME = Tenant.named("acme")
@@ -138,3 +143,44 @@ def test_a_manifest_listing_a_file_twice_is_refused_naming_it(names: list[str]) 
         seen[name] = index
     parsed = DeliveryManifest.parse(MANIFEST_NAME, raw)
     assert [entry.url for entry in parsed.entries] == [folder + name for name in names]
+
+
+def test_every_way_the_folder_differs_from_its_manifest_is_named_beside_what_it_caused(
+    tmp_path,
+) -> None:
+    """A dataset's only file missing and another file short: the failure names both, then
+    what discovery concluded from them. On the fakes, no server."""
+    world = memory_world(tmp_path)
+    folder = today_folder(LANDING, "acme")
+    files = fleet_delivery(trips=20)
+    arrived = {k: v for k, v in files.items() if k != "vehicles.csv"}
+    arrived["trips-1.csv"] = arrived["trips-1.csv"][:50]
+    world.deliver(files={**arrived, MANIFEST_NAME: manifest_for(files, folder, {})})
+
+    failed = import_folder(world.ctx, ACME, folder, "d1")
+
+    assert isinstance(failed, Failed) and failed.kind == FailureKind.FAILED_PRE_COMMIT
+    declared = len(files["trips-1.csv"])
+    assert failed.error == (
+        f"{folder} does not match its manifest {MANIFEST_NAME}: missing: {folder}vehicles.csv; "
+        f"size differs: {folder}trips-1.csv (50 bytes, manifest says {declared:,}) "
+        "(so: no file for required dataset(s) vehicles (vehicles*); found '_manifest.json', "
+        "'fuel_transactions.parquet', 'trips-1.csv', 'trips-2.csv.gz')"
+    )
+    assert world.warehouse.copies == 0
+
+
+def test_a_refusal_is_explained_by_the_manifest_of_the_configured_name(tmp_path) -> None:
+    world = memory_world(tmp_path)
+    ctx = dataclasses.replace(world.ctx, settings=Settings(delivery_manifest_name="SENT.json"))
+    folder = today_folder(LANDING, "acme")
+    files = fleet_delivery(trips=20)
+    arrived = {k: v for k, v in files.items() if k != "vehicles.csv"}
+    world.deliver(files={**arrived, "SENT.json": manifest_for(files, folder, {})})
+
+    failed = import_folder(ctx, ACME, folder, "d1")
+
+    assert isinstance(failed, Failed), failed
+    assert failed.error.startswith(
+        f"{folder} does not match its manifest SENT.json: missing: {folder}vehicles.csv"
+    ), failed.error

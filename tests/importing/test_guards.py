@@ -20,13 +20,21 @@ from fleet_import.importing.guards import (
     ApprovedContentChanged,
     GuardOverride,
     SliceHeld,
+    approve_command,
     check_slice_guards,
     content_of,
+    held_error,
     record_override,
 )
 from fleet_import.importing.leased_batch import LeasedBatch
 from fleet_import.s3.sources import discover
-from fleet_import.sample_data import csv_bytes, fleet_delivery, today_folder, trips_table
+from fleet_import.sample_data import (
+    csv_bytes,
+    fleet_delivery,
+    today_folder,
+    trips_table,
+    vehicles_table,
+)
 from fleet_import.scope import Tenant, source_scope, split_folder
 from fleet_import.store.details import FailureKind
 from fleet_import.store.models import BatchStatus
@@ -204,12 +212,20 @@ def _judged(
     new: dict[str, int],
     override: GuardOverride | None = None,
     allow_empty: frozenset[str] = frozenset(),
+    ratios: dict[str, float] | None = None,
 ) -> list[dict] | str:
     """The breaches check_slice_guards finds for a slice of `current` rows per dataset and
-    a new one of `new` (none: it passes), or ApprovedContentChanged's message."""
+    a new one of `new` (none: it passes), or ApprovedContentChanged's message; `ratios`:
+    contracts' own min_rows_ratio."""
     world = memory_world(tmp_path)
+    tuned = ratios or {}
     world.ctx.contracts = ContractSet(
-        c.model_copy(update={"allow_empty": True}) if c.name in allow_empty else c
+        c.model_copy(
+            update={
+                "allow_empty": c.name in allow_empty,
+                "min_rows_ratio": tuned.get(c.name, c.min_rows_ratio),
+            }
+        )
         for c in world.ctx.contracts.values()
     )
     folder = world.deliver()
@@ -306,3 +322,87 @@ def test_an_approval_waives_the_guards_for_its_content_only(tmp_path) -> None:
 
 def approval_for(content: dict) -> GuardOverride:
     return GuardOverride(waived=True, content=content, reason="approval of held batch h")
+
+
+def test_a_held_batch_once_reviewed_no_longer_says_how_to_approve_it() -> None:
+    told = "held for review: trips would go from 400 rows to 10 (min_rows_ratio 0.5)"
+    error = f"{told}; to load it anyway: {approve_command('b1')}"
+    held = {"kind": "held", "error": error}
+    assert held_error(held, reviewed=False) == error
+    assert held_error(held, reviewed=True) == told
+    failed = {"kind": "failed_pre_commit", "error": f"x; to load it anyway: {told}"}
+    assert held_error(failed, reviewed=True) == failed["error"]
+    assert held_error(failed, reviewed=False) == failed["error"]
+
+
+def test_a_runs_options_become_its_override_with_the_reason_it_records() -> None:
+    assert GuardOverride.for_run(False, None) is None
+    assert GuardOverride.for_run(True, None) == GuardOverride(waived=True, reason="no_guard")
+    assert GuardOverride.for_run(False, 0.1) == GuardOverride(
+        min_rows_ratio=0.1, reason="min_rows_ratio 0.1 for this run"
+    )
+    both = GuardOverride.for_run(True, 0.25)
+    assert both == GuardOverride(waived=True, min_rows_ratio=0.25, reason="no_guard")
+    assert GuardOverride.from_json(both.to_json()) == both  # as the batch keeps it
+
+
+def test_a_hold_names_every_breach_in_its_error_log_line_record_and_event(
+    tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    world = memory_world(tmp_path)
+    folder = world.deliver(files=fleet_delivery(trips=400, vehicles=20))
+    assert isinstance(import_folder(world.ctx, ACME, folder, "d1"), Committed)
+    redeliver(world.s3, folder, {"trips-1.csv": csv_bytes(trips_table(10))})
+    upload(world.s3, folder, {"vehicles.csv": csv_bytes(vehicles_table(2))})
+
+    with caplog.at_level("WARNING", logger="fleet_import.importing.guards"):
+        held = import_folder(world.ctx, ACME, folder, "d2")
+
+    assert isinstance(held, Failed) and held.kind == FailureKind.HELD, held
+    assert held.error == (
+        "held for review: trips would go from 400 rows to 10 (min_rows_ratio 0.5); "
+        "vehicles would go from 20 rows to 2 (min_rows_ratio 0.5); "
+        f"to load it anyway: fleet-import batches approve {held.batch_id}"
+    )
+    assert f"batch {held.batch_id} {held.error}" in caplog.messages
+    assert world.repo.get(held.batch_id).details["failure"]["error"] == held.error
+    [told] = [payload for name, payload in world.events if name == HELD_EVENT]
+    breaches = world.repo.get(held.batch_id).details["failure"]["held"]["breaches"]
+    assert told == {
+        "tenant_id": "acme",
+        "source_scope": source_scope(folder),
+        "batch_id": str(held.batch_id),
+        "kind": "held",
+        "error": held.error,
+        "breaches": breaches,
+        "approve": f"fleet-import batches approve {held.batch_id}",
+    }
+    assert [b["dataset"] for b in breaches] == ["trips", "vehicles"]
+
+
+def test_a_runs_ratio_may_be_anything_from_0_to_1() -> None:
+    assert GuardOverride(min_rows_ratio=0).min_rows_ratio == 0
+    assert GuardOverride(min_rows_ratio=1).min_rows_ratio == 1
+    for ratio in (-0.01, 1.01, 2):
+        with pytest.raises(InvalidInput, match="min_rows_ratio must be within 0..1"):
+            GuardOverride(min_rows_ratio=ratio)
+
+
+def test_a_dataset_no_contract_defines_now_is_judged_by_the_defaults(tmp_path) -> None:
+    """The old slice has rows of a dataset whose contract is gone: emptying it is a breach
+    (allow_empty false), as for any dataset, not an error."""
+    judged = _judged(tmp_path, {"legacy": 10, "trips": 400}, {"trips": 400})
+    assert judged == [_breach("legacy", 10, 0, "allow_empty false")]
+    assert _judged(tmp_path, {"legacy": 10}, {"legacy": 4}) == [
+        _breach("legacy", 10, 4, "min_rows_ratio 0.5")
+    ]
+
+
+def test_a_contracts_own_ratio_decides_unless_the_run_sets_one(tmp_path) -> None:
+    strict = {"trips": 0.9}
+    assert _judged(tmp_path, {"trips": 400}, {"trips": 360}, ratios=strict) == []
+    assert _judged(tmp_path, {"trips": 400}, {"trips": 359}, ratios=strict) == [
+        _breach("trips", 400, 359, "min_rows_ratio 0.9")
+    ]
+    run = GuardOverride(min_rows_ratio=0.5, reason="t")
+    assert _judged(tmp_path, {"trips": 400}, {"trips": 200}, run, ratios=strict) == []

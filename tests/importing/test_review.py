@@ -1,5 +1,6 @@
 """Review of held batches (issue #24): approval loads exactly the held content from its
-staged files, changed content is refused, rejection closes; real PostgreSQL and moto."""
+staged files, changed content is refused, rejection closes; real PostgreSQL and moto (an
+overtaken approval on the fakes too)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from fleet_import.importing.claim import new_owner
 from fleet_import.importing.context import Claimed, Committed, Failed, ImportContext
 from fleet_import.importing.driver import CoreSteps, import_batch, import_folder
+from fleet_import.importing.guards import GuardOverride
 from fleet_import.importing.review import (
     Approval,
     NotApproved,
@@ -21,6 +23,7 @@ from fleet_import.scope import Tenant
 from fleet_import.store.details import FailureKind
 from fleet_import.store.models import BatchStatus
 from fleet_import.store.review_repository import ReviewRepository
+from tests.fakes.world import memory_world
 from tests.helpers import layout_admission, slice_rows, upload
 from tests.importing.guard_helpers import redeliver, slice_snapshot
 from tests.warehouse_helpers import WAREHOUSE_BACKENDS
@@ -137,3 +140,30 @@ def test_rejection_closes_a_held_batch(
     # Only a held batch is reviewed.
     first = import_ctx.repo.list(status="succeeded")[0]
     assert isinstance(reject_held(import_ctx, reviews, first.id), NotApproved)
+
+
+def test_an_approval_of_content_a_later_success_loaded_is_refused_as_overtaken(
+    tmp_path,
+) -> None:
+    """The held content loaded another way since (a run with the guard lowered): approving
+    it would load the same rows a second time. Refused, naming that batch; nothing loaded.
+    On the fakes, no server."""
+    world = memory_world(tmp_path)
+    folder = world.deliver(files=fleet_delivery(trips=400))
+    assert isinstance(import_folder(world.ctx, ACME, folder, "d1"), Committed)
+    redeliver(world.s3, folder, {"trips-1.csv": csv_bytes(trips_table(10))})
+    held = import_folder(world.ctx, ACME, folder, "d2")
+    assert isinstance(held, Failed) and held.kind == FailureKind.HELD, held
+    lowered = GuardOverride(min_rows_ratio=0.01, reason="lowered for one run")
+    loader = import_folder(world.ctx, ACME, folder, "d3", guard=lowered)
+    assert isinstance(loader, Committed), loader
+
+    refused = approve_held(world.ctx, held.batch_id, admission=layout_admission())
+
+    assert refused == NotApproved(
+        held.batch_id,
+        f"batch {held.batch_id} was overtaken: batch {loader.batch_id} loaded this content "
+        "since; nothing to approve",
+    )
+    assert world.warehouse.slice_owner("acme", loader.scope) == loader.batch_id
+    assert len(world.repo.list(status="succeeded")) == 2

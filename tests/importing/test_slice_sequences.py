@@ -6,7 +6,7 @@ parts by tests/contract), a fresh world per example, with many examples in `make
 and on real PostgreSQL and moto (each example its own folder) with fewer.
 
 Also the rollback rule: a rollback with no `--to` never goes back to content that a rollback
-removed. On the fakes 50 examples (5-6 s of CPU; FLEET_SEQUENCE_MEMORY_EXAMPLES), on PostgreSQL
+removed. On the fakes 50 examples (6-7 s of CPU; FLEET_SEQUENCE_MEMORY_EXAMPLES), on PostgreSQL
 8 (about 30 s; FLEET_SEQUENCE_EXAMPLES=200 for a longer search)."""
 
 from __future__ import annotations

@@ -237,6 +237,61 @@ def test_a_record_longer_than_the_limit_fails_the_file_naming_its_line(
     )
 
 
+def test_a_line_of_exactly_the_limit_is_within_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The limit is the longest line sure to be read: a line of exactly that length is not
+    over it, so a record that fails from it is one whose quote runs on."""
+    monkeypatch.setattr(normalize_csv, "MIN_BLOCK_BYTES", 512)
+    rows = [csv_line(trip(i)) for i in range(1, 41)]
+    opened = rows[11].replace("D", '"D').rstrip("\n")  # line 13, and nothing closes it
+    rows[11] = opened.replace("completed", "completed" + "x" * (512 - len(opened))) + "\n"
+    assert len(rows[11]) - 1 == 512
+
+    with pytest.raises(FileRejected) as caught:
+        run(tmp_path, HEADER + "\n" + "".join(rows), batch_rows=3, max_line_bytes=512)
+
+    assert "the record on line 13 runs on past the limit for a CSV line of 512 bytes" in str(
+        caught.value
+    )
+    assert "though line 13 itself is 512 bytes long" in str(caught.value)
+
+
+def test_a_line_too_long_to_measure_is_said_to_be_over_what_was_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the limit a line is read on only so far (_MEASURE_BYTES, 1 GiB) to say how long
+    it is, in reads of _READ_BYTES (never the rest of a huge line at once): a longer one is
+    said to be over what was read, never a length it is not."""
+    monkeypatch.setattr(normalize_csv, "MIN_BLOCK_BYTES", 512)
+    monkeypatch.setattr(normalize_csv, "_READ_BYTES", 1000)
+    monkeypatch.setattr(normalize_csv, "_MEASURE_BYTES", 50_000)
+    rows = [csv_line(trip(i)) for i in range(1, 41)]
+    rows[11] = rows[11].replace("completed", "completed" + "x" * 200_000)  # line 13
+
+    with pytest.raises(FileRejected) as caught:
+        run(tmp_path, HEADER + "\n" + "".join(rows), batch_rows=3, max_line_bytes=512)
+
+    said = re.search(r"line 13 is over ([\d,]+) bytes long, over the limit", str(caught.value))
+    assert said is not None, str(caught.value)
+    assert 50_000 < int(said.group(1).replace(",", "")) <= 51_000
+
+
+def test_a_too_long_last_line_without_a_line_end_is_measured_to_the_end_of_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end of the file ends the last line: its length is exact, not a floor."""
+    monkeypatch.setattr(normalize_csv, "MIN_BLOCK_BYTES", 512)
+    monkeypatch.setattr(normalize_csv, "_READ_BYTES", 1000)
+    rows = [csv_line(trip(i)) for i in range(1, 41)]
+    last = rows[-1].replace("completed", "completed" + "x" * 20_000).rstrip("\n")  # line 41
+
+    with pytest.raises(FileRejected) as caught:
+        run(tmp_path, HEADER + "\n" + "".join(rows[:-1]) + last, batch_rows=3, max_line_bytes=512)
+
+    assert f"line 41 is {len(last):,} bytes long, over the limit" in str(caught.value)
+
+
 @pytest.mark.parametrize("fmt", ["csv", "csv.gz"])
 def test_a_line_longer_than_the_limit_is_named_with_its_length_not_a_quote(
     tmp_path: Path, fmt: str
