@@ -36,7 +36,7 @@ from fleet_import.sample_data import (
     vehicles_table,
 )
 from fleet_import.scope import Tenant, source_scope, split_folder
-from fleet_import.store.details import FailureKind
+from fleet_import.store.details import Failure, FailureKind
 from fleet_import.store.models import BatchStatus
 from tests.fakes.warehouse import RegistryRow
 from tests.fakes.world import memory_world
@@ -327,12 +327,12 @@ def approval_for(content: dict) -> GuardOverride:
 def test_a_held_batch_once_reviewed_no_longer_says_how_to_approve_it() -> None:
     told = "held for review: trips would go from 400 rows to 10 (min_rows_ratio 0.5)"
     error = f"{told}; to load it anyway: {approve_command('b1')}"
-    held = {"kind": "held", "error": error}
+    held = Failure(kind="held", error=error)
     assert held_error(held, reviewed=False) == error
     assert held_error(held, reviewed=True) == told
-    failed = {"kind": "failed_pre_commit", "error": f"x; to load it anyway: {told}"}
-    assert held_error(failed, reviewed=True) == failed["error"]
-    assert held_error(failed, reviewed=False) == failed["error"]
+    failed = Failure(kind="failed_pre_commit", error=f"x; to load it anyway: {told}")
+    assert held_error(failed, reviewed=True) == failed.error
+    assert held_error(failed, reviewed=False) == failed.error
 
 
 def test_a_runs_options_become_its_override_with_the_reason_it_records() -> None:
