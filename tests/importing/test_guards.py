@@ -342,8 +342,12 @@ def test_a_runs_options_become_its_override_with_the_reason_it_records() -> None
         min_rows_ratio=0.1, reason="min_rows_ratio 0.1 for this run"
     )
     both = GuardOverride.for_run(True, 0.25)
-    assert both == GuardOverride(waived=True, min_rows_ratio=0.25, reason="no_guard")
+    reason = "no_guard, min_rows_ratio 0.25 for this run"  # each option the run gave
+    assert both == GuardOverride(waived=True, min_rows_ratio=0.25, reason=reason)
     assert GuardOverride.from_json(both.to_json()) == both  # as the batch keeps it
+    gate = GuardOverride.for_run(False, None, no_gate=True)
+    assert gate == GuardOverride(reason="no_gate", no_gate=True)
+    assert GuardOverride.from_json(gate.to_json()) == gate
 
 
 def test_a_hold_names_every_breach_in_its_error_log_line_record_and_event(
