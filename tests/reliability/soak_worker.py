@@ -192,6 +192,7 @@ def through_flow(
     into its final state."""
     import importlib
 
+    import flows.operation
     from fleet_import.config import Settings
     from fleet_import.importing.runtime import Runtime
 
@@ -199,14 +200,15 @@ def through_flow(
     settings = Settings(database_url=config["database_url"])  # the flows' own repositories
     runtime = Runtime(settings, ctx, OutboxRepository(config["database_url"]), publisher)
     outcomes: list[object] = []
-    state_for = module.state_for
+    state_for = flows.operation.state_for
 
     def recording_state_for(outcome: object, **kwargs: object):
         outcomes.append(outcome)
         return state_for(outcome, **kwargs)
 
     module.runtime_for_flow = lambda **_: runtime
-    module.state_for = recording_state_for
+    # Every flow that loads a slice turns its outcome into its state in flows.operation.
+    flows.operation.state_for = recording_state_for
     state = getattr(module, name)(**parameters, return_state=True)
     if outcomes:
         return outcomes[-1]
