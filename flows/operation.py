@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 
+from prefect import get_run_logger
 from prefect.runtime import flow_run, task_run
 from prefect.states import State
 
@@ -56,6 +57,8 @@ class FlowHost:
         tag_flow_run(f"tenant:{tenant.tenant_id}", f"scope:{scope}")
 
     def claim_ended(self, tenant: Tenant, scope: str, claim: Claimed | ImportOutcome) -> None:
+        if not isinstance(claim, Claimed):
+            get_run_logger().info("no work for this delivery: %s", claim)
         if self._tell_unreported:
             tell_unreported_runs(self.rt, tenant.tenant_id, scope)  # runs the API never heard end
 
@@ -66,6 +69,12 @@ class FlowHost:
         self, claimed: Claimed, told: Sequence[uuid.UUID], headline: str | None = None
     ) -> None:
         self.told, self.headline = list(told), headline
+        logger = get_run_logger()  # the run's own log, as the UI shows it
+        logger.info("batch %s holds %s (lease %s)", claimed.batch_id, claimed.scope, claimed.owner)
+        if len(self.told) > 1:
+            logger.info("batch %s approves held batch %s", claimed.batch_id, self.told[1])
+        if headline:
+            logger.info("batch %s: %s", claimed.batch_id, headline)
         _record_run(self.rt, claimed)
         tell(self.rt, self.told, tenant_tables=self.tenant_tables)
 

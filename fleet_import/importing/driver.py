@@ -170,9 +170,7 @@ def import_folder(
     claimed = claim(ctx, tenant, scope, delivery_key, owner or new_owner(), force=force)
     host.claim_ended(tenant, scope, claimed)
     if not isinstance(claimed, Claimed):
-        log.info("no work for this delivery: %s", claimed)
         return claimed
-    log.info("batch %s holds %s (lease %s)", claimed.batch_id, scope, claimed.owner)
     record_override(ctx, claimed, guard)  # issue #24
     host.loading(claimed, [claimed.batch_id])
     progress = host.progress(scope)

@@ -19,7 +19,6 @@ in): a disabled tenant's held batch is `Refused`.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import uuid
 from dataclasses import dataclass
 
@@ -54,8 +53,6 @@ from fleet_import.store.models import (
 )
 from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.tenants.binding import Admission, Refused
-
-log = logging.getLogger(__name__)
 
 REJECTED_EVENT = "fleet.batch.rejected"
 APPROVAL_KEY_PREFIX = "approve:"
@@ -177,7 +174,6 @@ def approve_held(
     host.claim_ended(approval.tenant, approval.scope, claimed)
     if not isinstance(claimed, Claimed):
         return claimed
-    log.info("batch %s approves held batch %s", claimed.batch_id, held_id)
     host.loading(claimed, [claimed.batch_id, held_id])
     return import_batch(ctx, approval.tenant, claimed, steps or CoreSteps(ctx.normalize_workers))
 

@@ -18,7 +18,6 @@ the caller hands in): a rollback for a disabled tenant is `Refused`, nothing wri
 
 from __future__ import annotations
 
-import logging
 import uuid
 from dataclasses import dataclass
 
@@ -37,8 +36,6 @@ from fleet_import.store.details import BatchDetails
 from fleet_import.store.models import Batch, BatchStatus
 from fleet_import.store.review_repository import ReviewRepository
 from fleet_import.tenants.binding import Admission, Refused
-
-log = logging.getLogger(__name__)
 
 ROLLBACK = "rollback-slice"  # a refusal's `source`, as the flow is named
 
@@ -216,6 +213,5 @@ def rollback_slice(
     host.claim_ended(plan.tenant, plan.scope, claimed)
     if not isinstance(claimed, Claimed):
         return claimed
-    log.info("batch %s rolls %s back to %s", claimed.batch_id, plan.scope, plan.target.id)
     host.loading(claimed, [claimed.batch_id], headline=plan.chosen)
     return import_batch(ctx, plan.tenant, claimed, steps or CoreSteps(ctx.normalize_workers))
