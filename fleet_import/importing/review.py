@@ -45,7 +45,7 @@ from fleet_import.publication.refusal import tell_refusal
 from fleet_import.s3.delivery import DeliveryIdentity
 from fleet_import.s3.sources import discover
 from fleet_import.scope import Tenant, folder_of_scope
-from fleet_import.store.batch_state import hold_of, is_held
+from fleet_import.store.batch_state import held_content, is_held
 from fleet_import.store.details import BatchDetails
 from fleet_import.store.models import (
     Batch,
@@ -102,8 +102,7 @@ def check_approval(
     if refusal is not None:
         return NotApproved(held_id, refusal)
     assert held is not None and held.source_scope is not None and admitted is not None
-    facts = hold_of(held)
-    content = facts.content if facts is not None else None
+    content = held_content(held)
     if not content:
         return NotApproved(held_id, f"batch {held_id} records no held content")
     try:
@@ -148,8 +147,7 @@ def _overtaken_by(ctx: ImportContext, held: Batch, tenant: Tenant) -> uuid.UUID 
     if owner.created_at <= held.created_at:
         return None
     recorded = DeliveryIdentity.recorded(owner.record.manifest, owner.record.contract_versions)
-    facts = hold_of(held)
-    content = (facts.content if facts is not None else None) or {}
+    content = held_content(held)
     if recorded is None or recorded.fingerprint != content.get("fingerprint"):
         return None
     return owner.id if recorded.versions == content.get("contract_versions") else None
@@ -235,8 +233,7 @@ def _unfinished_approval(ctx: ImportContext, held: Batch | None) -> Approval | N
     if approver is None or approver.status != BatchStatus.RUNNING:
         return None
     assert held.source_scope is not None
-    facts = hold_of(held)
-    content = (facts.content if facts is not None else None) or {}
+    content = held_content(held)
     tenant = Tenant(held.tenant_id, held.company_id, held.tenant_database)
     return Approval(held, tenant, held.source_scope, dict(content))
 

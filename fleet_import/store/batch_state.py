@@ -22,6 +22,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from fleet_import.store.details import HeldFacts
 from fleet_import.store.models import Batch, BatchStatus
@@ -53,6 +54,12 @@ class HeldSince:
 def hold_of(batch: Batch) -> HeldFacts | None:
     """What holds a held batch (breaches, content, new columns); None for any other."""
     return batch.record.held if batch.status is BatchStatus.FAILED else None
+
+
+def held_content(batch: Batch) -> dict[str, Any]:
+    """The delivery identity a held batch holds (what an approval loads); empty otherwise."""
+    hold = hold_of(batch)
+    return dict(hold.content or {}) if hold is not None else {}
 
 
 def is_held(batch: Batch) -> bool:
